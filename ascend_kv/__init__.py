@@ -1,0 +1,25 @@
+"""ascend_kv: ATB's KVCacheOperation and PagedCacheLoadOperation for Ascend NPUs, and anywhere else.
+
+The public names, nothing else; see README.md for a tour.
+"""
+
+from .dispatch import BackendUnavailableError, use_backend
+from .layout import nd_to_nz, nz_to_nd
+from .ops import KVCacheOperation, PagedCacheLoadOperation, kv_cache, paged_cache_load
+from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "KVCacheOperation",
+    "KVCacheParam",
+    "KvCacheCfg",
+    "PagedCacheLoadOperation",
+    "PagedCacheLoadParam",
+    "kv_cache",
+    "nd_to_nz",
+    "nz_to_nd",
+    "paged_cache_load",
+    "use_backend",
+]

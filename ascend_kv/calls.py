@@ -1,0 +1,106 @@
+"""The one internal form of a validated call, which every backend takes.
+
+:mod:`ascend_kv.checks` builds these after every rule of the domain holds, so a backend can
+trust them: every index it derives from them is inside its tensors. Metadata is held as
+host ``int64`` numpy arrays (the checks read it to the host once anyway); the tensors stay
+where the caller put them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .params import KvCacheCfg
+
+
+@dataclass(frozen=True)
+class KvCacheCall:
+    """A validated ``kv_cache`` call.
+
+    Token ``j`` of batch entry ``b`` (``0 <= j < seq_len[b]``) is row ``read_start[b] + j`` of
+    ``new_kv`` and goes to ``past[layer_id, b, write_start[b] + j]``.
+
+    Attributes
+    ----------
+    new_kv : torch.Tensor
+        ``[ntokens, hidden]``, ``past.dtype``; any strides (a 4-D ``new_kv`` is its flat view).
+    past : torch.Tensor
+        ``[layers, batch, max_seq_len, hidden]``, written in place.
+    layer_id : int
+        The layer written, ``0 <= layer_id < layers``.
+    seq_len : numpy.ndarray
+        ``[batch]`` int64, tokens per batch entry.
+    read_start : numpy.ndarray
+        ``[batch]`` int64, first ``new_kv`` row of each entry (exclusive prefix sum of ``seq_len``).
+    write_start : numpy.ndarray
+        ``[batch]`` int64, first ``past`` position written (``token_offset - seq_len``).
+    """
+
+    new_kv: torch.Tensor
+    past: torch.Tensor
+    layer_id: int
+    seq_len: np.ndarray
+    read_start: np.ndarray
+    write_start: np.ndarray
+
+    @property
+    def ntokens(self) -> int:
+        """Rows of ``new_kv`` written."""
+        return int(self.new_kv.shape[0])
+
+
+@dataclass(frozen=True)
+class PagedLoadCall:
+    """A validated ``paged_cache_load`` call, with both length modes reduced to one.
+
+    Token ``j`` of batch entry ``b`` (``0 <= j < lens[b]``) sits in block
+    ``block_table[b, first_column[b] + j // block_size]`` at slot ``j % block_size`` and goes
+    to output row ``out_start[b] + j``. Output rows are one contiguous range:
+    ``[out_start[0], out_start[0] + num_tokens)`` (empty when ``num_tokens == 0``).
+
+    Attributes
+    ----------
+    layout : KvCacheCfg
+        ND: caches ``[num_blocks, block_size, num_heads, head_size]``, outputs
+        ``[rows, num_heads, head_size]``. NZ: caches ``[num_blocks, T // E, block_size, E]``,
+        outputs ``[rows, T]``.
+    key_cache, value_cache : torch.Tensor
+        The paged caches (read only).
+    key, value : torch.Tensor
+        The outputs, written in place; at least ``out_start[0] + num_tokens`` rows.
+    block_table : numpy.ndarray
+        ``[batch, max_blocks]`` int64; every entry a token needs is in ``[0, num_blocks)``.
+    lens : numpy.ndarray
+        ``[batch]`` int64, tokens gathered per batch entry.
+    out_start : numpy.ndarray
+        ``[batch]`` int64, first output row per batch entry.
+    first_column : numpy.ndarray
+        ``[batch]`` int64, block-table column of each entry's first token
+        (``seq_starts // block_size``, or zeros).
+    block_size : int
+        Token slots per cache block.
+    """
+
+    layout: KvCacheCfg
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    block_table: np.ndarray
+    lens: np.ndarray
+    out_start: np.ndarray
+    first_column: np.ndarray
+    block_size: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Rows gathered into each output."""
+        return int(self.lens.sum())
+
+    @property
+    def first_row(self) -> int:
+        """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
+        return int(self.out_start[0]) if len(self.out_start) else 0

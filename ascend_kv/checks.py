@@ -1,0 +1,412 @@
+"""The domain of both operations (SEMANTICS.md), checked in one place for every backend.
+
+``check_kv_cache`` and ``check_paged_cache_load`` take the public arguments, raise
+``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape or value) naming the
+argument with what was expected and what was given, and otherwise return the one internal
+form of :mod:`ascend_kv.calls`. They write nothing, so a call that raises leaves every
+tensor as it was. Value checks read the index tensors once, to host numpy arrays, and are
+vectorized.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from .calls import KvCacheCall, PagedLoadCall
+from .dtypes import (
+    BLOCK_BYTES,
+    CACHE_DTYPES,
+    INDEX_DTYPES,
+    NZ_BLOCK_SIZE_MULTIPLE,
+    NZ_MAX_ROW_BYTES,
+    dtype_names,
+    nz_dtype_pair_allowed,
+    nz_elements,
+)
+from .params import KvCacheCfg
+
+INT32_MAX = 2**31 - 1
+
+
+# ----------------------------------------------------------------------------- generic rules
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def require_tensor(name: str, value: object) -> torch.Tensor:
+    """``value`` itself, or ``TypeError`` when it is not a dense (strided) tensor."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
+    if value.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {value.layout}")
+    if value.is_quantized or value.is_meta:
+        kind = "quantized" if value.is_quantized else "meta"
+        raise TypeError(f"{name} must hold data, got a {kind} tensor")
+    return value
+
+
+def require_dtype(name: str, tensor: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    """``TypeError`` unless ``tensor.dtype`` is one of ``allowed``."""
+    if tensor.dtype not in allowed:
+        raise TypeError(
+            f"{name} must have dtype {dtype_names(allowed)}, got {str(tensor.dtype).removeprefix('torch.')}"
+        )
+
+
+def require_ndim(name: str, tensor: torch.Tensor, ndims: tuple[int, ...], shape_doc: str) -> None:
+    """``ValueError`` unless ``tensor`` has one of the ranks ``ndims``."""
+    if tensor.dim() not in ndims:
+        raise ValueError(f"{name} must be {shape_doc}, got shape {tuple(tensor.shape)}")
+
+
+def require_writable(name: str, tensor: torch.Tensor) -> None:
+    """``ValueError`` when an output written in place would be an autograd error."""
+    if tensor.requires_grad:
+        raise ValueError(
+            f"{name} requires grad, but it is written in place and the operation is not "
+            f"differentiable: pass {name}.detach()"
+        )
+
+
+def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
+    """The one device all ``tensors`` are on, or ``ValueError`` naming the odd one out."""
+    (first_name, first), *rest = tensors.items()
+    for name, tensor in rest:
+        if tensor.device != first.device:
+            raise ValueError(
+                f"{name} is on {tensor.device} but {first_name} is on {first.device}: "
+                f"all tensor arguments must be on one device"
+            )
+    return first.device
+
+
+def index_values(name: str, value: object, ndim: int = 1) -> np.ndarray:
+    """An int32/int64 index tensor's contents as a host int64 array (one device-to-host copy)."""
+    tensor = require_tensor(name, value)
+    require_dtype(name, tensor, INDEX_DTYPES)
+    if tensor.dim() != ndim:
+        doc = "a 1-D tensor [batch]" if ndim == 1 else "a 2-D tensor [batch, max_blocks]"
+        raise ValueError(f"{name} must be {doc}, got shape {tuple(tensor.shape)}")
+    return tensor.detach().cpu().numpy().astype(np.int64, copy=False)
+
+
+def require_length(name: str, values: np.ndarray, expected: int, why: str) -> None:
+    """``ValueError`` unless ``len(values) == expected``."""
+    if len(values) != expected:
+        raise ValueError(f"{name} must have {expected} entries ({why}), got {len(values)}")
+
+
+def require_all(name: str, ok: np.ndarray, values: np.ndarray, rule: str) -> None:
+    """``ValueError`` naming the first entry of ``values`` where ``ok`` is False."""
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise ValueError(f"{name}[{i}] = {int(values[i])} {rule}")
+
+
+def exclusive_prefix_sum(values: np.ndarray) -> np.ndarray:
+    """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
+    starts = np.zeros_like(values)
+    np.cumsum(values[:-1], out=starts[1:])
+    return starts
+
+
+def int_argument(name: str, value: object) -> int:
+    """A Python int, a numpy integer or a one-element integer tensor, as an int."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an int or an integer tensor, got {_describe(value)}")
+        if value.numel() != 1:
+            raise ValueError(f"{name} must have exactly one element, got shape {tuple(value.shape)}")
+        return int(value.item())
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int or a one-element integer tensor, got {_describe(value)}")
+    return int(value)
+
+
+def bool_argument(name: str, value: object) -> bool:
+    """``value`` as a bool, or ``TypeError`` for anything but ``bool`` / ``numpy.bool_``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {_describe(value)}")
+    return bool(value)
+
+
+def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
+    """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
+    if isinstance(value, str):
+        by_name = {"nz": KvCacheCfg.K_CACHE_V_CACHE_NZ, "nd": KvCacheCfg.K_CACHE_V_CACHE_ND}
+        if value.lower() in by_name:
+            return by_name[value.lower()]
+        raise ValueError(f"kv_cache_cfg must be 'nz' or 'nd', got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"kv_cache_cfg must be a KvCacheCfg, 0, 1, 'nz' or 'nd', got {_describe(value)}")
+    if int(value) not in (0, 1):
+        raise ValueError(f"kv_cache_cfg must be 0 (K_CACHE_V_CACHE_NZ) or 1 (K_CACHE_V_CACHE_ND), got {value}")
+    return KvCacheCfg(int(value))
+
+
+def _require_row_alignment(name: str, elements: int, dtype: torch.dtype, what: str) -> None:
+    """``ValueError`` unless a row of ``elements`` is a positive multiple of 32 bytes."""
+    row_bytes = elements * dtype.itemsize
+    if row_bytes == 0 or row_bytes % BLOCK_BYTES:
+        per_block = BLOCK_BYTES // dtype.itemsize
+        raise ValueError(
+            f"{name}: {what} = {elements} must be a positive multiple of {per_block} elements "
+            f"({BLOCK_BYTES} bytes of {str(dtype).removeprefix('torch.')}), got {row_bytes} bytes"
+        )
+
+
+# ----------------------------------------------------------------------------- kv_cache
+
+
+def check_kv_cache(
+    new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object
+) -> KvCacheCall:
+    """Validate a ``kv_cache`` call; see :func:`ascend_kv.kv_cache` for the arguments."""
+    new_kv = require_tensor("new_kv", new_kv)
+    past = require_tensor("past", past)
+    require_dtype("past", past, CACHE_DTYPES)
+    require_dtype("new_kv", new_kv, CACHE_DTYPES)
+    if new_kv.dtype != past.dtype:
+        raise TypeError(f"new_kv.dtype must equal past.dtype = {past.dtype}, got {new_kv.dtype}")
+    require_ndim("past", past, (4,), "a 4-D tensor [layers, batch, max_seq_len, hidden]")
+    require_ndim(
+        "new_kv", new_kv, (2, 4), "a 2-D tensor [ntokens, hidden] or a 4-D tensor [batch, seq, heads, head_size]"
+    )
+    require_writable("past", past)
+    layers, batch, max_seq_len, hidden = past.shape
+    _require_row_alignment("past", hidden, past.dtype, "hidden (past.shape[3])")
+    new_hidden = new_kv.shape[1] if new_kv.dim() == 2 else new_kv.shape[2] * new_kv.shape[3]
+    if new_hidden != hidden:
+        what = "new_kv.shape[1]" if new_kv.dim() == 2 else "new_kv.shape[2] * new_kv.shape[3]"
+        raise ValueError(f"{what} = {new_hidden} must equal hidden = {hidden} (past.shape[3])")
+    tokens = new_kv.reshape(-1, hidden)
+
+    layer = int_argument("layer_id", layer_id)
+    if not 0 <= layer < layers:
+        raise ValueError(f"layer_id = {layer} must be in [0, {layers}) (past.shape[0])")
+    offsets = index_values("token_offset", token_offset)
+    lengths = index_values("seq_len", seq_len)
+    tensors = {"past": past, "new_kv": new_kv, "token_offset": token_offset, "seq_len": seq_len}
+    if isinstance(layer_id, torch.Tensor):
+        tensors["layer_id"] = layer_id
+    require_same_device(tensors)  # type: ignore[arg-type]
+    require_length("token_offset", offsets, batch, "batch = past.shape[1]")
+    require_length("seq_len", lengths, batch, "batch = past.shape[1]")
+
+    require_all("seq_len", lengths >= 0, lengths, "is negative")
+    total = int(lengths.sum())
+    if total != tokens.shape[0]:
+        raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {tokens.shape[0]} (rows of new_kv)")
+    require_all("token_offset", offsets >= lengths, offsets, "is smaller than seq_len at that index")
+    require_all(
+        "token_offset", offsets <= max_seq_len, offsets, f"exceeds max_seq_len = {max_seq_len} (past.shape[2])"
+    )
+    return KvCacheCall(
+        new_kv=tokens,
+        past=past,
+        layer_id=layer,
+        seq_len=lengths,
+        read_start=exclusive_prefix_sum(lengths),
+        write_start=offsets - lengths,
+    )
+
+
+# ----------------------------------------------------------------------------- paged_cache_load
+
+
+def _check_cache_shapes(
+    layout: KvCacheCfg, key_cache: torch.Tensor, value_cache: torch.Tensor
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """``(num_blocks, block_size, key row shape, value row shape)`` of a valid cache pair."""
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        doc = "a 4-D ND cache [num_blocks, block_size, num_heads, head_size]"
+        require_ndim("key_cache", key_cache, (4,), doc)
+        require_ndim("value_cache", value_cache, (4,), doc)
+        if key_cache.dtype != value_cache.dtype:
+            raise TypeError(
+                f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, got {value_cache.dtype}"
+            )
+        for i, what in ((0, "num_blocks"), (1, "block_size"), (2, "num_heads")):
+            if value_cache.shape[i] != key_cache.shape[i]:
+                raise ValueError(
+                    f"value_cache.shape[{i}] ({what}) = {value_cache.shape[i]} must equal "
+                    f"key_cache.shape[{i}] = {key_cache.shape[i]}"
+                )
+        for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+            _require_row_alignment(name, cache.shape[2] * cache.shape[3], cache.dtype, "num_heads * head_size")
+        return key_cache.shape[0], key_cache.shape[1], tuple(key_cache.shape[2:]), tuple(value_cache.shape[2:])
+
+    doc = "a 4-D NZ cache [num_blocks, num_heads * head_size // E, block_size, E]"
+    require_ndim("key_cache", key_cache, (4,), doc)
+    require_ndim("value_cache", value_cache, (4,), doc)
+    if not nz_dtype_pair_allowed(key_cache.dtype, value_cache.dtype):
+        raise TypeError(
+            f"value_cache.dtype = {value_cache.dtype} cannot pair with key_cache.dtype = {key_cache.dtype} "
+            f"in NZ: the dtypes must be equal, or int8 keys with float16/bfloat16 values"
+        )
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        e = nz_elements(cache.dtype)
+        if cache.shape[3] != e:
+            raise ValueError(
+                f"{name}.shape[3] must be E = {e} for {str(cache.dtype).removeprefix('torch.')} in NZ, "
+                f"got {cache.shape[3]}"
+            )
+        row_bytes = cache.shape[1] * e * cache.dtype.itemsize
+        if cache.shape[1] == 0 or row_bytes > NZ_MAX_ROW_BYTES:
+            raise ValueError(
+                f"{name}: num_heads * head_size * itemsize must be in (0, {NZ_MAX_ROW_BYTES}] bytes in NZ, "
+                f"got {row_bytes} ({name}.shape[1] = {cache.shape[1]} fractals of {BLOCK_BYTES} bytes)"
+            )
+    for i, what in ((0, "num_blocks"), (2, "block_size")):
+        if value_cache.shape[i] != key_cache.shape[i]:
+            raise ValueError(
+                f"value_cache.shape[{i}] ({what}) = {value_cache.shape[i]} must equal "
+                f"key_cache.shape[{i}] = {key_cache.shape[i]}"
+            )
+    block_size = key_cache.shape[2]
+    if block_size % NZ_BLOCK_SIZE_MULTIPLE:
+        raise ValueError(
+            f"key_cache.shape[2] (block_size) = {block_size} must be a multiple of {NZ_BLOCK_SIZE_MULTIPLE} in NZ"
+        )
+    key_row = (key_cache.shape[1] * key_cache.shape[3],)
+    value_row = (value_cache.shape[1] * value_cache.shape[3],)
+    return key_cache.shape[0], block_size, key_row, value_row
+
+
+def _lengths_and_starts(
+    context_lens: np.ndarray, batch: int, cumsum: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode."""
+    if cumsum:
+        require_length("context_lens", context_lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]")
+        require_all("context_lens", context_lens >= 0, context_lens, "is negative")
+        lens = np.diff(context_lens)
+        if (lens < 0).any():
+            i = int(np.argmax(lens < 0)) + 1
+            raise ValueError(
+                f"context_lens[{i}] = {int(context_lens[i])} is smaller than context_lens[{i - 1}] = "
+                f"{int(context_lens[i - 1])}: cumulative lengths must be non-decreasing"
+            )
+        return lens, context_lens[:-1].copy()
+    require_length("context_lens", context_lens, batch, "batch = block_table.shape[0]")
+    require_all("context_lens", context_lens >= 0, context_lens, "is negative")
+    return context_lens, exclusive_prefix_sum(context_lens)
+
+
+def _check_block_table(
+    block_table: np.ndarray, lens: np.ndarray, first_column: np.ndarray, block_size: int, num_blocks: int
+) -> None:
+    """``ValueError`` unless every block-table entry a token needs exists and is a valid id."""
+    blocks_needed = -(-lens // block_size)
+    last_column = first_column + blocks_needed  # one past the last column needed
+    max_blocks = block_table.shape[1]
+    too_far = last_column > max_blocks
+    if too_far.any():
+        b = int(np.argmax(too_far))
+        raise ValueError(
+            f"block_table has {max_blocks} columns, but batch entry {b} needs columns "
+            f"{int(first_column[b])}..{int(last_column[b]) - 1} ({int(lens[b])} tokens from column "
+            f"{int(first_column[b])}, block_size {block_size})"
+        )
+    columns = np.arange(max_blocks)
+    needed = (columns >= first_column[:, None]) & (columns < last_column[:, None])
+    bad = needed & ((block_table < 0) | (block_table >= num_blocks))
+    if bad.any():
+        b, c = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"block_table[{b}, {c}] = {int(block_table[b, c])} is outside [0, {num_blocks}) "
+            f"(num_blocks = key_cache.shape[0])"
+        )
+
+
+def _output(
+    name: str, given: object, cache: torch.Tensor, row_shape: tuple[int, ...], rows: int
+) -> torch.Tensor:
+    """The given output after its checks, or a zero-filled ``[rows, *row_shape]`` tensor."""
+    if given is None:
+        return torch.zeros((rows, *row_shape), dtype=cache.dtype, device=cache.device)
+    out = require_tensor(name, given)
+    if out.dtype != cache.dtype:
+        raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {out.dtype}")
+    expected = f"[rows >= {rows}, {', '.join(map(str, row_shape))}]"
+    if tuple(out.shape[1:]) != row_shape or out.dim() != 1 + len(row_shape) or out.shape[0] < rows:
+        raise ValueError(f"{name} must have shape {expected}, got {tuple(out.shape)}")
+    require_writable(name, out)
+    return out
+
+
+def check_paged_cache_load(
+    key_cache: object,
+    value_cache: object,
+    block_table: object,
+    context_lens: object,
+    kv_cache_cfg: object,
+    cumsum: object,
+    seq_starts: object,
+    key: object,
+    value: object,
+) -> PagedLoadCall:
+    """Validate a ``paged_cache_load`` call; see :func:`ascend_kv.paged_cache_load`.
+
+    Missing outputs are allocated here (zero-filled, on the caches' device), after every
+    check has passed, so the returned call is complete.
+    """
+    layout = kv_cache_cfg_argument(kv_cache_cfg)
+    cumsum = bool_argument("cumsum", cumsum)
+    key_cache = require_tensor("key_cache", key_cache)
+    value_cache = require_tensor("value_cache", value_cache)
+    require_dtype("key_cache", key_cache, CACHE_DTYPES)
+    require_dtype("value_cache", value_cache, CACHE_DTYPES)
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and cumsum:
+        raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
+        raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    num_blocks, block_size, key_row, value_row = _check_cache_shapes(layout, key_cache, value_cache)
+
+    table = index_values("block_table", block_table, ndim=2)
+    lens_given = index_values("context_lens", context_lens)
+    tensors = {"key_cache": key_cache, "value_cache": value_cache, "block_table": block_table,
+               "context_lens": context_lens}
+    batch = table.shape[0]
+    lens, out_start = _lengths_and_starts(lens_given, batch, cumsum)
+    if seq_starts is None:
+        first_column = np.zeros(batch, dtype=np.int64)
+    else:
+        starts = index_values("seq_starts", seq_starts)
+        tensors["seq_starts"] = seq_starts
+        require_length("seq_starts", starts, batch, "batch = block_table.shape[0]")
+        require_all("seq_starts", starts >= 0, starts, "is negative")
+        first_column = starts // block_size
+    for name, out in (("key", key), ("value", value)):
+        if out is not None:
+            tensors[name] = out
+    require_same_device(tensors)  # type: ignore[arg-type]
+
+    num_tokens = int(lens.sum())
+    end_row = (int(out_start[0]) if batch else 0) + num_tokens
+    if end_row > INT32_MAX:
+        raise ValueError(
+            f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit {INT32_MAX}"
+        )
+    _check_block_table(table, lens, first_column, block_size, num_blocks)
+    key_out = _output("key", key, key_cache, key_row, end_row)
+    value_out = _output("value", value, value_cache, value_row, end_row)
+    return PagedLoadCall(
+        layout=layout,
+        key_cache=key_cache,
+        value_cache=value_cache,
+        key=key_out,
+        value=value_out,
+        block_table=table,
+        lens=lens,
+        out_start=out_start,
+        first_column=first_column,
+        block_size=block_size,
+    )

@@ -1,0 +1,223 @@
+"""The public operations: one straight line from arguments to bytes.
+
+normalise + validate (:mod:`ascend_kv.checks`) -> choose a backend
+(:mod:`ascend_kv.dispatch`) -> the backend writes. Nothing is written before every check
+has passed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import checks, dispatch
+from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
+
+
+def kv_cache(
+    new_kv: torch.Tensor,
+    layer_id: int | torch.Tensor,
+    past: torch.Tensor,
+    token_offset: torch.Tensor,
+    seq_len: torch.Tensor,
+) -> torch.Tensor:
+    """Write a batch's new K (or V) tokens into a per-layer cache, in place (ATB KVCacheOperation).
+
+    For each batch entry ``i`` its ``seq_len[i]`` tokens (taken in order from ``new_kv``) go to
+    positions ``token_offset[i] - seq_len[i] .. token_offset[i] - 1`` of ``past[layer_id, i]``.
+
+    Parameters
+    ----------
+    new_kv : torch.Tensor
+        ``[ntokens, hidden]``, or ``[batch, seq, num_heads, head_size]`` read as its flat token
+        list; float16, bfloat16 or int8, the dtype of ``past``. Any strides.
+    layer_id : int or torch.Tensor
+        The layer to write: an int or a one-element integer tensor, ``0 <= layer_id < layers``.
+    past : torch.Tensor
+        ``[layers, batch, max_seq_len, hidden]``, written in place; ``hidden * itemsize`` a
+        multiple of 32 bytes.
+    token_offset : torch.Tensor
+        ``[batch]`` int32 or int64: the position *after* each entry's last new token,
+        ``seq_len[i] <= token_offset[i] <= max_seq_len``.
+    seq_len : torch.Tensor
+        ``[batch]`` int32 or int64: new tokens per entry, ``>= 0``, summing to ``ntokens``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``past`` itself (ATB's ``present`` aliases ``past``).
+
+    Raises
+    ------
+    TypeError
+        A wrong type or dtype. Nothing is written.
+    ValueError
+        A wrong shape or value. Nothing is written.
+
+    Examples
+    --------
+    >>> past = torch.zeros(2, 2, 8, 16, dtype=torch.float16)    # 2 layers, 2 sequences
+    >>> new_kv = torch.ones(3, 16, dtype=torch.float16)         # 1 + 2 new tokens
+    >>> out = ascend_kv.kv_cache(new_kv, 1, past, torch.tensor([4, 2]), torch.tensor([1, 2]))
+    >>> out is past, past[1, 0, 3].sum().item(), past[1, 1, :2].sum().item()
+    (True, 16.0, 32.0)
+    """
+    call = checks.check_kv_cache(new_kv, layer_id, past, token_offset, seq_len)
+    dispatch.select(call).kv_cache(call)
+    return past
+
+
+def paged_cache_load(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    kv_cache_cfg: KvCacheCfg | int | str = KvCacheCfg.K_CACHE_V_CACHE_NZ,
+    cumsum: bool = False,
+    seq_starts: torch.Tensor | None = None,
+    key: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather the tokens of a paged K/V cache into contiguous K and V (ATB PagedCacheLoadOperation).
+
+    Batch entry ``b`` reads ``lens[b]`` tokens: token ``j`` is slot ``j % block_size`` of block
+    ``block_table[b, col0 + j // block_size]``, with ``col0 = seq_starts[b] // block_size``
+    (0 without ``seq_starts``; the remainder of ``seq_starts[b]`` is ignored, as in ATB). Entry
+    ``b`` fills output rows ``out_start[b] ..``, where by default ``lens = context_lens`` and
+    ``out_start`` is its exclusive prefix sum; with ``cumsum=True``,
+    ``lens = diff(context_lens)`` and ``out_start = context_lens[:-1]``.
+
+    Parameters
+    ----------
+    key_cache, value_cache : torch.Tensor
+        ND: ``[num_blocks, block_size, num_heads, head_size_{k,v}]``, same dtype, with
+        ``num_heads * head_size * itemsize`` a multiple of 32 bytes.
+        NZ: ``[num_blocks, num_heads * head_size_{k,v} // E, block_size, E]`` with
+        ``E = 32 // itemsize`` (16 for float16/bfloat16, 32 for int8), ``block_size % 16 == 0``,
+        rows of at most 147456 bytes; equal dtypes, or int8 keys with float16/bfloat16 values.
+        Build NZ caches with :func:`ascend_kv.nd_to_nz`.
+    block_table : torch.Tensor
+        ``[batch, max_blocks]`` int32 or int64. Every entry a token needs must be in
+        ``[0, num_blocks)``; entries no token needs are ignored (``-1`` padding is fine).
+    context_lens : torch.Tensor
+        ``[batch]`` int32/int64 lengths, or ``[batch + 1]`` non-decreasing cumulative lengths
+        when ``cumsum=True``.
+    kv_cache_cfg : KvCacheCfg, int or str, optional
+        Cache layout: ``KvCacheCfg.K_CACHE_V_CACHE_NZ`` (0, ``"nz"``, the default, as in ATB)
+        or ``KvCacheCfg.K_CACHE_V_CACHE_ND`` (1, ``"nd"``).
+    cumsum : bool, optional
+        Read ``context_lens`` as cumulative lengths (ND only).
+    seq_starts : torch.Tensor, optional
+        ``[batch]`` int32/int64 token offsets into each block-table row (ND only).
+    key, value : torch.Tensor, optional
+        Outputs to write in place: ND ``[rows, num_heads, head_size_{k,v}]``, NZ
+        ``[rows, num_heads * head_size_{k,v}]``, the caches' dtypes, ``rows >= num_tokens``
+        (rows past those written are untouched). Allocated zero-filled when omitted.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(key, value)``: the given outputs, or new ones with ``num_tokens`` rows, where
+        ``num_tokens = sum(context_lens)``, or ``context_lens[-1]`` in cumsum mode.
+
+    Raises
+    ------
+    TypeError
+        A wrong type or dtype. Nothing is written.
+    ValueError
+        A wrong shape or value, or NZ with ``cumsum``/``seq_starts``. Nothing is written.
+
+    Examples
+    --------
+    >>> cache = torch.arange(4 * 16 * 1 * 16, dtype=torch.float16).reshape(4, 16, 1, 16)
+    >>> key, value = ascend_kv.paged_cache_load(
+    ...     cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([20, 3]), kv_cache_cfg="nd")
+    >>> key.shape, bool((key[16] == cache[0, 0]).all())
+    (torch.Size([23, 1, 16]), True)
+    """
+    call = checks.check_paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value
+    )
+    dispatch.select(call).paged_cache_load(call)
+    return call.key, call.value
+
+
+class KVCacheOperation:
+    """ATB-style object for :func:`kv_cache`, for code ported from ATB's C++ API.
+
+    Parameters
+    ----------
+    param : KVCacheParam, optional
+        Has no fields (ATB's struct is reserved bytes only).
+
+    Examples
+    --------
+    >>> op = ascend_kv.KVCacheOperation(ascend_kv.KVCacheParam())
+    >>> present = op(new_kv, layer_id, past, token_offset, seq_len)   # present is past
+    """
+
+    def __init__(self, param: KVCacheParam | None = None) -> None:
+        if param is None:
+            param = KVCacheParam()
+        if not isinstance(param, KVCacheParam):
+            raise TypeError(f"param must be a KVCacheParam, got {type(param).__name__}")
+        self.param = param
+
+    def __call__(
+        self,
+        new_kv: torch.Tensor,
+        layer_id: int | torch.Tensor,
+        past: torch.Tensor,
+        token_offset: torch.Tensor,
+        seq_len: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run :func:`kv_cache`; returns ``past`` (ATB's ``present``)."""
+        return kv_cache(new_kv, layer_id, past, token_offset, seq_len)
+
+
+class PagedCacheLoadOperation:
+    """ATB-style object for :func:`paged_cache_load`, for code ported from ATB's C++ API.
+
+    Parameters
+    ----------
+    param : PagedCacheLoadParam, optional
+        Layout, cumsum mode and whether ``seq_starts`` is passed; checked here.
+
+    Examples
+    --------
+    >>> param = ascend_kv.PagedCacheLoadParam(kv_cache_cfg=ascend_kv.KvCacheCfg.K_CACHE_V_CACHE_ND)
+    >>> key, value = ascend_kv.PagedCacheLoadOperation(param)(
+    ...     key_cache, value_cache, block_table, context_lens, key, value)
+    """
+
+    def __init__(self, param: PagedCacheLoadParam | None = None) -> None:
+        if param is None:
+            param = PagedCacheLoadParam()
+        if not isinstance(param, PagedCacheLoadParam):
+            raise TypeError(f"param must be a PagedCacheLoadParam, got {type(param).__name__}")
+        self.kv_cache_cfg = checks.kv_cache_cfg_argument(param.kv_cache_cfg)
+        self.cumsum = checks.bool_argument("param.is_seq_lens_cumsum_mode", param.is_seq_lens_cumsum_mode)
+        self.has_seq_starts = checks.bool_argument("param.has_seq_starts", param.has_seq_starts)
+        self.param = param
+
+    def __call__(
+        self,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        context_lens: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        seq_starts: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run :func:`paged_cache_load` with this operation's parameters; returns ``(key, value)``."""
+        if self.has_seq_starts != (seq_starts is not None):
+            expected = "a seq_starts tensor" if self.has_seq_starts else "seq_starts=None"
+            raise ValueError(
+                f"seq_starts: param.has_seq_starts is {self.has_seq_starts}, so expected {expected}, "
+                f"got {'None' if seq_starts is None else 'a tensor'}"
+            )
+        return paged_cache_load(
+            key_cache, value_cache, block_table, context_lens, kv_cache_cfg=self.kv_cache_cfg,
+            cumsum=self.cumsum, seq_starts=seq_starts, key=key, value=value,
+        )

@@ -1,0 +1,88 @@
+"""The seeds' pseudo-code, literally: plain loops, one row at a time.
+
+This is the oracle every backend is tested against, bit for bit. It is slow on purpose and
+never on the hot path. It assumes valid arguments (the tests pass it the same arguments
+they pass the backends after those were accepted).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .params import KvCacheCfg
+
+
+def kv_cache(
+    new_kv: torch.Tensor,
+    layer_id: int | torch.Tensor,
+    past: torch.Tensor,
+    token_offset: torch.Tensor,
+    seq_len: torch.Tensor,
+) -> torch.Tensor:
+    """KVCacheOperation's pseudo-code; writes ``past`` in place and returns it.
+
+    ``new_kv`` ``[ntokens, hidden]`` or ``[b, s, heads, head_size]``; ``past``
+    ``[layers, batch, max_seq_len, hidden]``; ``token_offset``, ``seq_len`` ``[batch]``.
+    """
+    newkv = new_kv.reshape(-1, past.shape[-1])
+    layer = int(layer_id)
+    batch = past.shape[1]
+    prefix_ntokens = 0
+    for i in range(batch):
+        for j in range(int(seq_len[i])):
+            past[layer][i][int(token_offset[i]) - int(seq_len[i]) + j][:] = newkv[prefix_ntokens + j][:]
+        prefix_ntokens += int(seq_len[i])
+    return past
+
+
+def _token(cache: torch.Tensor, blk: int, slot: int, layout: KvCacheCfg) -> torch.Tensor:
+    """Token ``(blk, slot)`` of a cache: ``[num_heads, head_size]`` (ND) or ``[T]`` (NZ)."""
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        return cache[blk, slot]
+    return cache[blk, :, slot, :].reshape(-1)
+
+
+def paged_cache_load(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    kv_cache_cfg: KvCacheCfg | int = KvCacheCfg.K_CACHE_V_CACHE_NZ,
+    cumsum: bool = False,
+    seq_starts: torch.Tensor | None = None,
+    key: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PagedCacheLoadOperation's semantics (SEMANTICS.md), one token at a time.
+
+    Outputs are written in place when given, else allocated zero-filled with
+    ``sum(context_lens)`` rows (``context_lens[-1]`` in cumsum mode).
+    """
+    layout = KvCacheCfg(int(kv_cache_cfg))
+    batch = block_table.shape[0]
+    if cumsum:
+        lens = [int(context_lens[b + 1]) - int(context_lens[b]) for b in range(batch)]
+        out_start = [int(context_lens[b]) for b in range(batch)]
+        num_tokens = int(context_lens[-1])
+    else:
+        lens = [int(n) for n in context_lens]
+        out_start = [sum(lens[:b]) for b in range(batch)]
+        num_tokens = sum(lens)
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        key_row, value_row = key_cache.shape[2:], value_cache.shape[2:]
+    else:
+        key_row = (key_cache.shape[1] * key_cache.shape[3],)
+        value_row = (value_cache.shape[1] * value_cache.shape[3],)
+    if key is None:
+        key = torch.zeros((num_tokens, *key_row), dtype=key_cache.dtype)
+    if value is None:
+        value = torch.zeros((num_tokens, *value_row), dtype=value_cache.dtype)
+    block_size = key_cache.shape[1] if layout == KvCacheCfg.K_CACHE_V_CACHE_ND else key_cache.shape[2]
+    for b in range(batch):
+        col0 = int(seq_starts[b]) // block_size if seq_starts is not None else 0
+        for j in range(lens[b]):
+            blk = int(block_table[b, col0 + j // block_size])
+            key[out_start[b] + j] = _token(key_cache, blk, j % block_size, layout)
+            value[out_start[b] + j] = _token(value_cache, blk, j % block_size, layout)
+    return key, value
