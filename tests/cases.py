@@ -1,0 +1,186 @@
+"""Valid calls of both operations, as hypothesis strategies and as fixed named workloads.
+
+A case is the keyword arguments of the public function. Tensors hold random *bits* (NaN and
+Inf patterns included), so comparisons are bit for bit (:func:`bits_equal`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from ascend_kv import KvCacheCfg
+from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
+
+ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8}
+
+
+def random_bits(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A tensor of ``dtype`` whose bytes are random (any bit pattern, NaNs included)."""
+    g = torch.Generator().manual_seed(seed)
+    view = INT_VIEW[dtype]
+    info = torch.iinfo(view)
+    return torch.randint(info.min, info.max + 1, shape, generator=g, dtype=view).view(dtype)
+
+
+_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed as integers of its width, so NaN payloads compare exactly."""
+    return t if t.dtype == torch.bool else t.view(_SAME_WIDTH_INT[t.dtype.itemsize])
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bits (meta tensors hold no bits: same shape and dtype suffice)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return a.is_meta or torch.equal(bits(a), bits(b))
+
+
+@dataclass
+class Case:
+    """Arguments of one call: ``args`` positional, ``kwargs`` keyword."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def cloned(self) -> Case:
+        """A deep copy: every tensor cloned (so one call cannot see another's writes)."""
+        def c(x: Any) -> Any:
+            return x.clone() if isinstance(x, torch.Tensor) else x
+        return Case(tuple(c(a) for a in self.args), {k: c(v) for k, v in self.kwargs.items()})
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [x for x in (*self.args, *self.kwargs.values()) if isinstance(x, torch.Tensor)]
+
+
+# ----------------------------------------------------------------------------- kv_cache
+
+
+def kv_cache_case(
+    dtype: torch.dtype, seq_len: list[int], token_offset: list[int], *, layers: int = 2, layer_id: int = 1,
+    max_seq_len: int = 16, hidden: int = 64, index_dtype: torch.dtype = torch.int32, new_kv_4d: bool = False,
+    seed: int = 0,
+) -> Case:
+    """A ``kv_cache`` call; ``new_kv_4d`` gives ``new_kv`` as ``[1, ntokens, heads, head_size]``."""
+    batch = len(seq_len)
+    ntokens = sum(seq_len)
+    past = random_bits((layers, batch, max_seq_len, hidden), dtype, seed)
+    new_kv = random_bits((ntokens, hidden), dtype, seed + 1)
+    if new_kv_4d:
+        heads = math.gcd(hidden, 4)
+        new_kv = new_kv.reshape(1, ntokens, heads, hidden // heads)
+    return Case((new_kv, layer_id, past, torch.tensor(token_offset, dtype=index_dtype),
+                 torch.tensor(seq_len, dtype=index_dtype)))
+
+
+@st.composite
+def kv_cache_cases(draw: st.DrawFn) -> Case:
+    """Any valid ``kv_cache`` call on small shapes."""
+    dtype = draw(st.sampled_from(CACHE_DTYPES))
+    e = nz_elements(dtype)
+    max_seq_len = draw(st.integers(1, 12))
+    seq_len = draw(st.lists(st.integers(0, max_seq_len), max_size=5))
+    token_offset = [draw(st.integers(s, max_seq_len)) for s in seq_len]
+    layers = draw(st.integers(1, 3))
+    case = kv_cache_case(
+        dtype, seq_len, token_offset, layers=layers, layer_id=draw(st.integers(0, layers - 1)),
+        max_seq_len=max_seq_len, hidden=e * draw(st.integers(1, 4)),
+        index_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        new_kv_4d=draw(st.booleans()), seed=draw(st.integers(0, 2**31)),
+    )
+    if draw(st.booleans()):  # layer_id as a one-element tensor
+        new_kv, layer_id, *rest = case.args
+        case = Case((new_kv, torch.tensor([layer_id], dtype=torch.int32), *rest))
+    return case
+
+
+# ----------------------------------------------------------------------------- paged_cache_load
+
+
+def paged_case(
+    layout: KvCacheCfg, lens: list[int], *, key_dtype: torch.dtype = torch.float16,
+    value_dtype: torch.dtype | None = None, num_heads: int = 2, head_size_k: int = 16, head_size_v: int = 16,
+    block_size: int = 16, num_blocks: int = 8, cumsum_base: int | None = None, seq_starts: list[int] | None = None,
+    give_outputs: bool = False, extra_rows: int = 0, extra_columns: int = 1, index_dtype: torch.dtype = torch.int32,
+    seed: int = 0,
+) -> Case:
+    """A ``paged_cache_load`` call: ``lens`` tokens per batch entry, random block ids.
+
+    ``cumsum_base`` switches to cumsum mode with ``context_lens[0] = cumsum_base``. Block-table
+    columns no token needs are filled with ``-1`` and out-of-range ids (they must be ignored).
+    """
+    value_dtype = value_dtype or key_dtype
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lens)
+    starts = seq_starts or [0] * batch
+    first_column = [s // block_size for s in starts]
+    last_column = [c + -(-n // block_size) for c, n in zip(first_column, lens)]
+    max_blocks = max(last_column, default=0) + extra_columns
+    table = torch.where(torch.rand((batch, max_blocks), generator=g) < 0.5, -1, num_blocks + 7)
+    for b in range(batch):
+        needed = last_column[b] - first_column[b]
+        table[b, first_column[b]:last_column[b]] = torch.randint(0, num_blocks, (needed,), generator=g)
+    if layout == ND:
+        key_cache = random_bits((num_blocks, block_size, num_heads, head_size_k), key_dtype, seed + 1)
+        value_cache = random_bits((num_blocks, block_size, num_heads, head_size_v), value_dtype, seed + 2)
+        key_row, value_row = (num_heads, head_size_k), (num_heads, head_size_v)
+    else:
+        tk, tv = num_heads * head_size_k, num_heads * head_size_v
+        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
+        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed + 1)
+        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 2)
+        key_row, value_row = (tk,), (tv,)
+    kwargs: dict[str, Any] = {"kv_cache_cfg": layout}
+    if cumsum_base is None:
+        context_lens = torch.tensor(lens, dtype=index_dtype)
+        rows = sum(lens)
+    else:
+        cumulative = [cumsum_base]
+        for n in lens:
+            cumulative.append(cumulative[-1] + n)
+        context_lens = torch.tensor(cumulative, dtype=index_dtype)
+        kwargs["cumsum"] = True
+        rows = cumulative[-1]
+    if seq_starts is not None:
+        kwargs["seq_starts"] = torch.tensor(seq_starts, dtype=index_dtype)
+    if give_outputs:
+        kwargs["key"] = random_bits((rows + extra_rows, *key_row), key_dtype, seed + 3)
+        kwargs["value"] = random_bits((rows + extra_rows, *value_row), value_dtype, seed + 4)
+    return Case((key_cache, value_cache, table.to(index_dtype), context_lens), kwargs)
+
+
+@st.composite
+def paged_cases(draw: st.DrawFn) -> Case:
+    """Any valid ``paged_cache_load`` call on small shapes, in every mode."""
+    layout = draw(st.sampled_from([ND, NZ]))
+    if layout == ND:
+        key_dtype = value_dtype = draw(st.sampled_from(CACHE_DTYPES))
+        block_size = draw(st.sampled_from([1, 3, 8, 16]))
+    else:
+        key_dtype, value_dtype = draw(
+            st.sampled_from([(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if nz_dtype_pair_allowed(k, v)])
+        )
+        block_size = draw(st.sampled_from([16, 32]))
+    num_heads = draw(st.sampled_from([1, 2, 4]))
+    unit = max(nz_elements(key_dtype), nz_elements(value_dtype)) // math.gcd(
+        max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
+    lens = draw(st.lists(st.integers(0, 3 * block_size), max_size=4))
+    use_cumsum = layout == ND and draw(st.booleans())
+    use_starts = layout == ND and draw(st.booleans())
+    return paged_case(
+        layout, lens, key_dtype=key_dtype, value_dtype=value_dtype, num_heads=num_heads,
+        head_size_k=unit * draw(st.integers(1, 3)), head_size_v=unit * draw(st.integers(1, 2)),
+        block_size=block_size, num_blocks=draw(st.integers(1, 6)),
+        cumsum_base=draw(st.integers(0, 3)) if use_cumsum else None,
+        seq_starts=[draw(st.integers(0, 3 * block_size)) for _ in lens] if use_starts else None,
+        give_outputs=draw(st.booleans()), extra_rows=draw(st.integers(0, 3)),
+        extra_columns=draw(st.integers(0, 2)), index_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        seed=draw(st.integers(0, 2**31)),
+    )

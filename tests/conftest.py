@@ -1,0 +1,27 @@
+"""Shared test configuration: hypothesis profiles and the backends every shared test runs on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import ascend_kv
+
+# The `backend` fixture is a context held for the whole test, so sharing it between examples is meant.
+_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=_SUPPRESSED, print_blob=True)
+settings.register_profile("thorough", max_examples=500, deadline=None, suppress_health_check=_SUPPRESSED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: Every backend that runs on a machine without an NPU; the shared suite runs on each.
+HOST_BACKENDS = ["fallback", "sim"]
+
+
+@pytest.fixture(params=HOST_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test body with each host backend chosen explicitly."""
+    with ascend_kv.use_backend(request.param):
+        yield request.param

@@ -1,0 +1,224 @@
+"""Every rule of the domain (SEMANTICS.md): the error, its type, the argument it names, and
+that nothing was written. The checks run before dispatch, so one backend is enough here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+
+import ascend_kv
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, random_bits
+
+Mutation = Callable[[Case], None]
+
+
+def set_arg(i: int, value) -> Mutation:
+    def mutate(case: Case) -> None:
+        args = list(case.args)
+        args[i] = value(args[i]) if callable(value) else value
+        case.args = tuple(args)
+    return mutate
+
+
+def set_kwarg(name: str, value) -> Mutation:
+    def mutate(case: Case) -> None:
+        case.kwargs[name] = value(case.kwargs.get(name)) if callable(value) else value
+    return mutate
+
+
+def assert_rejected(call: Callable[[], object], case: Case, error: type, *fragments: str) -> None:
+    """``call`` raises ``error`` whose message holds every fragment, and no tensor changed."""
+    before = [t.clone() for t in case.tensors()]
+    with pytest.raises(error) as info:
+        call()
+    for fragment in fragments:
+        assert fragment in str(info.value), f"{fragment!r} not in {str(info.value)!r}"
+    for t, b in zip(case.tensors(), before):
+        assert bits_equal(t, b), "a rejected call wrote"
+
+
+def kv_base() -> Case:
+    # batch 3, max_seq_len 16, hidden 64, 2 layers; ntokens 6
+    return kv_cache_case(torch.float16, [2, 0, 4], [5, 0, 16])
+
+
+I32 = torch.int32
+
+KV_CACHE_RULES: list[tuple[str, Mutation, type, tuple[str, ...]]] = [
+    ("new_kv not a tensor", set_arg(0, [[1.0]]), TypeError, ("new_kv", "torch.Tensor", "list")),
+    ("past not a tensor", set_arg(2, None), TypeError, ("past", "NoneType")),
+    ("past dtype", set_arg(2, lambda p: p.float()), TypeError, ("past", "float32", "float16, bfloat16 or int8")),
+    ("new_kv dtype differs", set_arg(0, lambda x: x.view(torch.bfloat16)), TypeError, ("new_kv.dtype", "past.dtype")),
+    ("past rank", set_arg(2, lambda p: p[0]), ValueError, ("past", "4-D", "(3, 16, 64)")),
+    ("new_kv rank 3", set_arg(0, lambda x: x[None]), ValueError, ("new_kv", "2-D", "4-D", "(1, 6, 64)")),
+    ("hidden mismatch", set_arg(0, lambda x: x[:, :32]), ValueError, ("new_kv.shape[1] = 32", "hidden = 64")),
+    ("4-D heads*head_size mismatch", set_arg(0, lambda x: x.reshape(1, 6, 4, 16)[:, :, :2]), ValueError,
+     ("new_kv.shape[2] * new_kv.shape[3] = 32", "hidden = 64")),
+    ("hidden not 32-byte aligned", set_arg(2, lambda p: p[..., :8]), ValueError, ("hidden", "multiple of 16", "16 bytes")),
+    ("layer_id out of range", set_arg(1, 2), ValueError, ("layer_id = 2", "[0, 2)")),
+    ("layer_id negative", set_arg(1, -1), ValueError, ("layer_id = -1",)),
+    ("layer_id bool", set_arg(1, True), TypeError, ("layer_id", "bool")),
+    ("layer_id float", set_arg(1, 1.0), TypeError, ("layer_id", "float")),
+    ("layer_id float tensor", set_arg(1, torch.tensor([1.0])), TypeError, ("layer_id",)),
+    ("layer_id two elements", set_arg(1, torch.tensor([1, 0])), ValueError, ("layer_id", "one element")),
+    ("token_offset dtype", set_arg(3, lambda t: t.float()), TypeError, ("token_offset", "int32 or int64", "float32")),
+    ("seq_len dtype", set_arg(4, lambda t: t.to(torch.int16)), TypeError, ("seq_len", "int16")),
+    ("token_offset rank", set_arg(3, lambda t: t[None]), ValueError, ("token_offset", "1-D")),
+    ("token_offset length", set_arg(3, lambda t: t[:2]), ValueError, ("token_offset", "3 entries", "got 2")),
+    ("seq_len length", set_arg(4, torch.tensor([2, 0, 4, 0], dtype=I32)), ValueError, ("seq_len", "3 entries", "got 4")),
+    ("seq_len negative", set_arg(4, torch.tensor([3, -1, 4], dtype=I32)), ValueError, ("seq_len[1] = -1", "negative")),
+    ("sum(seq_len) != ntokens", set_arg(4, torch.tensor([2, 1, 4], dtype=I32)), ValueError,
+     ("sum(seq_len) = 7", "ntokens = 6")),
+    ("token_offset < seq_len", set_arg(3, torch.tensor([1, 0, 16], dtype=I32)), ValueError,
+     ("token_offset[0] = 1", "smaller than seq_len")),
+    ("token_offset > max_seq_len", set_arg(3, torch.tensor([5, 0, 17], dtype=I32)), ValueError,
+     ("token_offset[2] = 17 exceeds max_seq_len = 16 (past.shape[2])",)),
+    ("past requires grad", set_arg(2, lambda p: p.float().half().requires_grad_()), ValueError,
+     ("past requires grad",)),
+    ("token_offset without data", set_arg(3, lambda t: t.to("meta")), TypeError, ("token_offset", "meta")),
+    ("new_kv without data", set_arg(0, lambda t: torch.empty_like(t, device="meta")), TypeError,
+     ("new_kv", "meta")),
+]
+
+
+@pytest.mark.parametrize("name, mutate, error, fragments", KV_CACHE_RULES, ids=[r[0] for r in KV_CACHE_RULES])
+def test_kv_cache_rule(name: str, mutate: Mutation, error: type, fragments: tuple[str, ...]) -> None:
+    case = kv_base()
+    mutate(case)
+    assert_rejected(lambda: ascend_kv.kv_cache(*case.args), case, error, *fragments)
+
+
+def paged_base(layout=ND, **kwargs) -> Case:
+    # batch 2, lens [20, 5], block_size 16, 8 blocks, 2 heads x 16, float16; block_table [2, 3]
+    return paged_case(layout, [20, 5], give_outputs=True, **kwargs)
+
+
+def nz_cache(blocks: int, pieces: int, block_size: int, dtype: torch.dtype, e: int | None = None) -> torch.Tensor:
+    return random_bits((blocks, pieces, block_size, e or 32 // dtype.itemsize), dtype, 5)
+
+
+PAGED_RULES: list[tuple[str, Callable[[], Case], Mutation, type, tuple[str, ...]]] = [
+    ("kv_cache_cfg bad string", paged_base, set_kwarg("kv_cache_cfg", "nhd"), ValueError, ("kv_cache_cfg", "'nhd'")),
+    ("kv_cache_cfg bad int", paged_base, set_kwarg("kv_cache_cfg", 2), ValueError, ("kv_cache_cfg", "got 2")),
+    ("kv_cache_cfg float", paged_base, set_kwarg("kv_cache_cfg", 1.0), TypeError, ("kv_cache_cfg", "float")),
+    ("cumsum not bool", paged_base, set_kwarg("cumsum", 1), TypeError, ("cumsum", "bool")),
+    ("key_cache not a tensor", paged_base, set_arg(0, "cache"), TypeError, ("key_cache", "str")),
+    ("key_cache dtype", paged_base, set_arg(0, lambda c: c.float()), TypeError, ("key_cache", "float32")),
+    ("ND dtypes differ", paged_base, set_arg(1, lambda c: c.view(torch.bfloat16)), TypeError,
+     ("value_cache.dtype", "key_cache.dtype")),
+    ("ND rank", paged_base, set_arg(0, lambda c: c[0]), ValueError, ("key_cache", "4-D ND cache")),
+    ("ND num_blocks differ", paged_base, set_arg(1, lambda c: c[:4]), ValueError, ("value_cache.shape[0]", "num_blocks")),
+    ("ND block_size differ", paged_base, set_arg(1, lambda c: c[:, :8]), ValueError, ("value_cache.shape[1]", "block_size")),
+    ("ND num_heads differ", paged_base, set_arg(1, lambda c: c[:, :, :1]), ValueError, ("value_cache.shape[2]", "num_heads")),
+    ("ND row not 32-byte aligned", paged_base, set_arg(0, lambda c: c[..., :4]), ValueError,
+     ("key_cache", "num_heads * head_size = 8", "16 bytes")),
+    ("NZ cumsum", lambda: paged_base(NZ), set_kwarg("cumsum", True), ValueError, ("cumsum", "NZ")),
+    ("NZ seq_starts", lambda: paged_base(NZ), set_kwarg("seq_starts", torch.tensor([0, 0])), ValueError,
+     ("seq_starts", "NZ")),
+    ("NZ wrong E", lambda: paged_base(NZ), set_arg(0, nz_cache(8, 4, 16, torch.float16, e=8)), ValueError,
+     ("key_cache.shape[3] must be E = 16",)),
+    ("NZ block_size not multiple of 16", lambda: paged_base(NZ),
+     lambda c: (set_arg(0, nz_cache(8, 2, 8, torch.float16))(c), set_arg(1, nz_cache(8, 2, 8, torch.float16))(c)),
+     ValueError, ("block_size", "= 8", "multiple of 16")),
+    ("NZ row too large", lambda: paged_base(NZ), set_arg(1, nz_cache(8, 4609, 16, torch.float16)), ValueError,
+     ("value_cache", "147456", "147488")),
+    ("NZ dtype pair", lambda: paged_base(NZ), set_arg(0, nz_cache(8, 1, 16, torch.bfloat16)), TypeError,
+     ("value_cache.dtype", "cannot pair")),
+    ("NZ 16-bit keys with int8 values", lambda: paged_base(NZ), set_arg(1, nz_cache(8, 1, 16, torch.int8)), TypeError,
+     ("cannot pair",)),
+    ("block_table dtype", paged_base, set_arg(2, lambda t: t.float()), TypeError, ("block_table", "float32")),
+    ("block_table rank", paged_base, set_arg(2, lambda t: t.reshape(-1)), ValueError, ("block_table", "2-D")),
+    ("context_lens length", paged_base, set_arg(3, torch.tensor([20, 5, 1], dtype=I32)), ValueError,
+     ("context_lens", "2 entries", "got 3")),
+    ("context_lens negative", paged_base, set_arg(3, torch.tensor([20, -5], dtype=I32)), ValueError,
+     ("context_lens[1] = -5", "negative")),
+    ("cumsum length", paged_base, set_kwarg("cumsum", True), ValueError, ("context_lens", "3 entries", "cumsum")),
+    ("cumsum decreasing", paged_base,
+     lambda c: (set_kwarg("cumsum", True)(c), set_arg(3, torch.tensor([0, 20, 19], dtype=I32))(c)), ValueError,
+     ("context_lens[2] = 19", "context_lens[1] = 20", "non-decreasing")),
+    ("cumsum negative start", paged_base,
+     lambda c: (set_kwarg("cumsum", True)(c), set_arg(3, torch.tensor([-1, 20, 25], dtype=I32))(c)), ValueError,
+     ("context_lens[0] = -1",)),
+    ("seq_starts length", paged_base, set_kwarg("seq_starts", torch.tensor([0], dtype=I32)), ValueError,
+     ("seq_starts", "2 entries")),
+    ("seq_starts negative", paged_base, set_kwarg("seq_starts", torch.tensor([0, -16], dtype=I32)), ValueError,
+     ("seq_starts[1] = -16", "negative")),
+    ("seq_starts dtype", paged_base, set_kwarg("seq_starts", torch.tensor([0.0, 0.0])), TypeError, ("seq_starts",)),
+    ("block table too narrow", paged_base, set_arg(3, torch.tensor([49, 5], dtype=I32)), ValueError,
+     ("block_table has 3 columns", "batch entry 0 needs columns 0..3")),
+    ("block table too narrow from seq_starts", paged_base, set_kwarg("seq_starts", torch.tensor([0, 48], dtype=I32)),
+     ValueError, ("batch entry 1 needs columns 3..3",)),
+    ("block id too large", paged_base, lambda c: c.args[2].__setitem__((0, 1), 8), ValueError,
+     ("block_table[0, 1] = 8", "[0, 8)")),
+    ("block id negative", paged_base, lambda c: c.args[2].__setitem__((1, 0), -1), ValueError,
+     ("block_table[1, 0] = -1",)),
+    ("key dtype", paged_base, set_kwarg("key", lambda k: k.view(torch.bfloat16)), TypeError, ("key.dtype",)),
+    ("key too few rows", paged_base, set_kwarg("key", lambda k: k[:24]), ValueError, ("key", "rows >= 25", "(24, 2, 16)")),
+    ("value trailing shape", paged_base, set_kwarg("value", lambda v: v[:, :1]), ValueError, ("value", "[rows >= 25, 2, 16]")),
+    ("NZ key given in ND shape", lambda: paged_base(NZ), set_kwarg("key", lambda k: k.reshape(-1, 2, 16)), ValueError,
+     ("key", "[rows >= 25, 32]")),
+    ("key requires grad", paged_base, set_kwarg("key", lambda k: k.clone().requires_grad_()), ValueError,
+     ("key requires grad",)),
+    ("value on another device", paged_base, set_kwarg("value", lambda v: torch.empty_like(v, device="meta")),
+     ValueError, ("value is on meta", "key_cache is on cpu")),
+]
+
+
+@pytest.mark.parametrize("name, base, mutate, error, fragments", PAGED_RULES, ids=[r[0] for r in PAGED_RULES])
+def test_paged_rule(name: str, base, mutate: Mutation, error: type, fragments: tuple[str, ...]) -> None:
+    case = base()
+    mutate(case)
+    assert_rejected(lambda: ascend_kv.paged_cache_load(*case.args, **case.kwargs), case, error, *fragments)
+
+
+def test_unneeded_block_table_entries_are_ignored() -> None:
+    """-1 and out-of-range ids in columns no token needs are fine (paged_case puts them there)."""
+    case = paged_base(extra_columns=3)
+    assert (case.args[2][:, 2:] < 0).any() or (case.args[2][:, 2:] >= 8).any()
+    ascend_kv.paged_cache_load(*case.args, **case.kwargs)
+
+
+def test_num_tokens_must_fit_int32() -> None:
+    case = paged_case(ND, [0, 0], cumsum_base=0)
+    case.args = (*case.args[:3], torch.tensor([2**31 - 1, 2**31 - 1, 2**31], dtype=torch.int64))
+    assert_rejected(lambda: ascend_kv.paged_cache_load(*case.args, **case.kwargs), case, ValueError, "int32")
+
+
+def test_operation_param_checks() -> None:
+    with pytest.raises(TypeError, match="param must be a PagedCacheLoadParam"):
+        ascend_kv.PagedCacheLoadOperation({"kv_cache_cfg": 1})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kv_cache_cfg"):
+        ascend_kv.PagedCacheLoadOperation(ascend_kv.PagedCacheLoadParam(kv_cache_cfg=3))
+    with pytest.raises(TypeError, match="param must be a KVCacheParam"):
+        ascend_kv.KVCacheOperation(3)  # type: ignore[arg-type]
+    case = paged_base()
+    op = ascend_kv.PagedCacheLoadOperation(ascend_kv.PagedCacheLoadParam(kv_cache_cfg=ND, has_seq_starts=True))
+    assert_rejected(lambda: op(*case.args, case.kwargs["key"], case.kwargs["value"]), case, ValueError,
+                    "seq_starts", "has_seq_starts")
+
+
+def test_first_offending_entry_is_named() -> None:
+    case = kv_cache_case(torch.int8, [1] * 6, [1, 2, 99, 3, 98, 4], hidden=32)
+    assert_rejected(lambda: ascend_kv.kv_cache(*case.args), case, ValueError, "token_offset[2] = 99")
+
+
+def test_numpy_integer_layer_id_is_accepted() -> None:
+    case = kv_base()
+    args = list(case.args)
+    args[1] = np.int64(1)
+    ascend_kv.kv_cache(*args)
+
+
+def test_mixed_devices_name_the_odd_argument() -> None:
+    """Only one real device exists here, so the rule is exercised on stand-ins with a device."""
+    from types import SimpleNamespace
+
+    from ascend_kv.checks import require_same_device
+
+    cpu, npu = SimpleNamespace(device=torch.device("cpu")), SimpleNamespace(device=torch.device("meta"))
+    assert require_same_device({"past": cpu, "seq_len": cpu}) == torch.device("cpu")  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"seq_len is on meta but past is on cpu"):
+        require_same_device({"past": cpu, "seq_len": npu})  # type: ignore[dict-item]
