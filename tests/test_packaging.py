@@ -1,0 +1,32 @@
+"""What the distribution ships: ascend_kv and its subpackages, no generic top-level names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_holds_only_the_ascend_kv_package(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("ascend_kv-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"ascend_kv", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "ascend_kv/cpu_fallback/__init__.py" in names
+    assert "ascend_kv/py.typed" in names
+
+
+def test_fallback_imports_only_under_ascend_kv(tmp_path: Path) -> None:
+    code = (
+        "import importlib.util, ascend_kv.cpu_fallback as f;"
+        "assert f.NAME == 'fallback';"
+        "assert importlib.util.find_spec('cpu_fallback') is None"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
