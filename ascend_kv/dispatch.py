@@ -1,8 +1,19 @@
-"""Which backend runs a call: the explicit choice, else the automatic policy.
+"""Which backend runs a call, and why: the policy of HARDWARE.md, one decision per call.
 
-Backends are modules with ``NAME``, ``kv_cache(call)`` and ``paged_cache_load(call)``.
-The choice comes from :func:`use_backend` (a context manager), else the environment
+Backends are modules with ``NAME``, ``kv_cache(call)`` and ``paged_cache_load(call)``:
+``npu`` (the AscendC kernels through their compiled op library), ``sim`` (the same kernels
+built for the host; only ever chosen explicitly) and ``fallback`` (vectorized torch operations
+on the tensors' own device).
+
+The requested backend comes from :func:`use_backend` (a context manager), else the environment
 variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), else ``auto``.
+
+``auto`` runs the kernels when the tensors are on an NPU whose product line supports the
+operation, the kernel library is loaded and the call is inside the kernels' domain; anything
+else runs on the fallback, and a fallback on an NPU is reported once per reason with a
+:class:`FallbackWarning`. An explicit backend that cannot run raises
+:class:`BackendUnavailableError` saying why; it never falls back silently.
+:func:`explain` answers what would run, and why, without running anything.
 """
 
 from __future__ import annotations
@@ -11,19 +22,69 @@ import contextlib
 import contextvars
 import importlib
 import os
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import ModuleType
 
+import torch
+
+from . import device as runtime
+from . import support
+from .backends import kernel_domain, npu
 from .calls import KvCacheCall, PagedLoadCall
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
+BACKEND_ENV = "ASCEND_KV_BACKEND"
 _MODULES = {"fallback": "ascend_kv.cpu_fallback", "sim": "ascend_kv.backends.sim", "npu": "ascend_kv.backends.npu"}
+_OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation"}
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
+_warned: set[str] = set()
 
 
 class BackendUnavailableError(RuntimeError):
     """An explicitly chosen backend cannot run here; the message says why."""
+
+
+class FallbackWarning(UserWarning):
+    """A call on an NPU runs on the vectorized fallback, not the kernels (issued once per reason)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What runs an operation, and why.
+
+    Attributes
+    ----------
+    op : str
+        ``"KVCacheOperation"`` or ``"PagedCacheLoadOperation"``.
+    requested : str
+        The requested backend: ``"auto"``, ``"npu"``, ``"sim"`` or ``"fallback"``.
+    backend : str or None
+        The backend that runs (``"npu"``, ``"sim"`` or ``"fallback"``), or None when the
+        requested backend cannot run (the call would raise :class:`BackendUnavailableError`).
+    reason : str
+        Why ``backend`` runs, or why the requested backend cannot.
+    device : str
+        The tensors' device.
+    soc : str or None
+        The SoC name of that device (None off the NPU).
+    product_line : str or None
+        The SoC's product line id (None off the NPU or for an unknown SoC).
+    """
+
+    op: str
+    requested: str
+    backend: str | None
+    reason: str
+    device: str
+    soc: str | None = None
+    product_line: str | None = None
+
+    def __str__(self) -> str:
+        runs = f"runs on {self.backend}" if self.backend else f"cannot run on {self.requested}"
+        return f"{self.op} on {self.device} ({self.requested}): {runs}: {self.reason}"
 
 
 def _check_choice(name: str, source: str) -> str:
@@ -37,7 +98,7 @@ def requested_backend() -> str:
     chosen = _chosen.get()
     if chosen is not None:
         return chosen
-    return _check_choice(os.environ.get("ASCEND_KV_BACKEND", "auto").strip().lower() or "auto", "ASCEND_KV_BACKEND")
+    return _check_choice(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto", BACKEND_ENV)
 
 
 @contextlib.contextmanager
@@ -56,6 +117,67 @@ def use_backend(name: str) -> Iterator[None]:
         _chosen.reset(token)
 
 
+def _sim_unavailable() -> str | None:
+    """Why the host build of the kernels cannot be imported, or None when it can."""
+    try:
+        importlib.import_module(_MODULES["sim"])
+    except Exception as error:
+        return f"the host build of the kernels is not available: {type(error).__name__}: {error}"
+    return None
+
+
+def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
+    """The decision for ``auto`` or ``npu``."""
+
+    def without_kernels(why: str, soc: str | None = None, line: str | None = None) -> Decision:
+        backend = "fallback" if requested == "auto" else None
+        return Decision(op, requested, backend, why, str(dev), soc, line)
+
+    if not runtime.is_npu(dev):
+        return without_kernels(f"the tensors are on {dev}, not on an Ascend NPU")
+    soc = runtime.soc_of(dev)
+    line = support.product_line(soc) if soc is not None else None
+    if line is None:
+        return without_kernels(f"SoC {soc!r} is not a known Ascend SoC (see `ascend-kv support-matrix`)", soc)
+    if not line.supports(op):
+        return without_kernels(f"the kernels do not support {op} on {line.name} (SoC {soc})", soc, line.id)
+    status = npu.library()
+    if not status.loaded:
+        return without_kernels(f"the kernel library is not loaded: {status.reason}", soc, line.id)
+    if outside is not None:
+        return without_kernels(f"the call is outside the kernels' domain: {outside}", soc, line.id)
+    why = f"{line.name} (SoC {soc}) supports {op}; kernel library {status.path}"
+    return Decision(op, requested, "npu", why, str(dev), soc, line.id)
+
+
+def _decide(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
+    if requested == "fallback":
+        return Decision(op, requested, "fallback", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
+    if requested == "sim":
+        if dev.type != "cpu":
+            why = f"the host build of the kernels runs on cpu tensors, the tensors are on {dev}"
+        elif outside is not None:
+            why = f"the call is outside the kernels' domain: {outside}"
+        else:
+            why = _sim_unavailable()
+        if why is not None:
+            return Decision(op, requested, None, why, str(dev))
+        return Decision(op, requested, "sim", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
+    return _kernel_decision(op, dev, requested, outside)
+
+
+def _call_op_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[str, torch.device]:
+    if isinstance(call, KvCacheCall):
+        return "KVCacheOperation", call.past.device
+    return "PagedCacheLoadOperation", call.key_cache.device
+
+
+def decide(call: KvCacheCall | PagedLoadCall) -> Decision:
+    """The decision for a validated call (including whether the kernels take its inputs)."""
+    op, dev = _call_op_and_device(call)
+    return _decide(op, dev, requested_backend(), kernel_domain.outside_reason(call))
+
+
 def _load(name: str) -> ModuleType:
     try:
         return importlib.import_module(_MODULES[name])
@@ -64,8 +186,77 @@ def _load(name: str) -> ModuleType:
 
 
 def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
-    """The backend module that runs ``call``."""
-    name = requested_backend()
-    if name == "auto":
-        name = "fallback"
-    return _load(name)
+    """The backend module that runs ``call``.
+
+    Raises
+    ------
+    BackendUnavailableError
+        The explicitly requested backend cannot run this call; the message says why.
+    """
+    op, dev = _call_op_and_device(call)
+    decision = _decide(op, dev, requested_backend(), kernel_domain.outside_reason(call))
+    if decision.backend is None:
+        raise BackendUnavailableError(
+            f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
+        )
+    if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
+        _warn_once(decision)
+    return _load(decision.backend)
+
+
+def _warn_once(decision: Decision) -> None:
+    if decision.reason in _warned:
+        return
+    _warned.add(decision.reason)
+    warnings.warn(
+        f"ascend_kv: {decision.op} on {decision.device} runs on the vectorized fallback, not the AscendC "
+        f"kernels: {decision.reason} (said once per reason; `ascend-kv info` explains)",
+        FallbackWarning,
+        stacklevel=4,
+    )
+
+
+def explain(op: str, device: str | torch.device | None = None, backend: str | None = None) -> Decision:
+    """What would run operation ``op`` for tensors on ``device``, and why; runs nothing.
+
+    Parameters
+    ----------
+    op : str
+        ``"KVCacheOperation"`` / ``"kv_cache"`` or ``"PagedCacheLoadOperation"`` /
+        ``"paged_cache_load"``.
+    device : str or torch.device, optional
+        The tensors' device; by default NPU 0 when an NPU is available, else ``cpu``.
+    backend : str, optional
+        The requested backend; by default the current one (:func:`use_backend`, else
+        ``ASCEND_KV_BACKEND``, else ``"auto"``).
+
+    Returns
+    -------
+    Decision
+        The backend that would run (or None when the requested one cannot) and why. Inputs
+        are assumed to be inside the kernels' domain (contiguous tensors); a real call also
+        checks that.
+
+    Examples
+    --------
+    >>> ascend_kv.explain("kv_cache", "cpu").backend
+    'fallback'
+    """
+    name = _OP_NAMES.get(op, op)
+    if name not in support.OPERATIONS:
+        raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
+    requested = requested_backend() if backend is None else _check_choice(backend, "backend")
+    return _decide(name, _device_argument(device), requested, None)
+
+
+def _device_argument(value: str | torch.device | None) -> torch.device:
+    if isinstance(value, torch.device):
+        return value
+    if value is None:
+        return torch.device("npu", 0) if runtime.npu_runtime().available else torch.device("cpu")
+    if not isinstance(value, str):
+        raise TypeError(f"device must be a str or torch.device, got {type(value).__name__}")
+    try:
+        return torch.device(value)
+    except RuntimeError as error:
+        raise ValueError(f"device {value!r} is not a device torch knows here (torch_npu adds npu): {error}") from error
