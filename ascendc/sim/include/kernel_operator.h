@@ -1,0 +1,940 @@
+// HOST MODEL of the AscendC API subset used by ascendc/kernels/*.cpp.
+//
+// Found as "kernel_operator.h" only in host builds (-I ascendc/sim/include); CANN builds use
+// Huawei's header of the same name. Names, namespaces, template parameters, argument order and
+// units follow Huawei's AscendC API (Atlas A2/A3 vector cores). Every rule violation throws
+// AscendC::host_model::ModelError naming the tensor/buffer, the offset/size and the rule; the
+// launcher (host_model_launcher.h) turns it into a return code and a message.
+//
+// What it models (strictly):
+//   - UB of each core: capacity (default 192 KB - 256 B - 8 KB, set by the launcher), a bump
+//     allocator behind TPipe::InitBuffer (lengths rounded up to 32 B), at most 8 buffers per
+//     position, fresh buffers filled with a garbage byte (0xA5 unless the launcher says otherwise)
+//     on every AllocTensor and InitBuffer(TBuf).
+//   - DataCopy / DataCopyPad: UB side 32-byte aligned, count*sizeof(T) a multiple of 32 B,
+//     blockCount <= 4095, blockLen <= 65535 (32-byte units) / <= 2097151 bytes (DataCopyPad),
+//     units of lengths and gaps as documented, every UB byte inside the tensor, every GM element
+//     inside the buffer given to SetGlobalBuffer (reads and writes, and GetValue/SetValue).
+//   - SetGlobalBuffer: the buffer must lie inside one GM allocation registered by the launcher.
+//   - GM allocations registered read-only (inputs) must never be written.
+//   - Queues: AllocTensor/EnQue/DeQue/FreeTensor pairing, `num` buffers, `depth`, DeQue of an
+//     empty queue, freeing a tensor that is not this queue's, use of a tensor after FreeTensor or
+//     while it is enqueued, tensors still allocated when the kernel returns.
+//   - SetFlag/WaitFlag: ids 0..7, a WaitFlag needs an earlier SetFlag (same event, same id), a
+//     second SetFlag before the WaitFlag is an error, none left unwaited when the kernel returns.
+//   - Engine ordering inside a core, as vector clocks over the S, V, MTE2 and MTE3 pipes: an engine
+//     that reads or overwrites UB bytes another engine wrote or read must be ordered after it by
+//     SetFlag/WaitFlag<HardEvent::X_Y>, by a queue (EnQue->DeQue: producer->consumer, FreeTensor->
+//     AllocTensor: consumer->producer; VECIN: MTE2->V, VECOUT: V->MTE3, VECIN bound to VECOUT:
+//     MTE2->MTE3) or by PipeBarrier<PIPE_ALL>. Scalar GetValue/SetValue on UB are S-pipe accesses.
+//   - Cores: a GM byte written by one core and read or written by another core in the same
+//     launch is reported as a cross-core race (per byte, writable allocations only).
+//
+// What it does NOT model:
+//   - True concurrency: cores run one after another, each core's engines run in program order;
+//     the ordering rules above are checked, timing is not. No performance or bandwidth model.
+//   - Bank conflicts, 512-byte GM alignment effects, cache coherency of scalar GM accesses
+//     (GlobalTensor::GetValue/SetValue behave as if uncached), DataCacheCleanAndInvalid.
+//   - Ordering of GM accesses between engines of one core (e.g. MTE3 write then MTE2 read of the
+//     same GM bytes); only cross-core GM races are checked.
+//   - The event ids the real TQue implementation takes for itself (a kernel that mixes queues with
+//     literal EVENT_IDs may collide on hardware; use TPipe::AllocEventID there).
+//   - Vector instructions, cube cores, L1/L0, SyncAll, atomics, workspaces, tiling macros.
+//   - Contents of the UB bytes DataCopyPad leaves between a block's end (plus padding) and the
+//     next 32-byte boundary: they keep their previous (garbage) contents.
+#ifndef ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
+#define ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host_model_state.h"
+
+// Device qualifiers are empty on the host (as in Huawei's CPU debug mode).
+#define __global__
+#define __aicore__
+#define __gm__
+#define __ubuf__
+#define __inout_pipe__(pipe)
+#define GM_ADDR __gm__ uint8_t*
+
+// Compiler-provided enums of the device toolchain (global namespace there too).
+enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5, PIPE_V2, PIPE_FIX };
+enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+
+// 16-bit element types: storage only (the kernels move bytes, they do no arithmetic).
+struct half {
+    uint16_t bits = 0;
+    half() = default;
+    constexpr half(int v) : bits(static_cast<uint16_t>(v)) {} // NOLINT: only 0 is meaningful
+};
+struct bfloat16_t {
+    uint16_t bits = 0;
+    bfloat16_t() = default;
+    constexpr bfloat16_t(int v) : bits(static_cast<uint16_t>(v)) {} // NOLINT
+};
+
+namespace AscendC {
+
+enum class TPosition : uint8_t {
+    GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC, LCM = VECCALC, SPM, SHM = SPM, TSCM,
+    C2PIPE2GM, C2PIPE2LOCAL, MAX,
+};
+using QuePosition = TPosition;
+
+enum class HardEvent : uint8_t {
+    MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, MTE2_V, V_MTE2, MTE3_V, V_MTE3, M_V, V_M, V_V, MTE3_MTE1, MTE1_MTE3,
+    MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M, MTE3_MTE2, MTE2_MTE3, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S,
+    MTE2_FIX, FIX_MTE2, FIX_S, M_S, FIX_MTE3, MTE1_FIX, FIX_MTE1, FIX_FIX, MAX,
+};
+
+using TEventID = int8_t;
+
+namespace host_model {
+
+inline const char* HardEventName(HardEvent e)
+{
+    static const char* names[] = {
+        "MTE2_MTE1", "MTE1_MTE2", "MTE1_M", "M_MTE1", "MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "M_V", "V_M", "V_V",
+        "MTE3_MTE1", "MTE1_MTE3", "MTE1_V", "MTE2_M", "M_MTE2", "V_MTE1", "M_FIX", "FIX_M", "MTE3_MTE2",
+        "MTE2_MTE3", "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S", "MTE2_FIX", "FIX_MTE2", "FIX_S", "M_S",
+        "FIX_MTE3", "MTE1_FIX", "FIX_MTE1", "FIX_FIX", "MAX"};
+    return names[static_cast<int>(e)];
+}
+
+inline const char* PositionName(TPosition p)
+{
+    switch (p) {
+        case TPosition::GM: return "GM";
+        case TPosition::VECIN: return "VECIN";
+        case TPosition::VECOUT: return "VECOUT";
+        case TPosition::VECCALC: return "VECCALC";
+        default: return "non-vector position";
+    }
+}
+
+// Engines at the ends of a vector-core event; false for cube-side events.
+inline bool EventEngines(HardEvent e, Engine& src, Engine& dst)
+{
+    switch (e) {
+        case HardEvent::MTE2_V: src = Engine::MTE2; dst = Engine::V; return true;
+        case HardEvent::V_MTE2: src = Engine::V; dst = Engine::MTE2; return true;
+        case HardEvent::MTE3_V: src = Engine::MTE3; dst = Engine::V; return true;
+        case HardEvent::V_MTE3: src = Engine::V; dst = Engine::MTE3; return true;
+        case HardEvent::V_V: src = Engine::V; dst = Engine::V; return true;
+        case HardEvent::MTE3_MTE2: src = Engine::MTE3; dst = Engine::MTE2; return true;
+        case HardEvent::MTE2_MTE3: src = Engine::MTE2; dst = Engine::MTE3; return true;
+        case HardEvent::S_V: src = Engine::S; dst = Engine::V; return true;
+        case HardEvent::V_S: src = Engine::V; dst = Engine::S; return true;
+        case HardEvent::S_MTE2: src = Engine::S; dst = Engine::MTE2; return true;
+        case HardEvent::MTE2_S: src = Engine::MTE2; dst = Engine::S; return true;
+        case HardEvent::S_MTE3: src = Engine::S; dst = Engine::MTE3; return true;
+        case HardEvent::MTE3_S: src = Engine::MTE3; dst = Engine::S; return true;
+        default: return false;
+    }
+}
+
+// Events the real API turns into no-ops on a vector core (cube-only pipes).
+inline bool IgnoredOnVectorCore(HardEvent e)
+{
+    return e == HardEvent::MTE2_MTE1 || e == HardEvent::MTE1_MTE2 || e == HardEvent::MTE1_M ||
+           e == HardEvent::M_MTE1 || e == HardEvent::M_FIX || e == HardEvent::FIX_M;
+}
+
+// One UB buffer handed out by a queue or a TBuf.
+struct UbBuffer {
+    enum class St { FREE, ALLOCATED, ENQUEUED, DEQUEUED, TBUF };
+    std::string owner;     // e.g. "TQueBind<VECIN,VECOUT,1> #0 buffer 1"
+    uint32_t ubOffset = 0; // byte offset in this core's UB
+    uint32_t bytes = 0;
+    St state = St::FREE;
+    uint64_t generation = 0; // bumped by AllocTensor and FreeTensor
+    Clock enqClock{};        // producer's signal at EnQue
+    Clock freeClock{};       // consumer's signal at FreeTensor
+};
+
+inline void FillGarbage(const UbBuffer& b) { std::memset(Core().ub + b.ubOffset, Core().garbage, b.bytes); }
+
+inline uint32_t RoundUp32(uint64_t n) { return static_cast<uint32_t>((n + kBlockBytes - 1) / kBlockBytes * kBlockBytes); }
+
+// Reserve `bytes` (already a multiple of 32) of UB for `who`; counts buffers per position.
+inline uint32_t ReserveUb(const std::string& who, TPosition pos, uint32_t num, uint32_t len)
+{
+    auto& c = Core();
+    if (!c.pipeAlive) Fail("InitBuffer(", who, "): no TPipe object is alive on this core");
+    if (num == 0 || len == 0) Fail("InitBuffer(", who, "): num ", num, " and len ", len, " must both be > 0");
+    uint32_t& used = c.positionBuffers[static_cast<int>(pos) & 31];
+    if (used + num > kMaxBuffersPerPosition) {
+        Fail("InitBuffer(", who, ", num=", num, "): position ", PositionName(pos), " would hold ", used + num,
+             " buffers; at most ", kMaxBuffersPerPosition, " per position");
+    }
+    uint64_t need = static_cast<uint64_t>(num) * RoundUp32(len);
+    if (c.ubUsed + need > c.ubBytes) {
+        Fail("UB over-allocation: InitBuffer(", who, ", num=", num, ", len=", len, ") needs ", need, " bytes but only ",
+             c.ubBytes - c.ubUsed, " of ", c.ubBytes, " UB bytes are left (", c.ubUsed, " already in use)");
+    }
+    used += num;
+    uint32_t off = c.ubUsed;
+    c.ubUsed += static_cast<uint32_t>(need);
+    return off;
+}
+
+// The queue machinery, independent of the template parameters.
+struct QueueImpl {
+    std::string name;
+    Engine producer = Engine::MTE2, consumer = Engine::MTE3;
+    TPosition position = TPosition::VECIN;
+    int32_t depth = 1;
+    std::vector<std::shared_ptr<UbBuffer>> bufs;
+    std::deque<std::shared_ptr<UbBuffer>> fifo;
+    size_t next = 0;
+    bool initialized = false;
+
+    void Init(uint32_t num, uint32_t len)
+    {
+        if (initialized) Fail("InitBuffer(", name, "): this queue was already initialised");
+        if (depth < 1) Fail("InitBuffer(", name, "): queue depth ", depth, " must be >= 1");
+        uint32_t off = ReserveUb(name, position, num, len);
+        int serial = Core().queueSerial++;
+        name += " #" + std::to_string(serial);
+        for (uint32_t i = 0; i < num; ++i) {
+            auto b = std::make_shared<UbBuffer>();
+            b->owner = name + " buffer " + std::to_string(i);
+            b->ubOffset = off + i * RoundUp32(len);
+            b->bytes = RoundUp32(len);
+            bufs.push_back(b);
+        }
+        initialized = true;
+    }
+
+    void Need(const char* op) const
+    {
+        if (!initialized) Fail(op, " on ", name, " before TPipe::InitBuffer");
+    }
+
+    std::shared_ptr<UbBuffer> Alloc()
+    {
+        Need("AllocTensor");
+        for (size_t k = 0; k < bufs.size(); ++k) {
+            auto& b = bufs[(next + k) % bufs.size()];
+            if (b->state == UbBuffer::St::FREE) {
+                next = (next + k + 1) % bufs.size();
+                b->state = UbBuffer::St::ALLOCATED;
+                ++b->generation;
+                FillGarbage(*b);
+                Receive(producer, b->freeClock);
+                return b;
+            }
+        }
+        Fail("AllocTensor on ", name, ": all ", bufs.size(),
+             " buffers are in use (allocated or enqueued and not yet freed); InitBuffer gave it num=", bufs.size());
+    }
+
+    void Own(const std::shared_ptr<UbBuffer>& b, uint64_t gen, const char* op) const
+    {
+        if (!b) Fail(op, " on ", name, ": the tensor was never allocated (default-constructed LocalTensor)");
+        if (std::find(bufs.begin(), bufs.end(), b) == bufs.end())
+            Fail(op, " on ", name, ": the tensor belongs to ", b->owner, ", not to this queue");
+        if (gen != b->generation) Fail(op, " on ", name, ": stale tensor of ", b->owner, " (used after FreeTensor)");
+    }
+
+    void EnQue(const std::shared_ptr<UbBuffer>& b, uint64_t gen)
+    {
+        Need("EnQue");
+        Own(b, gen, "EnQue");
+        if (b->state != UbBuffer::St::ALLOCATED)
+            Fail("EnQue on ", name, ": ", b->owner, " is not freshly allocated (EnQue twice, or EnQue after DeQue)");
+        if (static_cast<int32_t>(fifo.size()) >= depth)
+            Fail("EnQue on ", name, ": queue already holds ", fifo.size(), " tensors, its depth is ", depth);
+        b->state = UbBuffer::St::ENQUEUED;
+        b->enqClock = SignalClock(producer);
+        fifo.push_back(b);
+    }
+
+    std::shared_ptr<UbBuffer> DeQue()
+    {
+        Need("DeQue");
+        if (fifo.empty()) Fail("DeQue from an empty queue: ", name, " holds no enqueued tensor");
+        auto b = fifo.front();
+        fifo.pop_front();
+        b->state = UbBuffer::St::DEQUEUED;
+        Receive(consumer, b->enqClock);
+        return b;
+    }
+
+    void Free(const std::shared_ptr<UbBuffer>& b, uint64_t gen)
+    {
+        Need("FreeTensor");
+        Own(b, gen, "FreeTensor");
+        if (b->state == UbBuffer::St::ENQUEUED) Fail("FreeTensor on ", name, ": ", b->owner, " is still enqueued");
+        if (b->state == UbBuffer::St::FREE) Fail("FreeTensor on ", name, ": ", b->owner, " is already free");
+        b->state = UbBuffer::St::FREE;
+        ++b->generation;
+        b->freeClock = SignalClock(consumer);
+    }
+
+    ~QueueImpl()
+    {
+        for (auto& b : bufs) {
+            if (b->state == UbBuffer::St::ALLOCATED || b->state == UbBuffer::St::DEQUEUED ||
+                b->state == UbBuffer::St::ENQUEUED) {
+                Core().deferred.push_back("kernel returned with " + b->owner +
+                                          (b->state == UbBuffer::St::ENQUEUED ? " still enqueued" : " not freed") +
+                                          " (every AllocTensor needs a FreeTensor)");
+            }
+        }
+    }
+};
+
+inline void PositionEngines(TPosition src, TPosition dst, Engine& producer, Engine& consumer)
+{
+    producer = (src == TPosition::VECIN) ? Engine::MTE2 : Engine::V;
+    consumer = (dst == TPosition::VECOUT) ? Engine::MTE3 : Engine::V;
+}
+
+} // namespace host_model
+
+// ---- kernel context ----------------------------------------------------------------------------
+
+__aicore__ inline int64_t GetBlockIdx() { return host_model::Core().blockIdx; }
+__aicore__ inline int64_t GetBlockNum() { return host_model::State().blockNum; }
+
+// ---- LocalTensor -------------------------------------------------------------------------------
+
+template <typename T>
+class LocalTensor {
+public:
+    LocalTensor() = default;
+
+    __aicore__ inline T GetValue(const uint32_t index) const
+    {
+        CheckIndex(index, "LocalTensor::GetValue");
+        uint64_t op = host_model::Issue(host_model::Engine::S);
+        host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), false,
+                             "LocalTensor::GetValue on " + buf_->owner);
+        T v;
+        std::memcpy(&v, Bytes() + index * sizeof(T), sizeof(T));
+        return v;
+    }
+
+    template <typename T1>
+    __aicore__ inline void SetValue(const uint32_t index, const T1 value) const
+    {
+        CheckIndex(index, "LocalTensor::SetValue");
+        uint64_t op = host_model::Issue(host_model::Engine::S);
+        host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), true,
+                             "LocalTensor::SetValue on " + buf_->owner);
+        T v = static_cast<T>(value);
+        std::memcpy(Bytes() + index * sizeof(T), &v, sizeof(T));
+    }
+
+    __aicore__ inline LocalTensor operator[](const uint32_t offset) const
+    {
+        Live("LocalTensor::operator[]");
+        if (offset > size_)
+            host_model::Fail("LocalTensor::operator[]: offset ", offset, " past the end of a tensor of ", size_,
+                             " elements in ", buf_->owner);
+        LocalTensor t = *this;
+        t.byteOff_ += offset * sizeof(T);
+        t.size_ -= offset;
+        return t;
+    }
+
+    __aicore__ inline uint32_t GetSize() const { return size_; }
+
+    template <typename U>
+    __aicore__ inline LocalTensor<U> ReinterpretCast() const
+    {
+        LocalTensor<U> t;
+        t.buf_ = buf_;
+        t.gen_ = gen_;
+        t.byteOff_ = byteOff_;
+        t.size_ = static_cast<uint32_t>(static_cast<uint64_t>(size_) * sizeof(T) / sizeof(U));
+        return t;
+    }
+
+    // ---- model internals (not part of the AscendC API) ----
+    std::shared_ptr<host_model::UbBuffer> buf_;
+    uint64_t gen_ = 0;
+    uint32_t byteOff_ = 0; // offset of element 0 inside the buffer
+    uint32_t size_ = 0;    // elements
+
+    static LocalTensor Whole(const std::shared_ptr<host_model::UbBuffer>& b, uint32_t elements)
+    {
+        LocalTensor t;
+        t.buf_ = b;
+        t.gen_ = b->generation;
+        t.size_ = elements;
+        return t;
+    }
+
+    uint32_t UbOffset() const { return buf_->ubOffset + byteOff_; }
+    uint8_t* Bytes() const { return host_model::Core().ub + UbOffset(); }
+
+    void Live(const char* op) const
+    {
+        using St = host_model::UbBuffer::St;
+        if (!buf_) host_model::Fail(op, ": LocalTensor was never allocated (default-constructed)");
+        if (gen_ != buf_->generation || buf_->state == St::FREE)
+            host_model::Fail(op, ": ", buf_->owner, " used after FreeTensor");
+        if (buf_->state == St::ENQUEUED)
+            host_model::Fail(op, ": ", buf_->owner, " used while enqueued (DeQue it first)");
+    }
+
+    void CheckIndex(uint32_t index, const char* op) const
+    {
+        Live(op);
+        if (index >= size_)
+            host_model::Fail(op, ": index ", index, " out of bounds of a tensor of ", size_, " elements in ",
+                             buf_->owner);
+    }
+};
+
+// ---- GlobalTensor ------------------------------------------------------------------------------
+
+template <typename T>
+class GlobalTensor {
+public:
+    GlobalTensor() = default;
+
+    __aicore__ inline void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize)
+    {
+        base_ = buffer;
+        size_ = bufferSize;
+        off_ = 0;
+        set_ = true;
+        region_ = -1;
+        if (bufferSize == 0) return;
+        region_ = host_model::FindRegion(buffer);
+        if (region_ < 0)
+            host_model::Fail("SetGlobalBuffer: pointer ", static_cast<const void*>(buffer), " (", bufferSize,
+                             " elements) is not inside any GM allocation registered by the launcher");
+        const auto& reg = host_model::State().regions[region_];
+        uint64_t start = reinterpret_cast<uintptr_t>(buffer) - reinterpret_cast<uintptr_t>(reg.base);
+        if (bufferSize > (reg.bytes - start) / sizeof(T))
+            host_model::Fail("SetGlobalBuffer: buffer of ", bufferSize, " elements (", bufferSize * sizeof(T),
+                             " bytes) at byte ", start, " of GM tensor '", reg.name, "' overruns the allocation of ",
+                             reg.bytes, " bytes");
+    }
+
+    __aicore__ inline GlobalTensor operator[](const uint64_t offset) const
+    {
+        GlobalTensor t = *this;
+        t.off_ += offset;
+        return t;
+    }
+
+    __aicore__ inline T GetValue(const uint64_t offset) const
+    {
+        Check(offset, 1, "GlobalTensor::GetValue", "read");
+        host_model::GmTouch(region_, base_ + off_ + offset, sizeof(T), false, "GlobalTensor::GetValue");
+        T v;
+        std::memcpy(&v, base_ + off_ + offset, sizeof(T));
+        return v;
+    }
+
+    __aicore__ inline void SetValue(const uint64_t offset, T value)
+    {
+        Check(offset, 1, "GlobalTensor::SetValue", "write");
+        host_model::GmTouch(region_, base_ + off_ + offset, sizeof(T), true, "GlobalTensor::SetValue");
+        std::memcpy(base_ + off_ + offset, &value, sizeof(T));
+    }
+
+    __aicore__ inline __gm__ T* GetPhyAddr() const { return base_ + off_; }
+    __aicore__ inline uint64_t GetSize() const { return off_ < size_ ? size_ - off_ : 0; }
+
+    // ---- model internals (not part of the AscendC API) ----
+    T* base_ = nullptr;
+    uint64_t size_ = 0; // elements given to SetGlobalBuffer
+    uint64_t off_ = 0;  // sub-tensor offset in elements
+    int region_ = -1;
+    bool set_ = false;
+
+    std::string Describe() const
+    {
+        std::string s = "tensor '";
+        if (region_ >= 0) {
+            const auto& reg = host_model::State().regions[region_];
+            s += reg.name;
+            uint64_t start = reinterpret_cast<uintptr_t>(base_) - reinterpret_cast<uintptr_t>(reg.base);
+            s += "' (buffer of " + std::to_string(size_) + " elements";
+            if (start != 0) s += " at byte " + std::to_string(start) + " of the allocation";
+            s += ")";
+        } else {
+            s += "?' (buffer of " + std::to_string(size_) + " elements)";
+        }
+        return s;
+    }
+
+    // Elements [off_+first, off_+first+count) must lie in the buffer.
+    void Check(uint64_t first, uint64_t count, const char* op, const char* dir) const
+    {
+        if (!set_) host_model::Fail(op, ": GlobalTensor used before SetGlobalBuffer");
+        uint64_t a = off_ + first;
+        if (a < off_ || a > size_ || count > size_ - a)
+            host_model::Fail(op, " GM ", dir, " out of bounds: ", Describe(), " offset ", a, " count ", count);
+    }
+};
+
+// ---- queues and buffers ------------------------------------------------------------------------
+
+template <TPosition src, TPosition dst, int32_t depth, auto mask = 0>
+class TQueBind {
+public:
+    __aicore__ inline TQueBind()
+    {
+        impl_.name = std::string(src == dst ? "TQue<" : "TQueBind<") + host_model::PositionName(src) +
+                     (src == dst ? "" : std::string(",") + host_model::PositionName(dst)) + "," +
+                     std::to_string(depth) + ">";
+        impl_.position = src;
+        impl_.depth = depth;
+        host_model::PositionEngines(src, dst, impl_.producer, impl_.consumer);
+    }
+    TQueBind(const TQueBind&) = delete;
+    TQueBind& operator=(const TQueBind&) = delete;
+
+    template <typename T>
+    __aicore__ inline LocalTensor<T> AllocTensor()
+    {
+        auto b = impl_.Alloc();
+        return LocalTensor<T>::Whole(b, b->bytes / sizeof(T));
+    }
+
+    template <typename T>
+    __aicore__ inline void FreeTensor(LocalTensor<T>& tensor)
+    {
+        impl_.Free(tensor.buf_, tensor.gen_);
+    }
+
+    template <typename T>
+    __aicore__ inline bool EnQue(const LocalTensor<T>& tensor)
+    {
+        impl_.EnQue(tensor.buf_, tensor.gen_);
+        return true;
+    }
+
+    template <typename T>
+    __aicore__ inline LocalTensor<T> DeQue()
+    {
+        auto b = impl_.DeQue();
+        return LocalTensor<T>::Whole(b, b->bytes / sizeof(T));
+    }
+
+    host_model::QueueImpl impl_; // model internals
+};
+
+template <TPosition pos, int32_t depth, auto mask = 0>
+class TQue : public TQueBind<pos, pos, depth, mask> {};
+
+template <TPosition pos = TPosition::LCM>
+class TBuf {
+public:
+    TBuf() = default;
+    TBuf(const TBuf&) = delete;
+    TBuf& operator=(const TBuf&) = delete;
+
+    template <typename T>
+    __aicore__ inline LocalTensor<T> Get()
+    {
+        Need();
+        return LocalTensor<T>::Whole(buf_, buf_->bytes / sizeof(T));
+    }
+
+    template <typename T>
+    __aicore__ inline LocalTensor<T> Get(uint32_t len)
+    {
+        Need();
+        if (static_cast<uint64_t>(len) * sizeof(T) > buf_->bytes)
+            host_model::Fail("TBuf::Get(", len, "): ", len * sizeof(T), " bytes exceed ", buf_->owner, " of ",
+                             buf_->bytes, " bytes");
+        return LocalTensor<T>::Whole(buf_, len);
+    }
+
+    // ---- model internals ----
+    std::shared_ptr<host_model::UbBuffer> buf_;
+    void Need() const
+    {
+        if (!buf_) host_model::Fail("TBuf::Get before TPipe::InitBuffer");
+    }
+};
+
+class TPipe {
+public:
+    __aicore__ inline TPipe()
+    {
+        auto& c = host_model::Core();
+        if (c.pipeAlive) host_model::Fail("a second TPipe object on one core (one TPipe per kernel)");
+        c.pipeAlive = true;
+        c.ubUsed = 0;
+        std::fill(std::begin(c.positionBuffers), std::end(c.positionBuffers), 0u);
+    }
+    __aicore__ inline ~TPipe()
+    {
+        auto& c = host_model::Core();
+        c.pipeAlive = false;
+        c.ubUsed = 0;
+        std::fill(std::begin(c.positionBuffers), std::end(c.positionBuffers), 0u);
+    }
+    TPipe(const TPipe&) = delete;
+    TPipe& operator=(const TPipe&) = delete;
+
+    template <class T>
+    __aicore__ inline bool InitBuffer(T& que, uint8_t num, uint32_t len)
+    {
+        que.impl_.Init(num, len);
+        return true;
+    }
+
+    template <TPosition bufPos>
+    __aicore__ inline bool InitBuffer(TBuf<bufPos>& buf, uint32_t len)
+    {
+        std::string who = std::string("TBuf<") + host_model::PositionName(bufPos) + ">";
+        if (buf.buf_) host_model::Fail("InitBuffer(", who, "): this TBuf was already initialised");
+        uint32_t off = host_model::ReserveUb(who, bufPos, 1, len);
+        auto b = std::make_shared<host_model::UbBuffer>();
+        b->owner = who + " #" + std::to_string(host_model::Core().queueSerial++);
+        b->ubOffset = off;
+        b->bytes = host_model::RoundUp32(len);
+        b->state = host_model::UbBuffer::St::TBUF;
+        host_model::FillGarbage(*b);
+        buf.buf_ = b;
+        return true;
+    }
+
+    template <HardEvent evt>
+    __aicore__ inline TEventID AllocEventID()
+    {
+        uint8_t& used = eventIds_[static_cast<int>(evt)];
+        for (int id = 0; id < host_model::kEventIds; ++id) {
+            if (!(used & (1u << id))) {
+                used |= static_cast<uint8_t>(1u << id);
+                return static_cast<TEventID>(id);
+            }
+        }
+        host_model::Fail("TPipe::AllocEventID<HardEvent::", host_model::HardEventName(evt), ">: all ",
+                         host_model::kEventIds, " ids are taken");
+    }
+
+    template <HardEvent evt>
+    __aicore__ inline void ReleaseEventID(TEventID id)
+    {
+        uint8_t& used = eventIds_[static_cast<int>(evt)];
+        if (id < 0 || id >= host_model::kEventIds || !(used & (1u << id)))
+            host_model::Fail("TPipe::ReleaseEventID<HardEvent::", host_model::HardEventName(evt), ">(", int(id),
+                             "): id was not allocated");
+        used &= static_cast<uint8_t>(~(1u << id));
+    }
+
+    __aicore__ inline TEventID FetchEventID(HardEvent evt)
+    {
+        uint8_t used = eventIds_[static_cast<int>(evt)];
+        for (int id = 0; id < host_model::kEventIds; ++id)
+            if (!(used & (1u << id))) return static_cast<TEventID>(id);
+        host_model::Fail("TPipe::FetchEventID(HardEvent::", host_model::HardEventName(evt), "): all ids are taken");
+    }
+
+    template <HardEvent evt>
+    __aicore__ inline TEventID FetchEventID()
+    {
+        return FetchEventID(evt);
+    }
+
+private:
+    uint8_t eventIds_[static_cast<int>(HardEvent::MAX) + 1] = {};
+};
+
+// ---- data movement -----------------------------------------------------------------------------
+
+struct DataCopyParams {
+    __aicore__ DataCopyParams() {}
+    __aicore__ DataCopyParams(const uint16_t count, const uint16_t len, const uint16_t srcStrideIn,
+                              const uint16_t dstStrideIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn)
+    {
+    }
+    uint16_t blockCount = 1;
+    uint16_t blockLen = 0; // 32-byte units
+    union {                // gaps in 32-byte units, from the end of one block to the start of the next
+        uint16_t srcGap = 0;
+        uint16_t srcStride; // older name
+    };
+    union {
+        uint16_t dstGap = 0;
+        uint16_t dstStride; // older name
+    };
+};
+
+struct DataCopyExtParams {
+    __aicore__ DataCopyExtParams() {}
+    __aicore__ DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn,
+                                 const uint32_t dstStrideIn, const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn)
+    {
+    }
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;  // bytes
+    uint32_t srcStride = 0; // gap: GM side in bytes, UB side in 32-byte blocks
+    uint32_t dstStride = 0; // gap: GM side in bytes, UB side in 32-byte blocks
+    uint32_t rsv = 0;
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+    __aicore__ DataCopyPadExtParams() {}
+    __aicore__ DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue,
+                                    T padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue)
+    {
+    }
+    bool isPad = false;
+    uint8_t leftPadding = 0;  // elements
+    uint8_t rightPadding = 0; // elements
+    T paddingValue = 0;
+};
+
+namespace host_model {
+
+constexpr uint32_t kMaxBlockCount = 4095;
+constexpr uint32_t kMaxBlockLen = 65535;
+constexpr uint32_t kMaxPadBlockLen = 2097151; // 21 bits, bytes
+
+// A GM<->UB copy made of `count` blocks. GM block i starts at gmFirst + i*gmPitch bytes (relative
+// to the GlobalTensor's element 0), UB block i at i*ubPitch bytes; gmLen bytes move per block;
+// on the UB side each block spans ubSpan bytes (ubLen rounded up) of which [ubData, ubData+gmLen)
+// hold data.
+struct CopyShape {
+    uint32_t count;
+    uint64_t gmLen, gmPitch;
+    uint64_t ubPitch, ubData, ubSpan;
+};
+
+template <typename T>
+void CheckUbSide(const LocalTensor<T>& t, const CopyShape& s, const char* op)
+{
+    t.Live(op);
+    if (t.UbOffset() % kBlockBytes != 0)
+        Fail(op, ": UB address not 32-byte aligned: ", t.buf_->owner, " at byte offset ", t.byteOff_,
+             " (UB byte ", t.UbOffset(), ")");
+    uint64_t extent = (static_cast<uint64_t>(s.count) - 1) * s.ubPitch + s.ubSpan;
+    uint64_t have = static_cast<uint64_t>(t.size_) * sizeof(T);
+    if (extent > have)
+        Fail(op, ": UB side spans ", extent, " bytes but the LocalTensor (", t.buf_->owner, " at byte offset ",
+             t.byteOff_, ") has ", have, " bytes (", t.size_, " elements)");
+}
+
+template <typename T>
+void CheckGmSide(const GlobalTensor<T>& g, const CopyShape& s, const char* op, const char* dir)
+{
+    if (!g.set_) Fail(op, ": GlobalTensor used before SetGlobalBuffer");
+    uint64_t extentBytes = (static_cast<uint64_t>(s.count) - 1) * s.gmPitch + s.gmLen;
+    uint64_t endElem = g.off_ + (extentBytes + sizeof(T) - 1) / sizeof(T);
+    if (g.off_ > g.size_ || endElem > g.size_) {
+        std::ostringstream os;
+        os << op << " GM " << dir << " out of bounds: " << g.Describe() << " offset " << g.off_ << " count "
+           << (endElem - g.off_);
+        if (s.count > 1)
+            os << " (blockCount " << s.count << ", " << s.gmLen << " bytes per block, pitch " << s.gmPitch
+               << " bytes)";
+        throw ModelError(os.str());
+    }
+}
+
+template <typename T>
+void CopyIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const CopyShape& s, const char* op)
+{
+    if (s.count == 0 || s.gmLen == 0) return;
+    CheckUbSide(dst, s, op);
+    CheckGmSide(src, s, op, "read");
+    uint64_t opNo = Issue(Engine::MTE2);
+    const uint8_t* g = reinterpret_cast<const uint8_t*>(src.base_ + src.off_);
+    for (uint32_t i = 0; i < s.count; ++i) {
+        uint32_t ub = static_cast<uint32_t>(dst.UbOffset() + i * s.ubPitch);
+        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true,
+                 std::string(op) + " into " + dst.buf_->owner);
+        GmTouch(src.region_, g + i * s.gmPitch, s.gmLen, false, op);
+        std::memcpy(Core().ub + ub + s.ubData, g + i * s.gmPitch, s.gmLen);
+    }
+}
+
+template <typename T>
+void CopyOut(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const CopyShape& s, const char* op)
+{
+    if (s.count == 0 || s.gmLen == 0) return;
+    CheckUbSide(src, s, op);
+    CheckGmSide(dst, s, op, "write");
+    uint64_t opNo = Issue(Engine::MTE3);
+    uint8_t* g = reinterpret_cast<uint8_t*>(dst.base_ + dst.off_);
+    for (uint32_t i = 0; i < s.count; ++i) {
+        uint32_t ub = static_cast<uint32_t>(src.UbOffset() + i * s.ubPitch);
+        UbAccess(Engine::MTE3, opNo, ub + static_cast<uint32_t>(s.ubData), static_cast<uint32_t>(s.gmLen), false,
+                 std::string(op) + " from " + src.buf_->owner);
+        GmTouch(dst.region_, g + i * s.gmPitch, s.gmLen, true, op);
+        std::memcpy(g + i * s.gmPitch, Core().ub + ub + s.ubData, s.gmLen);
+    }
+}
+
+inline void CheckParams(const DataCopyParams& p, const char* op)
+{
+    if (p.blockCount > kMaxBlockCount)
+        Fail(op, ": DataCopyParams.blockCount ", p.blockCount, " out of range [0, ", kMaxBlockCount, "]");
+    if (p.blockLen > kMaxBlockLen)
+        Fail(op, ": DataCopyParams.blockLen ", p.blockLen, " out of range [0, ", kMaxBlockLen, "]");
+}
+
+inline CopyShape ShapeOf(const DataCopyParams& p, bool gmIsSrc)
+{
+    uint64_t len = static_cast<uint64_t>(p.blockLen) * kBlockBytes;
+    uint64_t gmGap = static_cast<uint64_t>(gmIsSrc ? p.srcGap : p.dstGap) * kBlockBytes;
+    uint64_t ubGap = static_cast<uint64_t>(gmIsSrc ? p.dstGap : p.srcGap) * kBlockBytes;
+    return CopyShape{p.blockCount, len, len + gmGap, len + ubGap, 0, len};
+}
+
+template <typename T>
+DataCopyParams CountParams(uint32_t count, const char* op)
+{
+    uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
+    if (bytes % kBlockBytes != 0)
+        Fail(op, ": count ", count, " * sizeof(T) ", sizeof(T), " = ", bytes,
+             " bytes is not a multiple of 32 (the hardware would round down)");
+    if (bytes / kBlockBytes > kMaxBlockLen)
+        Fail(op, ": count ", count, " moves ", bytes / kBlockBytes, " blocks of 32 B, more than ", kMaxBlockLen);
+    return DataCopyParams(1, static_cast<uint16_t>(bytes / kBlockBytes), 0, 0);
+}
+
+inline void CheckExtParams(const DataCopyExtParams& p, size_t elem, const char* op)
+{
+    if (p.blockCount > kMaxBlockCount)
+        Fail(op, ": DataCopyExtParams.blockCount ", p.blockCount, " out of range [0, ", kMaxBlockCount, "]");
+    if (p.blockLen > kMaxPadBlockLen)
+        Fail(op, ": DataCopyExtParams.blockLen ", p.blockLen, " bytes out of range [0, ", kMaxPadBlockLen, "]");
+    if (p.blockLen % elem != 0)
+        Fail(op, ": DataCopyExtParams.blockLen ", p.blockLen, " bytes is not a whole number of ", elem,
+             "-byte elements");
+}
+
+} // namespace host_model
+
+template <typename T>
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& repeatParams)
+{
+    host_model::CheckParams(repeatParams, "DataCopy");
+    host_model::CopyIn(dst, src, host_model::ShapeOf(repeatParams, true), "DataCopy");
+}
+
+template <typename T>
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& repeatParams)
+{
+    host_model::CheckParams(repeatParams, "DataCopy");
+    host_model::CopyOut(dst, src, host_model::ShapeOf(repeatParams, false), "DataCopy");
+}
+
+template <typename T>
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count)
+{
+    DataCopy(dst, src, host_model::CountParams<T>(count, "DataCopy"));
+}
+
+template <typename T>
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
+{
+    DataCopy(dst, src, host_model::CountParams<T>(count, "DataCopy"));
+}
+
+// GM -> UB for lengths that need not be 32-byte multiples. GM side: blockLen and srcStride (gap)
+// in bytes; UB side: each block padded up to a 32-byte boundary, dstStride (gap) in 32-byte blocks.
+template <typename T>
+__aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
+                                   const DataCopyExtParams& dataCopyParams, const DataCopyPadExtParams<T>& padParams)
+{
+    const char* op = "DataCopyPad";
+    host_model::CheckExtParams(dataCopyParams, sizeof(T), op);
+    uint64_t left = static_cast<uint64_t>(padParams.leftPadding) * sizeof(T);
+    uint64_t right = static_cast<uint64_t>(padParams.rightPadding) * sizeof(T);
+    if (left > host_model::kBlockBytes || right > host_model::kBlockBytes)
+        host_model::Fail(op, ": leftPadding ", int(padParams.leftPadding), " / rightPadding ",
+                         int(padParams.rightPadding), " elements exceed 32 bytes");
+    uint64_t len = dataCopyParams.blockLen;
+    uint64_t span = host_model::RoundUp32(left + len + right);
+    host_model::CopyShape s{dataCopyParams.blockCount, len, len + dataCopyParams.srcStride,
+                            span + static_cast<uint64_t>(dataCopyParams.dstStride) * host_model::kBlockBytes, left,
+                            span};
+    host_model::CopyIn(dst, src, s, op);
+    if (padParams.isPad && s.count > 0 && len > 0) {
+        for (uint32_t i = 0; i < s.count; ++i) {
+            uint8_t* blk = dst.Bytes() + i * s.ubPitch;
+            for (uint64_t k = 0; k < left; k += sizeof(T)) std::memcpy(blk + k, &padParams.paddingValue, sizeof(T));
+            for (uint64_t k = 0; k < right; k += sizeof(T))
+                std::memcpy(blk + left + len + k, &padParams.paddingValue, sizeof(T));
+        }
+    }
+}
+
+// UB -> GM writing exactly blockLen bytes per block. UB side: block i starts at a 32-byte boundary,
+// srcStride (gap) in 32-byte blocks; GM side: dstStride (gap) in bytes.
+template <typename T>
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src,
+                                   const DataCopyExtParams& dataCopyParams)
+{
+    const char* op = "DataCopyPad";
+    host_model::CheckExtParams(dataCopyParams, sizeof(T), op);
+    uint64_t len = dataCopyParams.blockLen;
+    uint64_t span = host_model::RoundUp32(len);
+    host_model::CopyShape s{dataCopyParams.blockCount, len, len + dataCopyParams.dstStride,
+                            span + static_cast<uint64_t>(dataCopyParams.srcStride) * host_model::kBlockBytes, 0, span};
+    host_model::CopyOut(dst, src, s, op);
+}
+
+// ---- synchronisation ---------------------------------------------------------------------------
+
+template <HardEvent event>
+__aicore__ inline void SetFlag(int32_t eventID)
+{
+    using namespace host_model;
+    if (IgnoredOnVectorCore(event)) return;
+    Engine from, to;
+    if (!EventEngines(event, from, to))
+        Fail("SetFlag<HardEvent::", HardEventName(event), ">: event not available on a vector core");
+    if (eventID < 0 || eventID >= kEventIds)
+        Fail("SetFlag<HardEvent::", HardEventName(event), ">(", eventID, "): event id out of range [0, ", kEventIds - 1,
+             "]");
+    auto key = std::make_pair(static_cast<int>(event), eventID);
+    auto& flags = Core().flags;
+    if (flags.count(key))
+        Fail("SetFlag<HardEvent::", HardEventName(event), ">(", eventID,
+             ") while the previous SetFlag with this event and id has not been waited");
+    flags[key] = SignalClock(from);
+}
+
+template <HardEvent event>
+__aicore__ inline void WaitFlag(int32_t eventID)
+{
+    using namespace host_model;
+    if (IgnoredOnVectorCore(event)) return;
+    Engine from, to;
+    if (!EventEngines(event, from, to))
+        Fail("WaitFlag<HardEvent::", HardEventName(event), ">: event not available on a vector core");
+    if (eventID < 0 || eventID >= kEventIds)
+        Fail("WaitFlag<HardEvent::", HardEventName(event), ">(", eventID, "): event id out of range [0, ",
+             kEventIds - 1, "]");
+    auto key = std::make_pair(static_cast<int>(event), eventID);
+    auto& flags = Core().flags;
+    auto it = flags.find(key);
+    if (it == flags.end())
+        Fail("WaitFlag<HardEvent::", HardEventName(event), ">(", eventID, ") without a matching SetFlag");
+    Receive(to, it->second);
+    flags.erase(it);
+}
+
+template <pipe_t pipe>
+__aicore__ inline void PipeBarrier()
+{
+    if (pipe == PIPE_ALL) host_model::BarrierAll();
+}
+
+} // namespace AscendC
+
+#endif // ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H

@@ -1,0 +1,303 @@
+// Test driver for the AscendC host model: `model_cases <case>` runs one small kernel on the model
+// and prints "rc=<code>" and "msg=<message>" (and, for the copy cases, "equal=<0|1>").
+// Each misuse case breaks exactly one rule; tests/test_host_model.py checks the message.
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "host_model_launcher.h"
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+namespace {
+
+constexpr int32_t kTile = 256; // int32 elements per chunk = 1 KB
+
+// ---- correct kernels -----------------------------------------------------------------------
+
+// Queue-based double buffering: VECIN bound to VECOUT, two buffers.
+class QueueCopy {
+public:
+    __aicore__ inline void Init(GM_ADDR src, GM_ADDR dst, uint32_t total)
+    {
+        uint32_t per = total / GetBlockNum();
+        uint64_t start = per * GetBlockIdx();
+        count_ = per;
+        src_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src) + start, per);
+        dst_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst) + start, per);
+        pipe_.InitBuffer(que_, 2, kTile * sizeof(int32_t));
+    }
+    __aicore__ inline void Process()
+    {
+        for (uint32_t done = 0; done < count_; done += kTile) {
+            LocalTensor<int32_t> t = que_.AllocTensor<int32_t>();
+            DataCopy(t, src_[done], kTile);
+            que_.EnQue(t);
+            LocalTensor<int32_t> u = que_.DeQue<int32_t>();
+            DataCopy(dst_[done], u, kTile);
+            que_.FreeTensor(u);
+        }
+    }
+
+private:
+    TPipe pipe_;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> que_;
+    GlobalTensor<int32_t> src_, dst_;
+    uint32_t count_ = 0;
+};
+
+extern "C" __global__ __aicore__ void queue_copy(GM_ADDR src, GM_ADDR dst, uint32_t total)
+{
+    QueueCopy op;
+    op.Init(src, dst, total);
+    op.Process();
+}
+
+// Explicit ping-pong with SetFlag/WaitFlag over one TBuf split in two halves; rows strided
+// through DataCopyParams (gaps) to exercise the block units.
+extern "C" __global__ __aicore__ void flag_copy(GM_ADDR src, GM_ADDR dst, uint32_t total)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2 * kTile * sizeof(int32_t));
+    GlobalTensor<int32_t> s, d;
+    uint32_t per = total / GetBlockNum();
+    uint64_t start = per * GetBlockIdx();
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src) + start, per);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst) + start, per);
+    LocalTensor<int32_t> half0 = buf.Get<int32_t>();
+    SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+    SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID1);
+    uint32_t i = 0;
+    for (uint32_t done = 0; done < per; done += kTile, ++i) {
+        int32_t id = static_cast<int32_t>(i & 1);
+        LocalTensor<int32_t> t = half0[(i & 1) * kTile];
+        WaitFlag<HardEvent::MTE3_MTE2>(id);
+        // kTile int32 = 32 blocks; copy as 4 blocks of 8 (no gaps) to exercise DataCopyParams
+        DataCopy(t, s[done], DataCopyParams(4, 8, 0, 0));
+        SetFlag<HardEvent::MTE2_MTE3>(id);
+        WaitFlag<HardEvent::MTE2_MTE3>(id);
+        DataCopy(d[done], t, kTile);
+        SetFlag<HardEvent::MTE3_MTE2>(id);
+    }
+    WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID1);
+}
+
+// Strided gather: every other 32-byte block of src (srcGap 1) into contiguous UB, then a strided
+// scatter to dst (dstGap 1). Checks the gap units: dst[2k] = src[2k] blocks, dst odd blocks kept.
+extern "C" __global__ __aicore__ void gap_copy(GM_ADDR src, GM_ADDR dst, uint32_t total)
+{
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, total * sizeof(int32_t) / 2);
+    GlobalTensor<int32_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src), total);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst), total);
+    uint16_t blocks = static_cast<uint16_t>(total * sizeof(int32_t) / 32 / 2);
+    LocalTensor<int32_t> t = q.AllocTensor<int32_t>();
+    DataCopy(t, s, DataCopyParams(blocks, 1, 1, 0));
+    q.EnQue(t);
+    t = q.DeQue<int32_t>();
+    DataCopy(d, t, DataCopyParams(blocks, 1, 0, 1));
+    q.FreeTensor(t);
+}
+
+// DataCopyPad with 20-byte rows (5 int32) out of 8-int32 rows, padded in UB to 32 B with -1,
+// written back as 20-byte rows with an 12-byte GM gap.
+extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_t rows)
+{
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, rows * 32);
+    GlobalTensor<int32_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src), rows * 8);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst), rows * 8);
+    LocalTensor<int32_t> t = q.AllocTensor<int32_t>();
+    DataCopyPad(t, s, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 12, 0, 0),
+                DataCopyPadExtParams<int32_t>(true, 0, 3, -1));
+    q.EnQue(t);
+    t = q.DeQue<int32_t>();
+    DataCopyPad(d, t, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 0, 12, 0));
+    q.FreeTensor(t);
+}
+
+// ---- misuse kernels (one rule each); `which` selects the mistake ------------------------------
+
+std::string g_case;
+
+extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t total)
+{
+    const std::string& c = g_case;
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    GlobalTensor<int32_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src), total);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst), total);
+    if (c == "ub_overalloc") {
+        pipe.InitBuffer(q, 2, 1024 * 100); // 200 KB > UB
+        return;
+    }
+    pipe.InitBuffer(q, 2, kTile * sizeof(int32_t));
+    LocalTensor<int32_t> t = q.AllocTensor<int32_t>();
+    if (c == "misaligned_ub") {
+        DataCopy(t[4], s, 64); // UB offset 16 bytes
+    } else if (c == "count_not_32b") {
+        DataCopy(t, s, 12); // 48 bytes
+    } else if (c == "gm_read_oob") {
+        DataCopy(t, s[total - 16], 32); // 16 elements past the end
+    } else if (c == "gm_write_oob") {
+        DataCopy(t, s, 32);
+        q.EnQue(t);
+        t = q.DeQue<int32_t>();
+        DataCopy(d[total - 8], t, 32);
+    } else if (c == "gm_getvalue_oob") {
+        (void)s.GetValue(total);
+    } else if (c == "gm_setvalue_oob") {
+        d[total - 1].SetValue(1, 7);
+    } else if (c == "block_count_4096") {
+        DataCopy(t, s, DataCopyParams(4096, 1, 0, 0));
+    } else if (c == "ub_overrun") {
+        DataCopy(t, s, DataCopyParams(2, kTile * sizeof(int32_t) / 32, 0, 0)); // 2 KB into 1 KB
+    } else if (c == "unpaired_setflag") {
+        SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);
+    } else if (c == "wait_without_set") {
+        WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID1);
+    } else if (c == "wrong_flag_id") {
+        DataCopy(t, s, kTile);
+        SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    } else if (c == "double_setflag") {
+        SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID2);
+        SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID2);
+    } else if (c == "event_id_8") {
+        SetFlag<HardEvent::MTE2_MTE3>(8);
+    } else if (c == "deque_empty") {
+        (void)q.DeQue<int32_t>();
+    } else if (c == "alloc_beyond_num") {
+        LocalTensor<int32_t> t2 = q.AllocTensor<int32_t>();
+        LocalTensor<int32_t> t3 = q.AllocTensor<int32_t>();
+        (void)t2;
+        (void)t3;
+    } else if (c == "enque_beyond_depth") {
+        LocalTensor<int32_t> t2 = q.AllocTensor<int32_t>();
+        q.EnQue(t);
+        q.EnQue(t2);
+    } else if (c == "free_foreign") {
+        TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> other;
+        pipe.InitBuffer(other, 1, 64);
+        LocalTensor<int32_t> o = other.AllocTensor<int32_t>();
+        q.FreeTensor(o);
+    } else if (c == "not_freed") {
+        return; // t never freed
+    } else if (c == "use_after_free") {
+        q.FreeTensor(t);
+        DataCopy(t, s, 32);
+    } else if (c == "use_while_enqueued") {
+        q.EnQue(t);
+        DataCopy(t, s, 32);
+    } else if (c == "garbage") {
+        // read before write: print the first UB bytes through GM
+        int32_t v = t.GetValue(0);
+        d.SetValue(0, v);
+    } else if (c == "raw_no_sync") {
+        DataCopy(t, s, kTile);
+        DataCopy(d, t, kTile); // MTE3 reads what MTE2 wrote, no ordering
+    } else if (c == "war_no_sync") {
+        DataCopy(t, s, kTile);
+        q.EnQue(t);
+        t = q.DeQue<int32_t>();
+        DataCopy(d, t, kTile);
+        DataCopy(t, s, kTile); // MTE2 overwrites what MTE3 still reads
+    } else if (c == "scalar_read_no_sync") {
+        DataCopy(t, s, kTile);
+        (void)t.GetValue(3); // S reads what MTE2 wrote
+    } else if (c == "scalar_read_synced") {
+        DataCopy(t, s, kTile);
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        d.SetValue(0, t.GetValue(3));
+    } else if (c == "barrier_all") {
+        DataCopy(t, s, kTile);
+        PipeBarrier<PIPE_ALL>();
+        DataCopy(d, t, kTile);
+    } else if (c == "write_input") {
+        q.EnQue(t);
+        t = q.DeQue<int32_t>();
+        DataCopy(s, t, 32); // src is registered read-only
+    } else if (c == "setglobalbuffer_outside") {
+        GlobalTensor<int32_t> g;
+        g.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src) + 8, total); // runs 8 past the allocation
+    } else if (c == "cross_core_race") {
+        DataCopy(t, s, 32);
+        q.EnQue(t);
+        t = q.DeQue<int32_t>();
+        DataCopy(d, t, 32); // every core writes dst[0:32]
+    } else if (c == "pad_over_32") {
+        DataCopyPad(t, s, DataCopyExtParams(1, 20, 0, 0, 0), DataCopyPadExtParams<int32_t>(true, 0, 9, 0));
+    } else if (c == "pad_len_not_elem") {
+        DataCopyPad(t, s, DataCopyExtParams(1, 6, 0, 0, 0), DataCopyPadExtParams<int32_t>(false, 0, 0, 0));
+    } else if (c == "getvalue_ub_oob") {
+        (void)t.GetValue(kTile);
+    } else {
+        std::printf("unknown case %s\n", c.c_str());
+        std::exit(2);
+    }
+    if (c != "alloc_beyond_num" && c != "enque_beyond_depth") {
+        q.FreeTensor(t);
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    if (argc < 2) {
+        std::printf("usage: %s <case> [numBlocks] [ubBytes]\n", argv[0]);
+        return 2;
+    }
+    std::string name = argv[1];
+    uint32_t blocks = argc > 2 ? static_cast<uint32_t>(std::stoul(argv[2])) : 4;
+    uint32_t ub = argc > 3 ? static_cast<uint32_t>(std::stoul(argv[3])) : host_model::kDefaultUbBytes;
+    const uint32_t total = 4096; // int32 elements
+    std::vector<int32_t> src(total), dst(total, 0x11111111);
+    for (uint32_t i = 0; i < total; ++i) src[i] = static_cast<int32_t>(i * 2654435761u);
+    host_model::GmRegion regions[] = {
+        {src.data(), src.size() * sizeof(int32_t), "src", false},
+        {dst.data(), dst.size() * sizeof(int32_t), "dst", true},
+    };
+    char err[1024];
+    int rc;
+    std::vector<int32_t> expect;
+    if (name == "queue_copy" || name == "flag_copy") {
+        auto k = name == "queue_copy" ? queue_copy : flag_copy;
+        rc = ASCENDC_HOST_LAUNCH(k, blocks, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
+                                 reinterpret_cast<GM_ADDR>(dst.data()), total);
+        expect = src;
+    } else if (name == "gap_copy") {
+        rc = ASCENDC_HOST_LAUNCH(gap_copy, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
+                                 reinterpret_cast<GM_ADDR>(dst.data()), total);
+        expect = dst;
+        for (uint32_t i = 0; i < total; ++i)
+            if ((i / 8) % 2 == 0) expect[i] = src[i];
+    } else if (name == "pad_copy") {
+        const uint32_t rows = total / 8;
+        rc = ASCENDC_HOST_LAUNCH(pad_copy, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
+                                 reinterpret_cast<GM_ADDR>(dst.data()), rows);
+        expect = dst;
+        for (uint32_t i = 0; i < total; ++i)
+            if (i % 8 < 5) expect[i] = src[i];
+    } else {
+        g_case = name;
+        rc = ASCENDC_HOST_LAUNCH(misuse, blocks, ub, regions, 2, err, sizeof(err),
+                                 reinterpret_cast<GM_ADDR>(src.data()), reinterpret_cast<GM_ADDR>(dst.data()), total);
+    }
+    std::printf("rc=%d\nmsg=%s\n", rc, err);
+    if (!expect.empty()) std::printf("equal=%d\n", expect == dst ? 1 : 0);
+    std::printf("dst0=%08x\n", static_cast<uint32_t>(dst[0]));
+    return 0;
+}
