@@ -1,0 +1,150 @@
+"""``ascend-kv demo``: both operations in every mode on realistic shapes, checked against the
+reference, with the backend that ran (and why) and how long it took."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import checks, dispatch, reference
+from .layout import nd_to_nz
+from .ops import kv_cache, paged_cache_load
+from .params import KvCacheCfg
+
+ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
+
+
+@dataclass
+class Scenario:
+    """One demo call: ``run`` calls the op, ``check`` the reference; both return outputs."""
+
+    name: str
+    op: str
+    run: Callable[[], tuple[torch.Tensor, ...]]
+    reference: Callable[[], tuple[torch.Tensor, ...]]
+    decide: Callable[[], dispatch.Decision]
+    bytes_moved: int
+
+
+def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if dtype == torch.int8:
+        return torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.dtype, *, four_d: bool = False,
+                      max_seq_len: int = 2048, layers: int = 2, g: torch.Generator) -> Scenario:
+    """Write ``seq_len[i]`` new tokens per sequence after a random amount already cached."""
+    past = _payload((layers, len(seq_len), max_seq_len, hidden), dtype, g)
+    offsets = [n + int(torch.randint(0, max_seq_len - n + 1, (1,), generator=g)) for n in seq_len]
+    new_kv = _payload((sum(seq_len), hidden), dtype, g)
+    if four_d:
+        new_kv = new_kv.reshape(len(seq_len), -1, 8, hidden // 8) if len(set(seq_len)) == 1 else new_kv
+    args = (new_kv, layers - 1, past, torch.tensor(offsets, dtype=torch.int32), torch.tensor(seq_len, dtype=torch.int32))
+    expected = past.clone()
+    return Scenario(
+        name, "KVCacheOperation",
+        run=lambda: (kv_cache(*args),),
+        reference=lambda: (reference.kv_cache(new_kv, layers - 1, expected, *args[3:]),),
+        decide=lambda: dispatch.decide(checks.check_kv_cache(*args)),
+        bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
+    )
+
+
+def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int = 8, head_k: int = 128,
+                   head_v: int = 128, block_size: int = 128, key_dtype: torch.dtype = torch.float16,
+                   value_dtype: torch.dtype | None = None, cumsum: bool = False, seq_starts: bool = False,
+                   give_outputs: bool = False, g: torch.Generator) -> Scenario:
+    """Gather ``lens[b]`` tokens per sequence from a cache whose blocks are shuffled."""
+    value_dtype = value_dtype or key_dtype
+    starts = [int(torch.randint(0, 3 * block_size, (1,), generator=g)) if seq_starts else 0 for _ in lens]
+    columns = [s // block_size + -(-n // block_size) for s, n in zip(starts, lens)]
+    num_blocks = sum(columns) + 4
+    table = torch.full((len(lens), max(columns)), -1, dtype=torch.int32)
+    ids = torch.randperm(num_blocks, generator=g).to(torch.int32)
+    for b, width in enumerate(columns):
+        table[b, :width] = ids[sum(columns[:b]): sum(columns[:b]) + width]
+    key_cache = _payload((num_blocks, block_size, heads, head_k), key_dtype, g)
+    value_cache = _payload((num_blocks, block_size, heads, head_v), value_dtype, g)
+    if layout == NZ:
+        key_cache, value_cache = nd_to_nz(key_cache), nd_to_nz(value_cache)
+    context_lens = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()] if cumsum else lens, dtype=torch.int32)
+    kwargs: dict = {"kv_cache_cfg": layout, "cumsum": cumsum,
+                    "seq_starts": torch.tensor(starts, dtype=torch.int32) if seq_starts else None}
+    if give_outputs:
+        rows = sum(lens)
+        key_row, value_row = ((heads, head_k), (heads, head_v)) if layout == ND else ((heads * head_k,), (heads * head_v,))
+        kwargs["key"] = torch.zeros((rows, *key_row), dtype=key_dtype)
+        kwargs["value"] = torch.zeros((rows, *value_row), dtype=value_dtype)
+    args = (key_cache, value_cache, table, context_lens)
+    token_bytes = (key_cache[0].numel() * key_cache.element_size() + value_cache[0].numel()
+                   * value_cache.element_size()) // block_size
+    return Scenario(
+        name, "PagedCacheLoadOperation",
+        run=lambda: paged_cache_load(*args, **kwargs),
+        reference=lambda: reference.paged_cache_load(*args, **{k: v for k, v in kwargs.items()
+                                                              if k not in ("key", "value")}),
+        decide=lambda: dispatch.decide(checks.check_paged_cache_load(
+            *args, kwargs["kv_cache_cfg"], cumsum, kwargs["seq_starts"], kwargs.get("key"), kwargs.get("value"))),
+        bytes_moved=2 * sum(lens) * token_bytes,
+    )
+
+
+def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
+    """The demo's calls; ``scale`` divides the token counts (1 = realistic shapes)."""
+    def n(tokens: int) -> int:
+        return max(1, tokens // scale)
+    return [
+        kv_cache_scenario(f"kv_cache prefill 4 x {n(512)} tokens, 8x128 heads, float16", [n(512)] * 4, 1024,
+                          torch.float16, g=g),
+        kv_cache_scenario("kv_cache decode 64 x 1 token, 4-D new_kv [64, 1, 8, 128], bfloat16", [1] * 64, 1024,
+                          torch.bfloat16, four_d=True, g=g),
+        kv_cache_scenario(f"kv_cache uneven batch [{n(300)}, 0, {n(17)}, 1], int8", [n(300), 0, n(17), 1], 1024,
+                          torch.int8, g=g),
+        paged_scenario(f"paged ND 8 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 8, ND, g=g),
+        paged_scenario(f"paged ND cumsum + seq_starts, lens [{n(700)}, 0, {n(260)}], bfloat16",
+                       [n(700), 0, n(260)], ND, key_dtype=torch.bfloat16, cumsum=True, seq_starts=True, g=g),
+        paged_scenario(f"paged ND MLA (1 head, K 512 + V 64) 4 x {n(1024)} tokens, given outputs", [n(1024)] * 4, ND,
+                       heads=1, head_k=512, head_v=64, give_outputs=True, g=g),
+        paged_scenario(f"paged NZ 4 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 4, NZ, g=g),
+        paged_scenario(f"paged NZ int8 keys + float16 values, MLA, 4 x {n(512)} tokens", [n(512)] * 4, NZ,
+                       heads=1, head_k=512, head_v=64, key_dtype=torch.int8, value_dtype=torch.float16, g=g),
+    ]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    width = {1: torch.int8, 2: torch.int16}[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(width), b.view(width))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every scenario; print backend, reason, time and the check; exit 1 on a mismatch."""
+    parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
+    parser.add_argument("--backend", choices=dispatch.BACKEND_CHOICES, help="force a backend (default: auto)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per call (median reported)")
+    args = parser.parse_args(argv)
+    g = torch.Generator().manual_seed(0)
+    failures = 0
+    with dispatch.use_backend(args.backend) if args.backend else contextlib.nullcontext():
+        for scenario in scenarios(16 if args.quick else 1, g):
+            decision = scenario.decide()
+            times = []
+            for _ in range(max(1, args.repeats)):
+                start = time.perf_counter()
+                outputs = scenario.run()
+                times.append(time.perf_counter() - start)
+            ok = all(_same_bits(o, r) for o, r in zip(outputs, scenario.reference()))
+            failures += not ok
+            seconds = statistics.median(times)
+            print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}\n"
+                  f"     {decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s"
+                  f" read+write; bit-exact vs reference: {'yes' if ok else 'NO'}\n     why: {decision.reason}")
+    print(f"{'all' if not failures else failures} {'calls match' if not failures else 'calls differ from'} the reference")
+    return 1 if failures else 0
