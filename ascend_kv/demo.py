@@ -39,7 +39,7 @@ def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> 
 
 
 def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.dtype, *, four_d: bool = False,
-                      max_seq_len: int = 2048, layers: int = 2, g: torch.Generator) -> Scenario:
+                      max_seq_len: int, layers: int = 2, g: torch.Generator) -> Scenario:
     """Write ``seq_len[i]`` new tokens per sequence after a random amount already cached."""
     past = _payload((layers, len(seq_len), max_seq_len, hidden), dtype, g)
     offsets = [n + int(torch.randint(0, max_seq_len - n + 1, (1,), generator=g)) for n in seq_len]
@@ -102,11 +102,11 @@ def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
         return max(1, tokens // scale)
     return [
         kv_cache_scenario(f"kv_cache prefill 4 x {n(512)} tokens, 8x128 heads, float16", [n(512)] * 4, 1024,
-                          torch.float16, g=g),
+                          torch.float16, max_seq_len=n(2048), g=g),
         kv_cache_scenario("kv_cache decode 64 x 1 token, 4-D new_kv [64, 1, 8, 128], bfloat16", [1] * 64, 1024,
-                          torch.bfloat16, four_d=True, g=g),
+                          torch.bfloat16, four_d=True, max_seq_len=n(512), g=g),
         kv_cache_scenario(f"kv_cache uneven batch [{n(300)}, 0, {n(17)}, 1], int8", [n(300), 0, n(17), 1], 1024,
-                          torch.int8, g=g),
+                          torch.int8, max_seq_len=n(1024), g=g),
         paged_scenario(f"paged ND 8 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 8, ND, g=g),
         paged_scenario(f"paged ND cumsum + seq_starts, lens [{n(700)}, 0, {n(260)}], bfloat16",
                        [n(700), 0, n(260)], ND, key_dtype=torch.bfloat16, cumsum=True, seq_starts=True, g=g),
