@@ -4,7 +4,7 @@ The public names, nothing else; see README.md for a tour.
 """
 
 from . import autoload  # noqa: F401  (first: imports torch, surviving a broken torch_npu)
-from .dispatch import BackendUnavailableError, use_backend
+from .dispatch import BackendUnavailableError, FallbackWarning, explain, use_backend
 from .layout import nd_to_nz, nz_to_nd
 from .ops import KVCacheOperation, PagedCacheLoadOperation, kv_cache, paged_cache_load
 from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
@@ -14,11 +14,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError",
+    "FallbackWarning",
     "KVCacheOperation",
     "KVCacheParam",
     "KvCacheCfg",
     "PagedCacheLoadOperation",
     "PagedCacheLoadParam",
+    "explain",
     "kv_cache",
     "nd_to_nz",
     "nz_to_nd",

@@ -63,7 +63,9 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
         "Ascend910A, Ascend910ProA, Ascend910ProB, Ascend910PremiumA, exactly Ascend910B",
         (),
     ),
-    ProductLine("atlas-inference", "Atlas inference series (Ascend 310P)", "Ascend310P... (P1 to P7, incl. vir names)", ()),
+    ProductLine(
+        "atlas-inference", "Atlas inference series (Ascend 310P)", "Ascend310P... (P1 to P7, incl. vir names)", ()
+    ),
     ProductLine(
         "atlas-200i-500-a2", "Atlas 200I/500 A2 inference products (Ascend 310B)", "Ascend310B... (B1 to B4)", ()
     ),

@@ -1,0 +1,154 @@
+"""The ``ascend-kv`` command (also ``python -m ascend_kv``).
+
+Subcommands:
+
+``support-matrix [--soc NAME] [--json]``
+    The support matrix, or the answer for one SoC name; exits 2 for an unknown SoC name.
+``info [--json]``
+    torch and torch_npu versions, whether the CANN runtime loaded (and why not), the SoC and
+    its product line, whether the kernel library is loaded, and which backend each operation
+    would use, and why.
+``demo ...`` / ``bench ...``
+    :func:`ascend_kv.demo.main` / :func:`ascend_kv.bench.main` with the remaining arguments.
+
+Importing :mod:`ascend_kv` first (as running this module does) makes ``import torch``
+survive torch_npu without CANN; see :mod:`ascend_kv.autoload`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from . import __version__, autoload, device, dispatch, support
+from .backends import npu
+
+AUTOLOAD_ADVICE = (
+    "torch_npu is installed but cannot load (the CANN runtime is missing or not set up), so a plain "
+    "`import torch` fails in this environment unless TORCH_DEVICE_BACKEND_AUTOLOAD=0 is set first; "
+    "ascend_kv works around it and runs on the fallback. To use the NPU, install CANN and "
+    "`source <CANN install dir>/set_env.sh` (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh); "
+    "on a host without an NPU, uninstall torch_npu or export TORCH_DEVICE_BACKEND_AUTOLOAD=0."
+)
+
+
+def _support_matrix(args: argparse.Namespace) -> int:
+    if args.soc is None:
+        if args.json:
+            lines = [
+                {"id": line.id, "name": line.name, "soc_names": line.soc_names,
+                 "ops": {op: line.supports(op) for op in support.OPERATIONS}}
+                for line in support.PRODUCT_LINES
+            ]
+            print(json.dumps({"operations": list(support.OPERATIONS), "product_lines": lines}, indent=2))
+        else:
+            print(support.markdown_table(), end="")
+        return 0
+    answer = support.soc_answer(args.soc)
+    line = support.product_line(args.soc)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif line is not None:
+        ops = ", ".join(f"{op} {'yes' if ok else 'no'}" for op, ok in answer["ops"].items())  # type: ignore[union-attr]
+        print(f"{args.soc.strip()}: {line.id} ({line.name}): {ops}")
+    if line is None:
+        families = "; ".join(f"{line.id}: {line.soc_names}" for line in support.PRODUCT_LINES)
+        print(f"ascend-kv: unknown SoC name {args.soc!r}. Known families: {families}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def info_report() -> dict[str, object]:
+    """Everything ``ascend-kv info`` reports, as a JSON-ready dict."""
+    imported = device.torch_npu()
+    runtime = device.npu_runtime()
+    soc, soc_source = device.host_soc()
+    line = support.product_line(soc) if soc is not None else None
+    library = npu.library()
+    if imported.version is None:
+        cann = {"loaded": False, "reason": "not checked: torch_npu (which loads CANN) is not installed"}
+    else:
+        cann = {"loaded": imported.module is not None, "reason": imported.reason}
+    requested = dispatch.requested_backend()
+    decisions = {op: dispatch.explain(op, backend=requested) for op in support.OPERATIONS}
+    return {
+        "ascend_kv": __version__,
+        "torch": torch.__version__,
+        "torch_npu": {"installed": imported.version, "loaded": imported.module is not None},
+        "cann": cann,
+        "torch_autoload_broken": "torch_npu" in autoload.failures,
+        "advice": AUTOLOAD_ADVICE if imported.version is not None and imported.module is None else None,
+        "npu": {"available": runtime.available, "device_count": runtime.device_count, "reason": runtime.reason},
+        "soc": {"name": soc, "source": soc_source, "product_line": None if line is None else line.id},
+        "kernel_library": {"loaded": library.loaded, "path": library.path, "reason": library.reason},
+        "requested_backend": requested,
+        "device": next(iter(decisions.values())).device,
+        "ops": {op: {"backend": d.backend, "reason": d.reason} for op, d in decisions.items()},
+    }
+
+
+def _info(args: argparse.Namespace) -> int:
+    report = info_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    tnpu, cann, npu_state, soc, lib = (report[k] for k in ("torch_npu", "cann", "npu", "soc", "kernel_library"))
+    lines = [
+        f"ascend_kv       {report['ascend_kv']}",
+        f"torch           {report['torch']}",
+        f"torch_npu       {tnpu['installed'] or 'not installed'}" + ("" if tnpu["loaded"] else " (not loaded)"),
+        f"CANN runtime    {'loaded' if cann['loaded'] else 'not loaded: ' + str(cann['reason'])}",
+        f"NPU             {npu_state['device_count']} device(s)" if npu_state["available"]
+        else f"NPU             none: {npu_state['reason']}",
+        f"SoC             {soc['name']} ({soc['source']}), product line {soc['product_line']}" if soc["name"]
+        else "SoC             unknown (no NPU; set ASCEND_KV_SOC to ask about one)",
+        f"kernel library  {'loaded from ' + lib['path'] if lib['loaded'] else 'not loaded: ' + lib['reason']}",
+        f"backend         {report['requested_backend']} (ASCEND_KV_BACKEND / use_backend), tensors on {report['device']}",
+    ]
+    for op, decision in report["ops"].items():  # type: ignore[union-attr]
+        runs = decision["backend"] or "cannot run"
+        lines.append(f"{op:<24}{runs}: {decision['reason']}")
+    if report["advice"]:
+        lines.append(f"note: {report['advice']}")
+    print("\n".join(lines))
+    return 0
+
+
+def _delegate(module: str, argv: Sequence[str]) -> int:
+    result = importlib.import_module(module).main(list(argv))
+    return int(result or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``ascend-kv``."""
+    parser = argparse.ArgumentParser(
+        prog="ascend-kv", description="ATB KVCacheOperation and PagedCacheLoadOperation for Ascend NPUs."
+    )
+    parser.add_argument("--version", action="version", version=f"ascend_kv {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    matrix = commands.add_parser("support-matrix", help="which product lines / SoCs the kernels support")
+    matrix.add_argument("--soc", metavar="NAME", help="answer for one SoC name, e.g. Ascend910B3")
+    matrix.add_argument("--json", action="store_true", help="machine-readable output")
+    info = commands.add_parser("info", help="runtime, SoC, kernel library, and which backend runs each op")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    for name, text in (("demo", "both operations on realistic shapes, checked"), ("bench", "benchmarks")):
+        sub = commands.add_parser(name, help=text, add_help=False, prefix_chars="\0")
+        sub.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``ascend-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command in ("demo", "bench"):
+        return _delegate(f"ascend_kv.{args.command}", args.args)
+    try:
+        return _support_matrix(args) if args.command == "support-matrix" else _info(args)
+    except ValueError as error:  # a bad ASCEND_KV_BACKEND, for example
+        print(f"ascend-kv: {error}", file=sys.stderr)
+        return 2
