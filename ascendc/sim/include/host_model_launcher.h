@@ -41,7 +41,8 @@ inline std::string CheckRegions(const GmRegion* regions, size_t n)
         if (regions[i].base == nullptr && regions[i].bytes != 0)
             return std::string("GM region '") + regions[i].name + "' has a null base and " +
                    std::to_string(regions[i].bytes) + " bytes";
-        for (size_t j = 0; j < i; ++j) {
+        for (size_t j = 0; j < i && regions[i].bytes != 0; ++j) {
+            if (regions[j].bytes == 0) continue;
             auto a0 = reinterpret_cast<uintptr_t>(regions[i].base), a1 = a0 + regions[i].bytes;
             auto b0 = reinterpret_cast<uintptr_t>(regions[j].base), b1 = b0 + regions[j].bytes;
             if (a0 < b1 && b0 < a1)
@@ -79,9 +80,7 @@ inline int Launch(uint32_t numBlocks, uint32_t ubBytes, const GmRegion* regions,
     }
     st.active = true;
     st.regions.assign(regions, regions + n);
-    st.shadows.assign(n, GmShadow{});
-    for (size_t i = 0; i < n; ++i)
-        if (regions[i].writable) st.shadows[i].access.assign(regions[i].bytes, 0);
+    st.spans.assign(n, std::vector<GmSpan>{});
     st.blockNum = numBlocks;
 
     int status = kLaunchOk;
@@ -109,11 +108,16 @@ inline int Launch(uint32_t numBlocks, uint32_t ubBytes, const GmRegion* regions,
             msg = "unknown C++ exception";
         }
     }
-    if (status != kLaunchOk)
-        CopyMessage("core " + std::to_string(core - 1) + " of " + std::to_string(numBlocks) + ": " + msg, err, errLen);
+    if (status != kLaunchOk) {
+        msg = "core " + std::to_string(core - 1) + " of " + std::to_string(numBlocks) + ": " + msg;
+    } else {
+        msg = CrossCoreRaces();
+        if (!msg.empty()) status = kLaunchModelError;
+    }
+    CopyMessage(msg, err, errLen);
     st.core = CoreState{};
     st.regions.clear();
-    st.shadows.clear();
+    st.spans.clear();
     st.active = false;
     return status;
 }

@@ -73,10 +73,11 @@ struct BlockAccess {
     std::array<uint64_t, kEngines> readOp{}; // latest read op per engine, 0 = none
 };
 
-// Per byte of a writable region, in this launch: low byte = core that wrote it (+1), high byte =
-// core that read it (+1; 0xFF = several cores).
-struct GmShadow {
-    std::vector<uint16_t> access;
+// GM bytes [begin, end) of a writable region touched by one core in this launch.
+struct GmSpan {
+    uint64_t begin, end;
+    int64_t core;
+    bool write;
 };
 
 struct CoreState {
@@ -103,7 +104,7 @@ struct CoreState {
 
 struct LaunchState {
     std::vector<GmRegion> regions;
-    std::vector<GmShadow> shadows;
+    std::vector<std::vector<GmSpan>> spans; // per region; writable regions only
     int64_t blockNum = 1;
     bool active = false;
     CoreState core;
@@ -133,9 +134,9 @@ inline int FindRegion(const void* p)
     return -1;
 }
 
-// Record that the current core touches GM bytes [p, p+bytes) of region r. A byte written by one
-// core and read or written by another core in the same launch is a cross-core race on hardware
-// (cores run concurrently there, in turn here). Inputs (not writable) may be read by any core.
+// Record that the current core touches GM bytes [p, p+bytes) of region r. Inputs (not writable)
+// may be read by any core and never written. For writable regions the spans are kept (merged with
+// the previous span of the same kind when contiguous) for CrossCoreRaces at the end of the launch.
 inline void GmTouch(int r, const void* p, uint64_t bytes, bool write, const char* what)
 {
     if (r < 0 || bytes == 0) return;
@@ -149,26 +150,44 @@ inline void GmTouch(int r, const void* p, uint64_t bytes, bool write, const char
         }
         return;
     }
-    auto& acc = st.shadows[r].access;
-    const uint16_t me = static_cast<uint16_t>(std::min<int64_t>(st.core.blockIdx + 1, 254));
-    for (uint64_t i = off; i < off + bytes; ++i) {
-        uint16_t w = acc[i] & 0xFF, rd = acc[i] >> 8;
-        if (w != 0 && w != me) {
-            Fail(what, ": cross-core race on GM tensor '", reg.name, "' byte ", i, ": written by core ", int(w) - 1,
-                 " and ", write ? "written" : "read", " by core ", st.core.blockIdx,
-                 " in the same launch (cores run concurrently on hardware)");
-        }
-        if (write) {
-            if (rd != 0 && rd != me) {
-                Fail(what, ": cross-core race on GM tensor '", reg.name, "' byte ", i, ": read by core ",
-                     rd == 0xFF ? std::string("(several)") : std::to_string(int(rd) - 1), " and written by core ",
-                     st.core.blockIdx, " in the same launch (cores run concurrently on hardware)");
-            }
-            acc[i] = static_cast<uint16_t>((acc[i] & 0xFF00) | me);
-        } else if (rd != me) {
-            acc[i] = static_cast<uint16_t>((acc[i] & 0x00FF) | ((rd == 0 ? me : 0xFF) << 8));
+    auto& v = st.spans[r];
+    if (!v.empty()) {
+        GmSpan& last = v.back();
+        if (last.core == st.core.blockIdx && last.write == write && last.end == off) {
+            last.end = off + bytes;
+            return;
         }
     }
+    v.push_back(GmSpan{off, off + bytes, st.core.blockIdx, write});
+}
+
+// A GM byte written by one core and read or written by another core in the same launch is a
+// race on hardware (cores run concurrently there, in turn here). Returns "" or a description.
+inline std::string CrossCoreRaces()
+{
+    auto& st = State();
+    for (size_t r = 0; r < st.spans.size(); ++r) {
+        std::vector<GmSpan> v = st.spans[r];
+        std::sort(v.begin(), v.end(), [](const GmSpan& x, const GmSpan& y) { return x.begin < y.begin; });
+        std::vector<GmSpan> open;
+        for (const GmSpan& x : v) {
+            open.erase(std::remove_if(open.begin(), open.end(), [&](const GmSpan& y) { return y.end <= x.begin; }),
+                       open.end());
+            for (const GmSpan& y : open) {
+                if (y.core != x.core && (x.write || y.write)) {
+                    uint64_t a = std::max(x.begin, y.begin), b = std::min(x.end, y.end);
+                    std::ostringstream os;
+                    os << "cross-core race on GM tensor '" << st.regions[r].name << "' bytes [" << a << ", " << b
+                       << "): " << (y.write ? "written" : "read") << " by core " << y.core << " and "
+                       << (x.write ? "written" : "read") << " by core " << x.core
+                       << " in the same launch (cores run concurrently on hardware)";
+                    return os.str();
+                }
+            }
+            open.push_back(x);
+        }
+    }
+    return "";
 }
 
 // ---- engine ordering -------------------------------------------------------------------------
@@ -183,7 +202,9 @@ inline uint64_t Issue(Engine e)
 }
 
 // Engine e (op number op) accesses UB bytes [ubOff, ubOff+bytes).
-inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool write, const std::string& what)
+// `op` and `owner` name the API call and the UB buffer in a failure message.
+inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool write, const char* api,
+                     const std::string& owner)
 {
     if (bytes == 0) return;
     auto& c = Core();
@@ -193,7 +214,7 @@ inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool
     for (uint32_t b = first; b <= last; ++b) {
         BlockAccess& a = c.blocks[b];
         if (a.writer >= 0 && a.writer != me && seen[a.writer] < a.writeOp) {
-            Fail(what, ": ", EngineName(e), " ", write ? "writes" : "reads", " UB bytes [", b * kBlockBytes, ", ",
+            Fail(api, " on ", owner, ": ", EngineName(e), " ", write ? "writes" : "reads", " UB bytes [", b * kBlockBytes, ", ",
                  (b + 1) * kBlockBytes, ") still being written by ", EngineName(static_cast<Engine>(a.writer)),
                  " (no SetFlag/WaitFlag<HardEvent::", EngineName(static_cast<Engine>(a.writer)), "_", EngineName(e),
                  ">, queue EnQue/DeQue or PipeBarrier<PIPE_ALL> orders them)");
@@ -201,7 +222,7 @@ inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool
         if (write) {
             for (int q = 0; q < kEngines; ++q) {
                 if (q != me && a.readOp[q] != 0 && seen[q] < a.readOp[q]) {
-                    Fail(what, ": ", EngineName(e), " overwrites UB bytes [", b * kBlockBytes, ", ",
+                    Fail(api, " on ", owner, ": ", EngineName(e), " overwrites UB bytes [", b * kBlockBytes, ", ",
                          (b + 1) * kBlockBytes, ") still being read by ", EngineName(static_cast<Engine>(q)),
                          " (no SetFlag/WaitFlag<HardEvent::", EngineName(static_cast<Engine>(q)), "_",
                          EngineName(e), ">, queue FreeTensor/AllocTensor or PipeBarrier<PIPE_ALL> orders them)");

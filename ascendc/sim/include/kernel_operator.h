@@ -315,7 +315,7 @@ public:
         CheckIndex(index, "LocalTensor::GetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
         host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), false,
-                             "LocalTensor::GetValue on " + buf_->owner);
+                             "LocalTensor::GetValue", buf_->owner);
         T v;
         std::memcpy(&v, Bytes() + index * sizeof(T), sizeof(T));
         return v;
@@ -327,7 +327,7 @@ public:
         CheckIndex(index, "LocalTensor::SetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
         host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), true,
-                             "LocalTensor::SetValue on " + buf_->owner);
+                             "LocalTensor::SetValue", buf_->owner);
         T v = static_cast<T>(value);
         std::memcpy(Bytes() + index * sizeof(T), &v, sizeof(T));
     }
@@ -753,8 +753,7 @@ void CopyIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const CopySha
     const uint8_t* g = reinterpret_cast<const uint8_t*>(src.base_ + src.off_);
     for (uint32_t i = 0; i < s.count; ++i) {
         uint32_t ub = static_cast<uint32_t>(dst.UbOffset() + i * s.ubPitch);
-        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true,
-                 std::string(op) + " into " + dst.buf_->owner);
+        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true, op, dst.buf_->owner);
         GmTouch(src.region_, g + i * s.gmPitch, s.gmLen, false, op);
         std::memcpy(Core().ub + ub + s.ubData, g + i * s.gmPitch, s.gmLen);
     }
@@ -771,7 +770,7 @@ void CopyOut(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const CopySh
     for (uint32_t i = 0; i < s.count; ++i) {
         uint32_t ub = static_cast<uint32_t>(src.UbOffset() + i * s.ubPitch);
         UbAccess(Engine::MTE3, opNo, ub + static_cast<uint32_t>(s.ubData), static_cast<uint32_t>(s.gmLen), false,
-                 std::string(op) + " from " + src.buf_->owner);
+                 op, src.buf_->owner);
         GmTouch(dst.region_, g + i * s.gmPitch, s.gmLen, true, op);
         std::memcpy(g + i * s.gmPitch, Core().ub + ub + s.ubData, s.gmLen);
     }

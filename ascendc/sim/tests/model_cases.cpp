@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -241,6 +241,8 @@ extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t 
         DataCopyPad(t, s, DataCopyExtParams(1, 20, 0, 0, 0), DataCopyPadExtParams<int32_t>(true, 0, 9, 0));
     } else if (c == "pad_len_not_elem") {
         DataCopyPad(t, s, DataCopyExtParams(1, 6, 0, 0, 0), DataCopyPadExtParams<int32_t>(false, 0, 0, 0));
+    } else if (c == "cpp_exception") {
+        throw std::runtime_error("boom");
     } else if (c == "getvalue_ub_oob") {
         (void)t.GetValue(kTile);
     } else {
