@@ -108,7 +108,7 @@ def _info(args: argparse.Namespace) -> int:
         f"SoC             {soc['name']} ({soc['source']}), product line {soc['product_line']}" if soc["name"]
         else "SoC             unknown (no NPU; set ASCEND_KV_SOC to ask about one)",
         f"kernel library  {'loaded from ' + lib['path'] if lib['loaded'] else 'not loaded: ' + lib['reason']}",
-        f"backend         {report['requested_backend']} (ASCEND_KV_BACKEND / use_backend), tensors on {report['device']}",
+        f"backend         {report['requested_backend']} requested, tensors on {report['device']}",
     ]
     for op, decision in report["ops"].items():  # type: ignore[union-attr]
         runs = decision["backend"] or "cannot run"

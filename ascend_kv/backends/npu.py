@@ -6,9 +6,9 @@ PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
 loaded once, lazily, after torch_npu (which it links against).
 
-The metadata goes to the op as the call's host ``int64`` arrays (CPU tensors): the binding
-computes the tiling from them on the host, then copies metadata and tiling to the device in
-one transfer before the launch, on torch_npu's current stream.
+Per call, the call's host ``int64`` metadata arrays go to the device in one copy (views of
+one tensor feed the kernel's pointers); the binding computes the tiling on the host from the
+shapes, copies it over, and queues the launch on torch_npu's current stream.
 """
 
 from __future__ import annotations
@@ -80,21 +80,29 @@ def library() -> LibraryStatus:
     return LibraryStatus(True, str(path), None)
 
 
-def _host(values: np.ndarray) -> torch.Tensor:
-    """A host int64 array as a CPU tensor (no copy when already contiguous int64)."""
-    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Host int64 arrays as int64 tensors on ``device``: one transfer, one view per array (same shapes)."""
+    flat = np.concatenate([np.ravel(a).astype(np.int64, copy=False) for a in arrays])
+    on_device = torch.from_numpy(flat).to(device)
+    views, start = [], 0
+    for a in arrays:
+        views.append(on_device[start : start + a.size].view(a.shape))
+        start += a.size
+    return views
 
 
 def kv_cache(call: KvCacheCall) -> None:
     """Run a validated ``kv_cache`` call on the NPU kernels (writes ``call.past``)."""
-    getattr(torch.ops, NAMESPACE).kv_cache(
-        call.new_kv, call.past, call.layer_id, _host(call.seq_len), _host(call.read_start), _host(call.write_start)
-    )
+    seq_len, read_start, write_start = to_device([call.seq_len, call.read_start, call.write_start], call.past.device)
+    getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv, call.past, call.layer_id, seq_len, read_start, write_start)
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
     """Run a validated ``paged_cache_load`` call on the NPU kernels (writes ``call.key``, ``call.value``)."""
+    table, lens, out_start, first_column = to_device(
+        [call.block_table, call.lens, call.out_start, call.first_column], call.key_cache.device
+    )
     getattr(torch.ops, NAMESPACE).paged_cache_load(
-        call.key_cache, call.value_cache, call.key, call.value, _host(call.block_table), _host(call.lens),
-        _host(call.out_start), _host(call.first_column), int(call.layout),
+        call.key_cache, call.value_cache, call.key, call.value, table, lens, out_start, first_column,
+        call.num_tokens, int(call.layout),
     )
