@@ -112,22 +112,30 @@ def _cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "ascend_kv"
 
 
-def build() -> Path:
-    """Compile the host library unless a build of the same sources and command is cached."""
+def _build_plan() -> tuple[list[str], list[Path], Path]:
+    """``(compile command without sources and output, translation units, cached library path)``."""
     root = source_root()
     units, inputs = _sources(root)
-    compiler = _compiler()
-    command = [*shlex.split(compiler), *_FLAGS, f"-I{root / 'sim' / 'include'}", f"-I{root}"]
+    command = [*shlex.split(_compiler()), *_FLAGS, f"-I{root / 'sim' / 'include'}", f"-I{root}"]
     digest = hashlib.sha256("\0".join(command).encode())
     for path in inputs:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    cache = _cache_dir()
-    target = cache / f"libascend_kv_sim-{digest.hexdigest()[:20]}.so"
+    return command, units, _cache_dir() / f"libascend_kv_sim-{digest.hexdigest()[:20]}.so"
+
+
+def library_path() -> Path:
+    """Where the build of the current sources and command is (or will be) cached."""
+    return _build_plan()[2]
+
+
+def build() -> Path:
+    """Compile the host library unless a build of the same sources and command is cached."""
+    command, units, target = _build_plan()
     if target.is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     # Build under a private name, then rename: a concurrent build or load never sees a partial file.
-    fd, partial = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=cache)
+    fd, partial = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
         result = subprocess.run(
