@@ -1,4 +1,18 @@
-"""KV cache write as one scatter of whole rows into the chosen layer."""
+"""KV cache write: each batch entry's new rows into ``past[layer_id]``, by the fastest way that applies.
+
+Paths, chosen in this order (measured on the benchmark, see docs/benchmarks.md):
+
+``native``
+    Host tensors, the compiled copier built, rows contiguous and ``past`` rows not
+    overlapping: one C call copies every run (one ``memcpy`` per batch entry).
+``slices``
+    Runs of at least :data:`SLICE_MIN_ROWS` rows on average: one ``copy_`` per batch entry.
+``rows``
+    ``past[layer_id]`` viewable as ``[batch * max_seq_len, hidden]``: one ``index_copy_`` with
+    precomputed row numbers (on 8-byte elements when the rows allow it).
+``scatter``
+    Anything else: one ``index_put_`` of whole rows, which honours any strides.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +21,82 @@ import torch
 
 from ascend_kv.calls import KvCacheCall
 
+from . import native
+from .runs import KvRuns, kv_runs, within_run
+from .strides import non_overlapping, rows_contiguous
+from .wide import same_width_views
+
+#: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_``.
+SLICE_MIN_ROWS = 16
+
+
+def path(call: KvCacheCall) -> str:
+    """The name of the path :func:`kv_cache` takes for ``call``."""
+    layer = call.past[call.layer_id]
+    if (
+        native.usable(call.new_kv, layer)
+        and rows_contiguous(call.new_kv)
+        and layer.stride(2) == 1
+        and non_overlapping(layer)
+    ):
+        return "native"
+    if call.ntokens >= SLICE_MIN_ROWS * np.count_nonzero(call.seq_len):
+        return "slices"
+    if _flat_rows(layer) is not None:
+        return "rows"
+    return "scatter"
+
 
 def kv_cache(call: KvCacheCall) -> None:
     """Write ``call.new_kv`` ``[ntokens, hidden]`` into ``call.past[layer_id]`` in place.
 
-    Token ``t`` of batch entry ``b`` lands at ``past[layer_id, b, write_start[b] + t - read_start[b]]``;
-    the scatter honours any strides of ``past``.
+    Token ``t`` of batch entry ``b`` lands at
+    ``past[layer_id, b, write_start[b] + t - read_start[b]]``; every path honours the
+    strides of ``new_kv`` and ``past``.
     """
     if call.ntokens == 0:
         return
-    batch = len(call.seq_len)
-    entry = np.repeat(np.arange(batch, dtype=np.int64), call.seq_len)            # [ntokens]
-    position = np.repeat(call.write_start - call.read_start, call.seq_len)       # [ntokens]
-    position += np.arange(call.ntokens, dtype=np.int64)
-    device = call.past.device
+    runs = kv_runs(call)
     layer = call.past[call.layer_id]                                             # [batch, max_seq_len, hidden]
-    layer.index_put_(
-        (torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), call.new_kv
+    way = path(call)
+    if way == "native":
+        _native(call.new_kv, layer, runs)
+    elif way == "slices":
+        for b, first, start, rows in zip(*(a.tolist() for a in runs)):
+            layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
+    elif way == "rows":
+        flat = _flat_rows(layer)
+        dst, src = same_width_views(flat, call.new_kv)
+        index = torch.from_numpy(_destination_rows(runs, layer.shape[1])).to(layer.device)
+        dst.index_copy_(0, index, src)
+    else:
+        entry = np.repeat(runs.entry, runs.rows)
+        position = _destination_rows(runs, 0)
+        device = layer.device
+        layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), call.new_kv)
+
+
+def _native(new_kv: torch.Tensor, layer: torch.Tensor, runs: KvRuns) -> None:
+    size = new_kv.element_size()
+    native.copy_runs(
+        new_kv,
+        layer,
+        src_offset=runs.read_start * (new_kv.stride(0) * size),
+        dst_offset=(runs.entry * layer.stride(0) + runs.write_start * layer.stride(1)) * size,
+        items=runs.rows,
+        item_bytes=layer.shape[2] * size,
+        steps=(new_kv.stride(0) * size, layer.stride(1) * size),
     )
+
+
+def _flat_rows(layer: torch.Tensor) -> torch.Tensor | None:
+    """``layer`` ``[batch, max_seq_len, hidden]`` as a ``[batch * max_seq_len, hidden]`` view, if it is one."""
+    try:
+        return layer.view(-1, layer.shape[2])
+    except RuntimeError:
+        return None
+
+
+def _destination_rows(runs: KvRuns, row_block: int) -> np.ndarray:
+    """``entry * row_block + position`` of every new row, in ``new_kv`` order ``[ntokens]``."""
+    return np.repeat(runs.entry * row_block + runs.write_start, runs.rows) + within_run(runs.rows)

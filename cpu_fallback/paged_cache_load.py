@@ -1,6 +1,24 @@
-"""Paged cache load as one gather of whole token rows per cache."""
+"""Paged cache load: every (batch entry, block) run of tokens into the outputs, by the fastest way that applies.
+
+Each cache is gathered into its output on its own, by the first path that applies
+(measured on the benchmark, see docs/benchmarks.md):
+
+``native``
+    Host tensors, the compiled copier built, token rows (ND) or 32-byte fractal rows (NZ)
+    contiguous, output rows contiguous and not overlapping: one C call copies every run.
+``slices``
+    Runs of at least :data:`SLICE_MIN_ROWS` tokens on average: one ``copy_`` per run (NZ: of
+    the run's ``[T // E, rows, E]`` piece, transposed).
+``rows`` (ND only)
+    The cache viewable as ``[num_blocks * block_size, row]`` and the written output rows
+    contiguous: one ``index_select`` with precomputed token rows straight into the output.
+``gather``
+    Anything else: one advanced-indexing gather and one assignment, which honour any strides.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -8,31 +26,94 @@ import torch
 from ascend_kv.calls import PagedLoadCall
 from ascend_kv.params import KvCacheCfg
 
+from . import native
+from .runs import BlockRuns, block_runs, token_rows
+from .strides import non_overlapping, rows_contiguous
+from .wide import same_width_views
 
-def token_sources(call: PagedLoadCall) -> tuple[np.ndarray, np.ndarray]:
-    """``(block, slot)`` of every gathered token, in output-row order; each ``[num_tokens]`` int64."""
-    batch = len(call.lens)
-    entry = np.repeat(np.arange(batch, dtype=np.int64), call.lens)                 # [num_tokens]
-    first_token = np.repeat(call.out_start - call.first_row, call.lens)            # [num_tokens]
-    j = np.arange(call.num_tokens, dtype=np.int64) - first_token                   # token index within its entry
-    column = np.repeat(call.first_column, call.lens) + j // call.block_size
-    return call.block_table[entry, column], j % call.block_size
+#: Mean tokens per run from which a ``copy_`` per run beats one indexed gather.
+SLICE_MIN_ROWS = 16
+
+ND = KvCacheCfg.K_CACHE_V_CACHE_ND
 
 
-def _gather(cache: torch.Tensor, block: torch.Tensor, slot: torch.Tensor, layout: KvCacheCfg) -> torch.Tensor:
-    """Token rows ``[n, num_heads, head_size]`` (ND) or ``[n, T]`` (NZ) of ``cache``."""
-    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
-        return cache[block, slot]
-    return cache[block, :, slot, :].reshape(len(block), -1)
+def paths(call: PagedLoadCall) -> tuple[str, str]:
+    """The names of the paths :func:`paged_cache_load` takes for the key and the value."""
+    mean_rows = call.num_tokens / max(1, int(np.sum(-(-call.lens // call.block_size))))
+    return (
+        _path(call.layout, call.key_cache, call.key, mean_rows),
+        _path(call.layout, call.value_cache, call.value, mean_rows),
+    )
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
     """Gather every requested token of both caches into ``call.key`` and ``call.value``."""
     if call.num_tokens == 0:
         return
-    block, slot = token_sources(call)
-    device = call.key_cache.device
-    block_t, slot_t = torch.from_numpy(block).to(device), torch.from_numpy(slot).to(device)
+    runs = block_runs(call)
     rows = slice(call.first_row, call.first_row + call.num_tokens)
-    call.key[rows] = _gather(call.key_cache, block_t, slot_t, call.layout)
-    call.value[rows] = _gather(call.value_cache, block_t, slot_t, call.layout)
+    for way, cache, out in zip(paths(call), (call.key_cache, call.value_cache), (call.key, call.value)):
+        if way == "native":
+            _native(call.layout, cache, out, runs)
+        elif way == "slices":
+            _slices(call.layout, cache, out, runs)
+        elif way == "rows":
+            src, dst = same_width_views(_flat_tokens(cache), out[rows].flatten(1))
+            index = torch.from_numpy(token_rows(runs, call.block_size)).to(cache.device)
+            torch.index_select(src, 0, index, out=dst)
+        else:
+            out[rows] = _gather(call.layout, cache, runs, call.block_size)
+
+
+def _path(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, mean_rows: float) -> str:
+    items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
+    if native.usable(cache, out) and items_contiguous and rows_contiguous(out) and non_overlapping(out):
+        return "native"
+    if mean_rows >= SLICE_MIN_ROWS:
+        return "slices"
+    if layout == ND and _flat_tokens(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
+        return "rows"
+    return "gather"
+
+
+def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
+    size = cache.element_size()
+    row_step = out.stride(0) * size
+    common = dict(src_offset=runs.block * (cache.stride(0) * size), dst_offset=runs.out_start * row_step, items=runs.rows)
+    if layout == ND:
+        native.copy_runs(cache, out, **common, item_bytes=_row_numel(out) * size, steps=(cache.stride(1) * size, row_step))
+    else:
+        fractal = cache.shape[3] * size                                          # 32 bytes
+        native.copy_runs(
+            cache, out, **common, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
+            pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
+        )
+
+
+def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
+    for block, start, rows in zip(*(a.tolist() for a in runs)):
+        if layout == ND:
+            out[start : start + rows].copy_(cache[block, :rows])
+        else:                                                                    # [rows, T//E, E] <- [T//E, rows, E]
+            out[start : start + rows].unflatten(1, (cache.shape[1], cache.shape[3])).copy_(cache[block, :, :rows].transpose(0, 1))
+
+
+def _row_numel(out: torch.Tensor) -> int:
+    return math.prod(out.shape[1:])
+
+
+def _flat_tokens(cache: torch.Tensor) -> torch.Tensor | None:
+    """An ND cache as a ``[num_blocks * block_size, row]`` view, if it is one."""
+    try:
+        return cache.view(cache.shape[0] * cache.shape[1], -1)
+    except RuntimeError:
+        return None
+
+
+def _gather(layout: KvCacheCfg, cache: torch.Tensor, runs: BlockRuns, block_size: int) -> torch.Tensor:
+    """Token rows ``[n, num_heads, head_size]`` (ND) or ``[n, T]`` (NZ) of ``cache``, in output order."""
+    token = torch.from_numpy(token_rows(runs, block_size)).to(cache.device)
+    block, slot = token // block_size, token % block_size
+    if layout == ND:
+        return cache[block, slot]
+    return cache[block, :, slot, :].reshape(len(token), -1)

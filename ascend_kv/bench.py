@@ -1,0 +1,379 @@
+"""``ascend-kv bench``: both operations on named workloads, against ``Tensor.copy_`` of the same bytes.
+
+For every workload, dtype and backend: the median time of the public call, the GB/s of bytes
+moved (read + write), the ratio to ``copy_`` of the same number of bytes (a contiguous tensor
+into a preallocated one) timed in the same rounds, and the speed-up over the literal reference
+(:mod:`ascend_kv.reference`). The op, ``copy_`` and the reference run interleaved, round by
+round, so a busy machine slows all of them alike. Also the per-call time of a decode step
+against a bare ``index_copy_`` of the same rows with precomputed indices.
+
+Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--backends fallback,sim]
+[--dtypes float16,int8] [--only SUBSTRING] [--tiny] [--json PATH] [--plot PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import checks, reference
+from .dispatch import BackendUnavailableError, use_backend
+from .ops import kv_cache, paged_cache_load
+from .params import KvCacheCfg
+
+ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
+
+#: Targets of issue 5, as a fraction of ``copy_`` throughput, by workload kind.
+TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named call shape. ``tokens`` and ``hidden`` are per op (see :func:`build`)."""
+
+    name: str
+    kind: str                 #: decode, prefill, paged-nd or paged-nz
+    batch: int
+    tokens: int               #: new tokens (kv_cache) or cached tokens (paged) per sequence
+    heads: int = 8
+    head_size_k: int = 128
+    head_size_v: int = 128
+    block_size: int = 128
+
+    @property
+    def op(self) -> str:
+        return "kv_cache" if self.kind in ("decode", "prefill") else "paged_cache_load"
+
+
+def workloads(tiny: bool = False) -> list[Workload]:
+    """The fixed workload list; ``tiny`` shrinks every shape (same names) for smoke tests."""
+    full = [
+        Workload("decode 64x1 h1024", "decode", 64, 1, 8, 128),
+        Workload("decode 64x1 h4096", "decode", 64, 1, 32, 128),
+        Workload("decode 256x1 h1024", "decode", 256, 1, 8, 128),
+        Workload("decode 256x1 h4096", "decode", 256, 1, 32, 128),
+        Workload("prefill 8x512 h1024", "prefill", 8, 512, 8, 128),
+        Workload("prefill 8x512 h4096", "prefill", 8, 512, 32, 128),
+        Workload("prefill 1x4096 h1024", "prefill", 1, 4096, 8, 128),
+        Workload("prefill 1x4096 h4096", "prefill", 1, 4096, 32, 128),
+        Workload("paged ND 8x2048 8x128", "paged-nd", 8, 2048, 8, 128, 128),
+        Workload("paged ND 8x2048 MLA 512+64", "paged-nd", 8, 2048, 1, 512, 64),
+        Workload("paged NZ 8x2048 8x128", "paged-nz", 8, 2048, 8, 128, 128),
+        Workload("paged NZ 8x2048 MLA 512+64", "paged-nz", 8, 2048, 1, 512, 64),
+    ]
+    if not tiny:
+        return full
+    return [
+        Workload(w.name, w.kind, min(w.batch, 4), max(1, w.tokens // 128), max(1, w.heads // 8),
+                 w.head_size_k // 2, w.head_size_v // 2, 16)
+        for w in full
+    ]
+
+
+@dataclass
+class Call:
+    """One workload built for one dtype: the public call, the reference and the bytes moved."""
+
+    run: Callable[[], object]
+    reference: Callable[[], object]
+    bytes_moved: int          #: bytes read + bytes written
+    path: Callable[[], str]   #: the fallback's path(s) for this call
+
+
+def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if dtype == torch.int8:
+        return torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
+    """Tensors for workload ``w`` in ``dtype`` (the cache and the new rows / outputs)."""
+    from .cpu_fallback.kv_cache import path as kv_path
+    from .cpu_fallback.paged_cache_load import paths as paged_paths
+
+    g = torch.Generator().manual_seed(seed)
+    if w.op == "kv_cache":
+        hidden = w.heads * w.head_size_k
+        max_seq_len = w.tokens if w.kind == "prefill" else 64
+        past = _payload((1, w.batch, max_seq_len, hidden), dtype, g)
+        new_kv = _payload((w.batch * w.tokens, hidden), dtype, g)
+        seq_len = torch.full((w.batch,), w.tokens, dtype=torch.int32)
+        if w.kind == "prefill":
+            offset = torch.full((w.batch,), w.tokens, dtype=torch.int32)
+        else:
+            offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
+        args = (new_kv, 0, past, offset, seq_len)
+        return Call(
+            run=lambda: kv_cache(*args),
+            reference=lambda: reference.kv_cache(*args),
+            bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
+            path=lambda: kv_path(checks.check_kv_cache(*args)),
+        )
+    layout = ND if w.kind == "paged-nd" else NZ
+    per_seq = -(-w.tokens // w.block_size)
+    num_blocks = w.batch * per_seq
+    table = torch.randperm(num_blocks, generator=g).view(w.batch, per_seq).to(torch.int32)
+    lens = torch.full((w.batch,), w.tokens, dtype=torch.int32)
+    caches, outputs = [], []
+    for head_size in (w.head_size_k, w.head_size_v):
+        row = w.heads * head_size
+        e = 32 // dtype.itemsize
+        shape = (num_blocks, w.block_size, w.heads, head_size) if layout == ND else (num_blocks, row // e, w.block_size, e)
+        caches.append(_payload(shape, dtype, g))
+        outputs.append(torch.zeros((w.batch * w.tokens, w.heads, head_size) if layout == ND else (w.batch * w.tokens, row),
+                                   dtype=dtype))
+    kwargs = {"kv_cache_cfg": layout, "key": outputs[0], "value": outputs[1]}
+    args = (caches[0], caches[1], table, lens)
+    return Call(
+        run=lambda: paged_cache_load(*args, **kwargs),
+        reference=lambda: reference.paged_cache_load(*args, **kwargs),
+        bytes_moved=2 * sum(o.numel() * o.element_size() for o in outputs),
+        path=lambda: "/".join(sorted(set(paged_paths(checks.check_paged_cache_load(
+            *args, layout, False, None, outputs[0], outputs[1]))))),
+    )
+
+
+def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: dict[str, int]) -> dict[str, list[float]]:
+    """Seconds per call of each function, timed round by round (function ``k`` in ``repeats[k]`` rounds)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(max(repeats.values())):
+        for name, fn in fns.items():
+            if round_ < repeats[name]:
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _copy_of(nbytes: int) -> Callable[[], object]:
+    """``copy_`` of a contiguous tensor moving ``nbytes`` (read + write) into a preallocated one."""
+    src = torch.ones(nbytes // 2, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: int, repeats: int,
+            reference_repeats: int) -> list[dict]:
+    """One result row per backend for workload ``w`` in ``dtype``."""
+    call = build(w, dtype)
+    fns: dict[str, Callable[[], object]] = {"copy_": _copy_of(call.bytes_moved)}
+    unavailable = {}
+    for name in backends:
+        fns[name] = _on_backend(name, call.run)
+        try:
+            fns[name]()
+        except BackendUnavailableError as error:
+            unavailable[name] = str(error)
+            del fns[name]
+    counts = {name: repeats for name in fns}
+    if reference_repeats:
+        fns["reference"] = call.reference
+        counts["reference"] = reference_repeats
+    times = interleaved(fns, warmup, counts)
+    copy_s = statistics.median(times["copy_"])
+    ref_s = statistics.median(times["reference"]) if reference_repeats else None
+    rows = [{"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "backend": name, "unavailable": why}
+            for name, why in unavailable.items()]
+    for name in (n for n in backends if n in fns):
+        median = statistics.median(times[name])
+        rows.append({
+            "workload": w.name, "kind": w.kind, "op": w.op, "dtype": str(dtype).removeprefix("torch."),
+            "backend": name, "path": call.path() if name == "fallback" else None,
+            "bytes_moved": call.bytes_moved, "median_s": median, "min_s": min(times[name]),
+            "gb_per_s": call.bytes_moved / median / 1e9,
+            "copy_median_s": copy_s, "copy_gb_per_s": call.bytes_moved / copy_s / 1e9,
+            "ratio_to_copy": copy_s / median, "target_ratio_to_copy": TARGETS.get(w.kind),
+            "reference_median_s": ref_s, "reference_repeats": reference_repeats,
+            "speedup_over_reference": None if ref_s is None else ref_s / median,
+        })
+    return rows
+
+
+def _on_backend(name: str, run: Callable[[], object]) -> Callable[[], object]:
+    def on_backend() -> object:
+        with use_backend(name):
+            return run()
+    return on_backend
+
+
+def decode_overhead(warmup: int, repeats: int, calls: int = 20) -> dict:
+    """Per-call time of the public ``kv_cache`` for the smallest decode workload vs a bare ``index_copy_``.
+
+    Both write the same 64 rows of 1024 float16 values; the bare call gets its row numbers
+    precomputed. Each timing is ``calls`` back-to-back calls, ``repeats`` interleaved rounds.
+    """
+    w = workloads()[0]
+    g = torch.Generator().manual_seed(1)
+    hidden, max_seq_len = w.heads * w.head_size_k, 64
+    past = _payload((1, w.batch, max_seq_len, hidden), torch.float16, g)
+    new_kv = _payload((w.batch, hidden), torch.float16, g)
+    offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
+    seq_len = torch.ones(w.batch, dtype=torch.int32)
+    rows = torch.arange(w.batch) * max_seq_len + offset.long() - 1
+    flat = past[0].view(-1, hidden)
+
+    def many(fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                fn()
+        return run
+
+    fns = {
+        "public kv_cache": many(_on_backend("fallback", lambda: kv_cache(new_kv, 0, past, offset, seq_len))),
+        "checks only": many(lambda: checks.check_kv_cache(new_kv, 0, past, offset, seq_len)),
+        "bare index_copy_": many(lambda: flat.index_copy_(0, rows, new_kv)),
+    }
+    times = interleaved(fns, warmup, dict.fromkeys(fns, repeats))
+    per_call = {name: statistics.median(t) / calls for name, t in times.items()}
+    return {
+        "workload": w.name, "dtype": "float16",
+        "per_call_s": per_call,
+        "ratio_to_index_copy": per_call["public kv_cache"] / per_call["bare index_copy_"],
+        "target_ratio_to_index_copy": 2.0,
+    }
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    from .cpu_fallback import native
+
+    return {
+        "cpu": model, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "native_copier": native.AVAILABLE,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def format_table(rows: list[dict], overhead: dict | None) -> str:
+    """The results as a fixed-width text table."""
+    head = f"{'workload':28} {'dtype':8} {'backend':9} {'path':14} {'median ms':>10} {'GB/s':>7} {'x copy_':>8} " \
+           f"{'target':>6} {'x ref':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "unavailable" in r:
+            lines.append(f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} unavailable: {r['unavailable']}")
+            continue
+        target = f"{r['target_ratio_to_copy']:.1f}" if r["target_ratio_to_copy"] else "-"
+        speedup = f"{r['speedup_over_reference']:.1f}" if r["speedup_over_reference"] is not None else "-"
+        lines.append(
+            f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['path'] or '-':14} {r['median_s'] * 1e3:10.3f} "
+            f"{r['gb_per_s']:7.2f} {r['ratio_to_copy']:8.2f} {target:>6} {speedup:>8}"
+        )
+    if overhead:
+        per = overhead["per_call_s"]
+        lines.append("")
+        lines.append(f"small-call overhead ({overhead['workload']}, float16), per call:")
+        lines.extend(f"  {name:18} {t * 1e6:8.1f} us" for name, t in per.items())
+        lines.append(f"  public / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} (target <= 2)")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """A bar chart of the ratio to ``copy_`` per workload and dtype, with the targets."""
+    rows = [r for r in rows if "unavailable" not in r]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise SystemExit(f"--plot needs matplotlib: pip install 'ascend_kv[bench]' ({error})") from error
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    labels = list(dict.fromkeys(f"{r['workload']} {r['dtype']}" for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(labels) * len(backends) + 1.5))
+    height = 0.8 / len(backends)
+    for i, backend in enumerate(backends):
+        ratio = {f"{r['workload']} {r['dtype']}": r["ratio_to_copy"] for r in rows if r["backend"] == backend}
+        ys = [j + i * height for j in range(len(labels))]
+        ax.barh(ys, [ratio.get(label, 0.0) for label in labels], height=height, label=backend)
+    for value, style in ((0.8, "--"), (0.5, ":")):
+        ax.axvline(value, color="gray", linestyle=style, linewidth=1)
+    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(labels))], labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput / Tensor.copy_ of the same bytes (same run); targets 0.8 (prefill, ND) and 0.5 (NZ)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ascend-kv bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds; the median is reported (default 15)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="torch.set_num_threads for the whole run (default: all logical CPUs)")
+    parser.add_argument("--backends", default="fallback",
+                        help="comma-separated: fallback, sim (slow: a simulator), npu (default fallback)")
+    parser.add_argument("--dtypes", default="float16,int8", help="comma-separated (default float16,int8)")
+    parser.add_argument("--only", default="", help="run only workloads whose name contains this text")
+    parser.add_argument("--reference-repeats", type=int, default=3,
+                        help="timed rounds of the (slow, literal) reference per workload; 0 skips it (default 3)")
+    parser.add_argument("--tiny", action="store_true", help="shrink every workload (smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="also write a PNG bar chart (needs matplotlib)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if min(args.warmup, args.reference_repeats) < 0 or min(args.repeats, args.threads) < 1:
+        print("ascend-kv bench: --repeats and --threads must be >= 1, --warmup and --reference-repeats >= 0",
+              file=sys.stderr)
+        return 2
+    try:
+        dtypes = [DTYPES[name.strip()] for name in args.dtypes.split(",")]
+    except KeyError as error:
+        print(f"ascend-kv bench: --dtypes takes {', '.join(DTYPES)}, got {error.args[0]!r}", file=sys.stderr)
+        return 2
+    backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+    torch.set_num_threads(args.threads)
+    chosen = [w for w in workloads(args.tiny) if args.only in w.name]
+    print(f"ascend-kv bench: {len(chosen)} workloads x {len(dtypes)} dtypes, backends {', '.join(backends)}, "
+          f"threads {torch.get_num_threads()}, warmup {args.warmup}, repeats {args.repeats} (median), "
+          f"reference {args.reference_repeats} rounds" + (" (tiny shapes)" if args.tiny else ""), flush=True)
+    before = machine()
+    rows = []
+    for w in chosen:
+        for dtype in dtypes:
+            rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats))
+    overhead = decode_overhead(args.warmup, args.repeats) if "fallback" in backends and not args.tiny else None
+    print(format_table(rows, overhead))
+    result = {
+        "machine": before, "load_average_after": machine()["load_average"],
+        "settings": {"warmup": args.warmup, "repeats": args.repeats, "threads": torch.get_num_threads(),
+                     "reference_repeats": args.reference_repeats, "backends": backends, "tiny": args.tiny,
+                     "statistic": "median"},
+        "workloads": [asdict(w) for w in chosen], "results": rows, "decode_overhead": overhead,
+    }
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
