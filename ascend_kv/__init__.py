@@ -8,7 +8,6 @@ from .dispatch import BackendUnavailableError, FallbackWarning, explain, use_bac
 from .layout import nd_to_nz, nz_to_nd
 from .ops import KVCacheOperation, PagedCacheLoadOperation, kv_cache, paged_cache_load
 from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
-from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
 
 __version__ = "0.1.0"
