@@ -10,9 +10,15 @@ extras=${1:-}
 spec="$root"
 [ -n "$extras" ] && spec="$root[$extras]"
 stamp="$venv/.ascend_kv-installed-$extras"
+pip_install() {
+  # pip warns about every local mirror folder that lacks a package: keep only real messages.
+  "$venv/bin/python" -m pip install -q -c "$root/scripts/constraints-cpu.txt" "$@" \
+    2> >(grep -v "^WARNING: Location '" >&2)
+}
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q -c "$root/scripts/constraints-cpu.txt" "torch==2.13.0"
-  "$venv/bin/python" -m pip install -q -c "$root/scripts/constraints-cpu.txt" -e "$spec"
+  echo "installing ascend_kv${extras:+[$extras]} into $venv ..." >&2
+  pip_install -r "$root/scripts/constraints-cpu.txt"
+  pip_install -e "$spec"
   touch "$stamp"
 fi
 python="$venv/bin/python"
