@@ -1,0 +1,101 @@
+"""The NPU host binding compiles against torch's and torch_npu's own headers (no CANN here).
+
+torch_npu's wheel ships its headers and the ACL headers. The wheel matching the installed torch
+is downloaded once (``pip download --no-deps``, never installed) and its ``include`` folder is
+unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then
+``ascendc/host/torch_binding.cpp`` must pass ``g++ -fsyntax-only``, and our declarations of the
+generated kernel launchers must match the kernels' parameter lists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = ROOT / "ascendc" / "host"
+KERNELS = ROOT / "ascendc" / "kernels"
+TORCH_VERSION = torch.__version__.split("+")[0]  # torch_npu releases carry torch's version
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ASCEND_KV_CACHE_DIR") or Path.home() / ".cache" / "ascend_kv")
+
+
+@pytest.fixture(scope="module")
+def torch_npu_include() -> Path:
+    """``torch_npu/include`` of the torch_npu wheel matching torch, unpacked once into the cache."""
+    target = _cache_dir() / f"torch_npu-{TORCH_VERSION}"
+    include = target / "torch_npu" / "include"
+    if not (include / "torch_npu" / "csrc" / "core" / "npu" / "NPUStream.h").is_file():
+        with tempfile.TemporaryDirectory() as download:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                 f"torch_npu=={TORCH_VERSION}", "-d", download],
+                check=True,
+            )
+            (wheel,) = Path(download).glob("torch_npu-*.whl")
+            with zipfile.ZipFile(wheel) as archive:
+                members = [name for name in archive.namelist() if name.startswith("torch_npu/include/")]
+                archive.extractall(target, members)
+    return include
+
+
+def _syntax_check(source: Path, torch_npu_include: Path) -> subprocess.CompletedProcess[str]:
+    torch_include = Path(torch.__file__).parent / "include"
+    command = [
+        os.environ.get("CXX", "g++"), "-std=c++20", "-fsyntax-only", "-Werror=return-type",
+        f"-I{torch_include}", f"-I{torch_include / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-I{torch_npu_include}", f"-I{torch_npu_include / 'third_party' / 'acl' / 'inc'}",
+        f"-I{HOST}", str(source),
+    ]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_binding_compiles_against_torch_and_torch_npu_headers(torch_npu_include: Path) -> None:
+    result = _syntax_check(HOST / "torch_binding.cpp", torch_npu_include)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_a_wrong_launcher_call_does_not_compile(torch_npu_include: Path, tmp_path: Path) -> None:
+    """The check is not vacuous: the binding with one launcher argument dropped is rejected."""
+    source = (HOST / "torch_binding.cpp").read_text()
+    broken = source.replace("writeStart.data_ptr(), tilingDevice.data_ptr()", "tilingDevice.data_ptr()", 1)
+    assert broken != source
+    copy = tmp_path / "torch_binding.cpp"
+    copy.write_text(broken)
+    result = _syntax_check(copy, torch_npu_include)
+    assert result.returncode != 0 and "aclrtlaunch_kv_cache_kernel" in result.stderr
+
+
+def _kernel_parameters(kernel: str) -> list[str]:
+    """Parameter names of ``extern "C" ... void <kernel>(GM_ADDR a, ...)`` in ascendc/kernels/."""
+    for source in KERNELS.glob("*.cpp"):
+        code = re.sub(r"//[^\n]*", "", source.read_text())
+        match = re.search(rf'extern "C"[^;{{]*?void\s+{kernel}\s*\((.*?)\)\s*\{{', code, re.S)
+        if match:
+            return [p.split()[-1] for p in match.group(1).split(",")]
+    raise AssertionError(f"kernel {kernel} not found in {KERNELS}")
+
+
+def _launcher_parameters(kernel: str) -> list[str]:
+    """Parameter names of our declaration of ``aclrtlaunch_<kernel>``, after blockDim and stream."""
+    header = (HOST / "kernel_launch.h").read_text()
+    match = re.search(rf"aclrtlaunch_{kernel}\((.*?)\);", header, re.S)
+    assert match, f"aclrtlaunch_{kernel} is not declared in kernel_launch.h"
+    names = [p.split()[-1].lstrip("*") for p in match.group(1).split(",")]
+    assert names[:2] == ["blockDim", "stream"]
+    return names[2:]
+
+
+@pytest.mark.parametrize("kernel", ["kv_cache_kernel", "paged_cache_load_kernel"])
+def test_launcher_declarations_match_the_kernels(kernel: str) -> None:
+    assert _launcher_parameters(kernel) == _kernel_parameters(kernel)
