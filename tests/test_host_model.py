@@ -81,15 +81,20 @@ MISUSE = {
     "not_freed": (1, ["kernel returned with TQueBind<VECIN,VECOUT,1> #0 buffer 0 not freed"]),
     "use_after_free": (1, ["DataCopy", "buffer 0 used after FreeTensor"]),
     "use_while_enqueued": (1, ["DataCopy", "buffer 0 used while enqueued"]),
-    "raw_no_sync": (1, ["MTE3 reads UB bytes [0, 32) still being written by MTE2", "HardEvent::MTE2_MTE3"]),
-    "war_no_sync": (1, ["MTE2 overwrites UB bytes [0, 32) still being read by MTE3", "HardEvent::MTE3_MTE2"]),
-    "scalar_read_no_sync": (1, ["LocalTensor::GetValue", "S reads UB bytes", "written by MTE2", "MTE2_S"]),
+    "raw_no_sync": (1, ["MTE3 reads its bytes [0, 32) still being written by MTE2", "HardEvent::MTE2_MTE3"]),
+    "war_no_sync": (1, ["MTE2 overwrites its bytes [0, 32) still being read by MTE3", "HardEvent::MTE3_MTE2"]),
+    "scalar_read_no_sync": (1, ["LocalTensor::GetValue", "S reads its bytes", "written by MTE2", "MTE2_S"]),
     "write_input": (1, ["write into input GM tensor 'src' at byte 0"]),
     "setglobalbuffer_outside": (1, ["SetGlobalBuffer", "at byte 32 of GM tensor 'src'", "overruns the allocation"]),
     "cross_core_race": (2, ["cross-core race on GM tensor 'dst' bytes [0, 128)", "core 0", "core 1"]),
     "pad_over_32": (1, ["DataCopyPad", "rightPadding 9 elements exceed 32 bytes"]),
     "pad_len_not_elem": (1, ["DataCopyPad", "blockLen 6 bytes is not a whole number of 4-byte elements"]),
     "getvalue_ub_oob": (1, ["LocalTensor::GetValue: index 256 out of bounds", "256 elements"]),
+    "gm_misaligned": (1, ["DataCopy: GM address of tensor 'src'", "not aligned to the 4-byte element type"]),
+    "vecin_copy_out": (1, ["DataCopy on TQue<VECIN,1>", "MTE3 reads its bytes [0, 32)", "written by MTE2"]),
+    "cube_event": (1, ["SetFlag<HardEvent::MTE3_MTE1>: event not available on a vector core"]),
+    "second_tpipe": (1, ["a second TPipe object on one core"]),
+    "position_limit": (1, ["InitBuffer(TQue<VECIN,1>, num=3)", "would hold 9 buffers; at most 8 per position"]),
 }
 
 
@@ -111,7 +116,7 @@ def test_model_stops_before_the_bad_access_writes(driver: Path) -> None:
     assert run(driver, "gm_write_oob")["dst0"] == "11111111"
 
 
-@pytest.mark.parametrize("case", ["scalar_read_synced", "barrier_all"])
+@pytest.mark.parametrize("case", ["scalar_read_synced", "barrier_all", "vv_flag_is_a_barrier", "alloc_event_id"])
 def test_ordered_accesses_are_accepted(driver: Path, case: str) -> None:
     out = run(driver, case)
     assert (out["rc"], out["msg"]) == (OK, "")

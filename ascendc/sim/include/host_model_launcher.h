@@ -115,7 +115,8 @@ inline int Launch(uint32_t numBlocks, uint32_t ubBytes, const GmRegion* regions,
         if (!msg.empty()) status = kLaunchModelError;
     }
     CopyMessage(msg, err, errLen);
-    st.core = CoreState{};
+    st.core.flags.clear();
+    st.core.deferred.clear();
     st.regions.clear();
     st.spans.clear();
     st.active = false;

@@ -202,9 +202,10 @@ inline uint64_t Issue(Engine e)
 }
 
 // Engine e (op number op) accesses UB bytes [ubOff, ubOff+bytes).
-// `op` and `owner` name the API call and the UB buffer in a failure message.
+// `api` and `owner` name the API call and the UB buffer (which starts at UB byte `ownerBase`) in a
+// failure message.
 inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool write, const char* api,
-                     const std::string& owner)
+                     const std::string& owner, uint32_t ownerBase)
 {
     if (bytes == 0) return;
     auto& c = Core();
@@ -214,16 +215,16 @@ inline void UbAccess(Engine e, uint64_t op, uint32_t ubOff, uint32_t bytes, bool
     for (uint32_t b = first; b <= last; ++b) {
         BlockAccess& a = c.blocks[b];
         if (a.writer >= 0 && a.writer != me && seen[a.writer] < a.writeOp) {
-            Fail(api, " on ", owner, ": ", EngineName(e), " ", write ? "writes" : "reads", " UB bytes [", b * kBlockBytes, ", ",
-                 (b + 1) * kBlockBytes, ") still being written by ", EngineName(static_cast<Engine>(a.writer)),
+            Fail(api, " on ", owner, ": ", EngineName(e), " ", write ? "writes" : "reads", " its bytes [",
+                 b * kBlockBytes - ownerBase, ", ", (b + 1) * kBlockBytes - ownerBase, ") still being written by ", EngineName(static_cast<Engine>(a.writer)),
                  " (no SetFlag/WaitFlag<HardEvent::", EngineName(static_cast<Engine>(a.writer)), "_", EngineName(e),
                  ">, queue EnQue/DeQue or PipeBarrier<PIPE_ALL> orders them)");
         }
         if (write) {
             for (int q = 0; q < kEngines; ++q) {
                 if (q != me && a.readOp[q] != 0 && seen[q] < a.readOp[q]) {
-                    Fail(api, " on ", owner, ": ", EngineName(e), " overwrites UB bytes [", b * kBlockBytes, ", ",
-                         (b + 1) * kBlockBytes, ") still being read by ", EngineName(static_cast<Engine>(q)),
+                    Fail(api, " on ", owner, ": ", EngineName(e), " overwrites its bytes [",
+                         b * kBlockBytes - ownerBase, ", ", (b + 1) * kBlockBytes - ownerBase, ") still being read by ", EngineName(static_cast<Engine>(q)),
                          " (no SetFlag/WaitFlag<HardEvent::", EngineName(static_cast<Engine>(q)), "_",
                          EngineName(e), ">, queue FreeTensor/AllocTensor or PipeBarrier<PIPE_ALL> orders them)");
                 }
@@ -258,15 +259,24 @@ inline void BarrierAll()
 inline void ResetCore(int64_t blockIdx, uint32_t ubBytes, uint8_t garbage)
 {
     auto& c = Core();
+    std::unique_ptr<uint8_t[]> storage = std::move(c.ubStorage); // reused when the size matches
+    uint8_t* ub = c.ub;
+    uint32_t had = c.ubBytes;
+    std::vector<BlockAccess> blocks = std::move(c.blocks);
     c = CoreState{};
+    if (!storage || had != ubBytes) {
+        storage.reset(new uint8_t[ubBytes + kBlockBytes]);
+        uintptr_t raw = reinterpret_cast<uintptr_t>(storage.get());
+        ub = reinterpret_cast<uint8_t*>((raw + kBlockBytes - 1) / kBlockBytes * kBlockBytes);
+    }
+    c.ubStorage = std::move(storage);
+    c.ub = ub;
     c.blockIdx = blockIdx;
     c.ubBytes = ubBytes;
     c.garbage = garbage;
-    c.ubStorage.reset(new uint8_t[ubBytes + kBlockBytes]);
-    uintptr_t raw = reinterpret_cast<uintptr_t>(c.ubStorage.get());
-    c.ub = reinterpret_cast<uint8_t*>((raw + kBlockBytes - 1) / kBlockBytes * kBlockBytes);
     std::memset(c.ub, garbage, ubBytes);
-    c.blocks.assign((ubBytes + kBlockBytes - 1) / kBlockBytes, BlockAccess{});
+    blocks.assign((ubBytes + kBlockBytes - 1) / kBlockBytes, BlockAccess{});
+    c.blocks = std::move(blocks);
 }
 
 } // namespace host_model

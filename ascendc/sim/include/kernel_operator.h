@@ -11,7 +11,8 @@
 //     allocator behind TPipe::InitBuffer (lengths rounded up to 32 B), at most 8 buffers per
 //     position, fresh buffers filled with a garbage byte (0xA5 unless the launcher says otherwise)
 //     on every AllocTensor and InitBuffer(TBuf).
-//   - DataCopy / DataCopyPad: UB side 32-byte aligned, count*sizeof(T) a multiple of 32 B,
+//   - DataCopy / DataCopyPad: UB side 32-byte aligned, GM side aligned to sizeof(T),
+//     count*sizeof(T) a multiple of 32 B,
 //     blockCount <= 4095, blockLen <= 65535 (32-byte units) / <= 2097151 bytes (DataCopyPad),
 //     units of lengths and gaps as documented, every UB byte inside the tensor, every GM element
 //     inside the buffer given to SetGlobalBuffer (reads and writes, and GetValue/SetValue).
@@ -22,13 +23,18 @@
 //     while it is enqueued, tensors still allocated when the kernel returns.
 //   - SetFlag/WaitFlag: ids 0..7, a WaitFlag needs an earlier SetFlag (same event, same id), a
 //     second SetFlag before the WaitFlag is an error, none left unwaited when the kernel returns.
+//     As in the real API, HardEvent::V_V is a PIPE_V barrier (SetFlag) and a no-op (WaitFlag),
+//     and the cube-only events (MTE1/M/FIX pairs ignored on a vector core) do nothing; other
+//     cube-side events are rejected.
 //   - Engine ordering inside a core, as vector clocks over the S, V, MTE2 and MTE3 pipes: an engine
 //     that reads or overwrites UB bytes another engine wrote or read must be ordered after it by
 //     SetFlag/WaitFlag<HardEvent::X_Y>, by a queue (EnQue->DeQue: producer->consumer, FreeTensor->
-//     AllocTensor: consumer->producer; VECIN: MTE2->V, VECOUT: V->MTE3, VECIN bound to VECOUT:
-//     MTE2->MTE3) or by PipeBarrier<PIPE_ALL>. Scalar GetValue/SetValue on UB are S-pipe accesses.
+//     AllocTensor: consumer->producer; TQue<VECIN>: MTE2->V, TQue<VECOUT>: V->MTE3, TQueBind<VECIN,
+//     VECOUT>: MTE2->MTE3, the events the real queues use) or by PipeBarrier<PIPE_ALL>. Scalar
+//     GetValue/SetValue on UB are S-pipe accesses (they need e.g. MTE2_S after a DataCopy in).
+//     Tracked per 32-byte UB block.
 //   - Cores: a GM byte written by one core and read or written by another core in the same
-//     launch is reported as a cross-core race (per byte, writable allocations only).
+//     launch is reported as a cross-core race when the launch ends (writable allocations only).
 //
 // What it does NOT model:
 //   - True concurrency: cores run one after another, each core's engines run in program order;
@@ -125,7 +131,6 @@ inline bool EventEngines(HardEvent e, Engine& src, Engine& dst)
         case HardEvent::V_MTE2: src = Engine::V; dst = Engine::MTE2; return true;
         case HardEvent::MTE3_V: src = Engine::MTE3; dst = Engine::V; return true;
         case HardEvent::V_MTE3: src = Engine::V; dst = Engine::MTE3; return true;
-        case HardEvent::V_V: src = Engine::V; dst = Engine::V; return true;
         case HardEvent::MTE3_MTE2: src = Engine::MTE3; dst = Engine::MTE2; return true;
         case HardEvent::MTE2_MTE3: src = Engine::MTE2; dst = Engine::MTE3; return true;
         case HardEvent::S_V: src = Engine::S; dst = Engine::V; return true;
@@ -290,10 +295,29 @@ struct QueueImpl {
     }
 };
 
-inline void PositionEngines(TPosition src, TPosition dst, Engine& producer, Engine& consumer)
+// The engines a queue orders, as the real API picks its events (GetQueEvt): GM -> UB (TQue<VECIN>)
+// EnQue is MTE2_V, UB -> GM (TQue<VECOUT>) V_MTE3, UB -> UB (TQueBind<VECIN, VECOUT>) MTE2_MTE3;
+// FreeTensor signals the reverse event.
+inline void QueueEngines(TPosition src, TPosition dst, Engine& producer, Engine& consumer)
 {
-    producer = (src == TPosition::VECIN) ? Engine::MTE2 : Engine::V;
-    consumer = (dst == TPosition::VECOUT) ? Engine::MTE3 : Engine::V;
+    if (src == TPosition::GM) {
+        producer = Engine::MTE2;
+        consumer = Engine::V;
+    } else if (dst == TPosition::GM) {
+        producer = Engine::V;
+        consumer = Engine::MTE3;
+    } else {
+        producer = Engine::MTE2;
+        consumer = Engine::MTE3;
+    }
+}
+
+// The logical ends of TQue<pos> (as in the real API): VECIN is GM -> VECIN, VECOUT is VECOUT -> GM.
+constexpr TPosition QueEnd(TPosition pos, bool isSrc)
+{
+    return pos == TPosition::VECIN ? (isSrc ? TPosition::GM : TPosition::VECIN)
+           : pos == TPosition::VECOUT ? (isSrc ? TPosition::VECOUT : TPosition::GM)
+                                      : pos;
 }
 
 } // namespace host_model
@@ -315,7 +339,7 @@ public:
         CheckIndex(index, "LocalTensor::GetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
         host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), false,
-                             "LocalTensor::GetValue", buf_->owner);
+                             "LocalTensor::GetValue", buf_->owner, buf_->ubOffset);
         T v;
         std::memcpy(&v, Bytes() + index * sizeof(T), sizeof(T));
         return v;
@@ -327,7 +351,7 @@ public:
         CheckIndex(index, "LocalTensor::SetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
         host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), true,
-                             "LocalTensor::SetValue", buf_->owner);
+                             "LocalTensor::SetValue", buf_->owner, buf_->ubOffset);
         T v = static_cast<T>(value);
         std::memcpy(Bytes() + index * sizeof(T), &v, sizeof(T));
     }
@@ -487,12 +511,11 @@ class TQueBind {
 public:
     __aicore__ inline TQueBind()
     {
-        impl_.name = std::string(src == dst ? "TQue<" : "TQueBind<") + host_model::PositionName(src) +
-                     (src == dst ? "" : std::string(",") + host_model::PositionName(dst)) + "," +
-                     std::to_string(depth) + ">";
-        impl_.position = src;
+        impl_.name = std::string("TQueBind<") + host_model::PositionName(src) + "," + host_model::PositionName(dst) +
+                     "," + std::to_string(depth) + ">";
+        impl_.position = src == TPosition::GM ? dst : src; // the UB end
         impl_.depth = depth;
-        host_model::PositionEngines(src, dst, impl_.producer, impl_.consumer);
+        host_model::QueueEngines(src, dst, impl_.producer, impl_.consumer);
     }
     TQueBind(const TQueBind&) = delete;
     TQueBind& operator=(const TQueBind&) = delete;
@@ -528,7 +551,13 @@ public:
 };
 
 template <TPosition pos, int32_t depth, auto mask = 0>
-class TQue : public TQueBind<pos, pos, depth, mask> {};
+class TQue : public TQueBind<host_model::QueEnd(pos, true), host_model::QueEnd(pos, false), depth, mask> {
+public:
+    __aicore__ inline TQue()
+    {
+        this->impl_.name = std::string("TQue<") + host_model::PositionName(pos) + "," + std::to_string(depth) + ">";
+    }
+};
 
 template <TPosition pos = TPosition::LCM>
 class TBuf {
@@ -730,6 +759,9 @@ template <typename T>
 void CheckGmSide(const GlobalTensor<T>& g, const CopyShape& s, const char* op, const char* dir)
 {
     if (!g.set_) Fail(op, ": GlobalTensor used before SetGlobalBuffer");
+    if (reinterpret_cast<uintptr_t>(g.base_ + g.off_) % sizeof(T) != 0 || s.gmPitch % sizeof(T) != 0)
+        Fail(op, ": GM address of ", g.Describe(), " offset ", g.off_, " (block pitch ", s.gmPitch,
+             " bytes) is not aligned to the ", sizeof(T), "-byte element type");
     uint64_t extentBytes = (static_cast<uint64_t>(s.count) - 1) * s.gmPitch + s.gmLen;
     uint64_t endElem = g.off_ + (extentBytes + sizeof(T) - 1) / sizeof(T);
     if (g.off_ > g.size_ || endElem > g.size_) {
@@ -753,7 +785,8 @@ void CopyIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const CopySha
     const uint8_t* g = reinterpret_cast<const uint8_t*>(src.base_ + src.off_);
     for (uint32_t i = 0; i < s.count; ++i) {
         uint32_t ub = static_cast<uint32_t>(dst.UbOffset() + i * s.ubPitch);
-        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true, op, dst.buf_->owner);
+        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true, op, dst.buf_->owner,
+                 dst.buf_->ubOffset);
         GmTouch(src.region_, g + i * s.gmPitch, s.gmLen, false, op);
         std::memcpy(Core().ub + ub + s.ubData, g + i * s.gmPitch, s.gmLen);
     }
@@ -770,7 +803,7 @@ void CopyOut(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const CopySh
     for (uint32_t i = 0; i < s.count; ++i) {
         uint32_t ub = static_cast<uint32_t>(src.UbOffset() + i * s.ubPitch);
         UbAccess(Engine::MTE3, opNo, ub + static_cast<uint32_t>(s.ubData), static_cast<uint32_t>(s.gmLen), false,
-                 op, src.buf_->owner);
+                 op, src.buf_->owner, src.buf_->ubOffset);
         GmTouch(dst.region_, g + i * s.gmPitch, s.gmLen, true, op);
         std::memcpy(g + i * s.gmPitch, Core().ub + ub + s.ubData, s.gmLen);
     }
@@ -893,7 +926,7 @@ template <HardEvent event>
 __aicore__ inline void SetFlag(int32_t eventID)
 {
     using namespace host_model;
-    if (IgnoredOnVectorCore(event)) return;
+    if (IgnoredOnVectorCore(event) || event == HardEvent::V_V) return; // V_V: a barrier on PIPE_V
     Engine from, to;
     if (!EventEngines(event, from, to))
         Fail("SetFlag<HardEvent::", HardEventName(event), ">: event not available on a vector core");
@@ -912,7 +945,7 @@ template <HardEvent event>
 __aicore__ inline void WaitFlag(int32_t eventID)
 {
     using namespace host_model;
-    if (IgnoredOnVectorCore(event)) return;
+    if (IgnoredOnVectorCore(event) || event == HardEvent::V_V) return; // V_V: nothing to wait for
     Engine from, to;
     if (!EventEngines(event, from, to))
         Fail("WaitFlag<HardEvent::", HardEventName(event), ">: event not available on a vector core");

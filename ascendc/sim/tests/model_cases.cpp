@@ -241,6 +241,37 @@ extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t 
         DataCopyPad(t, s, DataCopyExtParams(1, 20, 0, 0, 0), DataCopyPadExtParams<int32_t>(true, 0, 9, 0));
     } else if (c == "pad_len_not_elem") {
         DataCopyPad(t, s, DataCopyExtParams(1, 6, 0, 0, 0), DataCopyPadExtParams<int32_t>(false, 0, 0, 0));
+    } else if (c == "vv_flag_is_a_barrier") {
+        SetFlag<HardEvent::V_V>(EVENT_ID0); // a PIPE_V barrier: needs no WaitFlag
+    } else if (c == "gm_misaligned") {
+        GlobalTensor<int32_t> g;
+        g.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src + 2), 64);
+        DataCopy(t, g, 32);
+    } else if (c == "vecin_copy_out") {
+        TQue<QuePosition::VECIN, 1> in;
+        pipe.InitBuffer(in, 1, 128);
+        LocalTensor<int32_t> x = in.AllocTensor<int32_t>();
+        DataCopy(x, s, 32);
+        in.EnQue(x);
+        x = in.DeQue<int32_t>(); // orders MTE2 -> V only
+        DataCopy(d, x, 32);      // MTE3 is not ordered after the copy in
+        in.FreeTensor(x);
+    } else if (c == "alloc_event_id") {
+        TEventID id = pipe.AllocEventID<HardEvent::MTE2_MTE3>();
+        DataCopy(t, s, 32);
+        SetFlag<HardEvent::MTE2_MTE3>(id);
+        WaitFlag<HardEvent::MTE2_MTE3>(id);
+        DataCopy(d, t, 32);
+        pipe.ReleaseEventID<HardEvent::MTE2_MTE3>(id);
+    } else if (c == "cube_event") {
+        SetFlag<HardEvent::MTE3_MTE1>(EVENT_ID0);
+    } else if (c == "second_tpipe") {
+        TPipe another;
+    } else if (c == "position_limit") {
+        TQue<QuePosition::VECIN, 1> a, b, e;
+        pipe.InitBuffer(a, 2, 32);
+        pipe.InitBuffer(b, 2, 32);
+        pipe.InitBuffer(e, 3, 32); // 2 (q) + 2 + 2 + 3 = 9 VECIN buffers
     } else if (c == "cpp_exception") {
         throw std::runtime_error("boom");
     } else if (c == "getvalue_ub_oob") {
