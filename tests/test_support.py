@@ -1,0 +1,107 @@
+"""The support matrix and SoC-name rules (HARDWARE.md), and the README's copy of the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ascend_kv import support
+
+BOTH = {"KVCacheOperation": True, "PagedCacheLoadOperation": True}
+NEITHER = {"KVCacheOperation": False, "PagedCacheLoadOperation": False}
+
+# (SoC name as the runtime or a user may spell it, product line id or None)
+NAMES = [
+    # Atlas A2: "Ascend910B" followed by more characters
+    *[(n, "atlas-a2") for n in ["Ascend910B1", "Ascend910B2", "Ascend910B2C", "Ascend910B3", "Ascend910B4",
+                                "Ascend910B4-1"]],
+    # Atlas A3
+    *[(f"Ascend910_93{s}", "atlas-a3") for s in ["91", "92", "81", "82", "72", "62", "63"]],
+    # Atlas 350
+    ("Ascend950PR_9579", "atlas-350"), ("Ascend950DT_9582", "atlas-350"), ("Ascend910_9579", "atlas-350"),
+    # first-generation Ascend 910, including exactly "Ascend910B"
+    *[(n, "atlas-training") for n in ["Ascend910A", "Ascend910ProA", "Ascend910ProB", "Ascend910PremiumA",
+                                      "Ascend910B"]],
+    # Ascend 310P, including virtualised names
+    *[(f"Ascend310P{i}", "atlas-inference") for i in range(1, 8)],
+    ("ascend310p3vir02", "atlas-inference"),
+    # Ascend 310B
+    *[(f"Ascend310B{i}", "atlas-200i-500-a2") for i in range(1, 5)],
+    # unknown: never guessed
+    ("Ascend910", None), ("Ascend910_9", None), ("Ascend310", None), ("Ascend", None), ("", None),
+    ("910B3", None), ("Ascend 910B3", None), ("cpu", None), ("Atlas A2", None),
+]
+
+
+@pytest.mark.parametrize(("soc", "line"), NAMES)
+def test_product_line_of_each_soc_name(soc: str, line: str | None) -> None:
+    found = support.product_line(soc)
+    assert (found.id if found else None) == line
+    expected_ops = BOTH if line in ("atlas-a2", "atlas-a3") else NEITHER
+    assert support.soc_answer(soc) == {"soc": soc, "product_line": line, "ops": expected_ops}
+    for op in support.OPERATIONS:
+        assert support.is_supported(op, soc) is expected_ops[op]
+
+
+@pytest.mark.parametrize(("soc", "line"), [(s, line) for s, line in NAMES if s])
+@pytest.mark.parametrize("spell", [str.lower, str.upper, lambda s: f"  {s}\t", lambda s: f"\n{s.swapcase()} "])
+def test_odd_spellings_match_like_the_canonical_name(soc: str, line: str | None, spell) -> None:  # noqa: ANN001
+    odd = spell(soc)
+    found = support.product_line(odd)
+    assert (found.id if found else None) == line
+    assert support.soc_answer(odd)["soc"] == odd  # echoed as given
+
+
+@given(st.text(alphabet="0123456789ABCDEFGHPRTabcdefghprt_-", max_size=8))
+def test_any_suffix_after_ascend910b_is_a2_and_exactly_ascend910b_is_first_generation(suffix: str) -> None:
+    line = support.product_line("Ascend910B" + suffix)
+    assert line is not None and line.id == ("atlas-a2" if suffix else "atlas-training")
+
+
+def test_matrix_is_the_seed_table() -> None:
+    assert support.matrix() == {
+        "atlas-350": NEITHER,
+        "atlas-a3": BOTH,
+        "atlas-a2": BOTH,
+        "atlas-training": NEITHER,
+        "atlas-inference": NEITHER,
+        "atlas-200i-500-a2": NEITHER,
+    }
+
+
+def test_every_rule_names_a_known_line_and_prefix_rules_never_overlap() -> None:
+    ids = {line.id for line in support.PRODUCT_LINES}
+    assert {p.line for p in support.SOC_PATTERNS} == ids
+    prefixes = [p.text for p in support.SOC_PATTERNS if not p.exact]
+    for a in prefixes:
+        for b in prefixes:
+            assert a == b or not b.startswith(a), (a, b)
+    assert all(p.text == p.text.strip().lower() for p in support.SOC_PATTERNS)
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="op must be one of KVCacheOperation, PagedCacheLoadOperation, got 'kv'"):
+        support.is_supported("kv", "Ascend910B3")
+    with pytest.raises(TypeError, match="soc must be a str, got int"):
+        support.product_line(910)  # type: ignore[arg-type]
+
+
+def test_markdown_table_has_a_row_per_line_from_the_data() -> None:
+    rows = support.markdown_table().splitlines()
+    assert rows[0] == "| Product line | id | SoC names | KVCacheOperation | PagedCacheLoadOperation |"
+    assert len(rows) == 2 + len(support.PRODUCT_LINES)
+    for row, line in zip(rows[2:], support.PRODUCT_LINES):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[:2] == [line.name, f"`{line.id}`"]
+        assert cells[3:] == ["yes" if line.supports(op) else "no" for op in support.OPERATIONS]
+
+
+def test_readme_contains_exactly_the_generated_table() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert support.markdown_table() in readme, (
+        "README.md's support table differs from ascend_kv.support.markdown_table(); paste its output:\n"
+        + support.markdown_table()
+    )
