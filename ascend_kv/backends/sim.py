@@ -4,7 +4,7 @@ The kernel sources are built with the system C++ compiler against the host model
 AscendC API (``ascendc/sim/include/kernel_operator.h``) into a shared library, on first use,
 and cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``) by a hash of the
 sources and the build command, so an edited source is rebuilt. It is a test instrument: never
-chosen automatically, CPU tensors only, and an error reported by the host model (a kernel
+chosen automatically, CPU tensors only (the dispatcher sees to that), and an error reported by the host model (a kernel
 breaking an API rule) is a bug, raised as ``RuntimeError`` with the model's message.
 
 Settings, read on every call:
@@ -173,14 +173,6 @@ def library() -> ctypes.CDLL:
 # ----------------------------------------------------------------------------- calls
 
 
-def _require_host(tensors: dict[str, torch.Tensor]) -> None:
-    for name, tensor in tensors.items():
-        if tensor.device.type != "cpu":
-            raise BackendUnavailableError(
-                f"backend 'sim' runs the kernels on the host and takes CPU tensors, got {name} on {tensor.device}"
-            )
-
-
 def _int64(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int64)
 
@@ -206,8 +198,10 @@ def _run(entry: str, *args: object) -> None:
 
 
 def kv_cache(call: KvCacheCall) -> None:
-    """Run ``kv_cache_kernel`` on the host; writes ``call.past`` in place."""
-    _require_host({"new_kv": call.new_kv, "past": call.past})
+    """Run ``kv_cache_kernel`` on the host; writes ``call.past`` in place.
+
+    Strided tensors run on contiguous copies (the result is copied back into ``call.past``).
+    """
     past = call.past if call.past.is_contiguous() else call.past.contiguous()
     new_kv = call.new_kv.contiguous()
     layers, batch, max_seq_len, hidden = past.shape
@@ -223,8 +217,10 @@ def kv_cache(call: KvCacheCall) -> None:
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
-    """Run ``paged_cache_load_kernel`` on the host; writes ``call.key`` and ``call.value`` in place."""
-    _require_host({"key_cache": call.key_cache, "value_cache": call.value_cache, "key": call.key, "value": call.value})
+    """Run ``paged_cache_load_kernel`` on the host; writes ``call.key`` and ``call.value`` in place.
+
+    Strided tensors run on contiguous copies (results are copied back into the outputs).
+    """
     key_cache, value_cache = call.key_cache.contiguous(), call.value_cache.contiguous()
     key = call.key if call.key.is_contiguous() else call.key.contiguous()
     value = call.value if call.value.is_contiguous() else call.value.contiguous()
