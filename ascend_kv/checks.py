@@ -94,7 +94,7 @@ def index_values(name: str, value: object, ndim: int = 1) -> np.ndarray:
     if tensor.dim() != ndim:
         doc = "a 1-D tensor [batch]" if ndim == 1 else "a 2-D tensor [batch, max_blocks]"
         raise ValueError(f"{name} must be {doc}, got shape {tuple(tensor.shape)}")
-    return tensor.detach().cpu().numpy().astype(np.int64, copy=False)
+    return tensor.numpy(force=True).astype(np.int64, copy=False)  # force: detach and copy to the host
 
 
 def require_length(name: str, values: np.ndarray, expected: int, why: str) -> None:
@@ -112,13 +112,13 @@ def require_all(name: str, ok: np.ndarray, values: np.ndarray, rule: str) -> Non
 
 def exclusive_prefix_sum(values: np.ndarray) -> np.ndarray:
     """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
-    starts = np.zeros_like(values)
-    np.cumsum(values[:-1], out=starts[1:])
-    return starts
+    return np.cumsum(values) - values
 
 
 def int_argument(name: str, value: object) -> int:
     """A Python int, a numpy integer or a one-element integer tensor, as an int."""
+    if type(value) is int:  # the common case, without the ABC check below
+        return value
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             raise TypeError(f"{name} must be an int or an integer tensor, got {_describe(value)}")
@@ -186,7 +186,7 @@ def check_kv_cache(
     if new_hidden != hidden:
         what = "new_kv.shape[1]" if new_kv.dim() == 2 else "new_kv.shape[2] * new_kv.shape[3]"
         raise ValueError(f"{what} = {new_hidden} must equal hidden = {hidden} (past.shape[3])")
-    tokens = new_kv.reshape(-1, hidden)
+    tokens = new_kv if new_kv.dim() == 2 else new_kv.reshape(-1, hidden)
 
     layer = int_argument("layer_id", layer_id)
     if not 0 <= layer < layers:
