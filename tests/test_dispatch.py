@@ -77,10 +77,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
     """Controls for the fake environment: NPU or not, SoC name, library loaded or not."""
     state = SimpleNamespace(on_npu=False, library=False)
     monkeypatch.setattr(runtime, "is_npu", lambda device: state.on_npu)
-    monkeypatch.setattr(
-        npu, "library",
-        lambda: npu.LibraryStatus(state.library, "/fake/libascend_kv_npu.so", None if state.library else "no such library here"),
-    )
+    def library() -> npu.LibraryStatus:
+        return npu.LibraryStatus(state.library, "/fake/lib.so", None if state.library else "no such library here")
+
+    monkeypatch.setattr(npu, "library", library)
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
     monkeypatch.setattr(dispatch, "_warned", set())
     yield state
@@ -196,7 +196,8 @@ def test_library_reason_names_the_missing_file(monkeypatch: pytest.MonkeyPatch, 
         npu.library.cache_clear()
         monkeypatch.setattr(runtime, "torch_npu", lambda: runtime.TorchNpu(None, None, "ModuleNotFoundError: x"))
         status = npu.library()
-        assert not status.loaded and "torch_npu is not loaded" in status.reason and "ModuleNotFoundError: x" in status.reason
+        assert not status.loaded and "torch_npu is not loaded" in status.reason
+        assert "ModuleNotFoundError: x" in status.reason
     finally:
         npu.library.cache_clear()
 
