@@ -327,6 +327,80 @@ constexpr TPosition QueEnd(TPosition pos, bool isSrc)
 __aicore__ inline int64_t GetBlockIdx() { return host_model::Core().blockIdx; }
 __aicore__ inline int64_t GetBlockNum() { return host_model::State().blockNum; }
 
+// ---- model state of the tensor classes (private to them; reached through Access) ---------------
+
+namespace host_model {
+
+// The model's view of a kernel object: its private member m_. Only the model uses it.
+struct Access {
+    template <class X>
+    static auto& M(X& x)
+    {
+        return x.m_;
+    }
+};
+
+// A LocalTensor: elements [byteOff/sizeof(T), ... + size) of one UB buffer, valid while the
+// buffer's generation is `gen`.
+template <typename T>
+struct LocalState {
+    std::shared_ptr<UbBuffer> buf;
+    uint64_t gen = 0;
+    uint32_t byteOff = 0; // offset of element 0 inside the buffer
+    uint32_t size = 0;    // elements
+
+    uint32_t UbOffset() const { return buf->ubOffset + byteOff; }
+    uint8_t* Bytes() const { return Core().ub + UbOffset(); }
+
+    void Live(const char* op) const
+    {
+        if (!buf) Fail(op, ": LocalTensor was never allocated (default-constructed)");
+        if (gen != buf->generation || buf->state == UbBuffer::St::FREE) Fail(op, ": ", buf->owner, " used after FreeTensor");
+        if (buf->state == UbBuffer::St::ENQUEUED) Fail(op, ": ", buf->owner, " used while enqueued (DeQue it first)");
+    }
+
+    void CheckIndex(uint32_t index, const char* op) const
+    {
+        Live(op);
+        if (index >= size)
+            Fail(op, ": index ", index, " out of bounds of a tensor of ", size, " elements in ", buf->owner);
+    }
+};
+
+// A GlobalTensor: the buffer given to SetGlobalBuffer (base, size elements) seen from element off.
+template <typename T>
+struct GlobalState {
+    T* base = nullptr;
+    uint64_t size = 0;
+    uint64_t off = 0;
+    int region = -1;
+    bool set = false;
+
+    std::string Describe() const
+    {
+        std::string s = "tensor '";
+        if (region >= 0) {
+            const auto& reg = State().regions[region];
+            uint64_t start = reinterpret_cast<uintptr_t>(base) - reinterpret_cast<uintptr_t>(reg.base);
+            s += std::string(reg.name) + "' (buffer of " + std::to_string(size) + " elements";
+            if (start != 0) s += " at byte " + std::to_string(start) + " of the allocation";
+            return s + ")";
+        }
+        return s + "?' (buffer of " + std::to_string(size) + " elements)";
+    }
+
+    // Elements [off+first, off+first+count) must lie in the buffer.
+    void Check(uint64_t first, uint64_t count, const char* op, const char* dir) const
+    {
+        if (!set) Fail(op, ": GlobalTensor used before SetGlobalBuffer");
+        uint64_t a = off + first;
+        if (a < off || a > size || count > size - a)
+            Fail(op, " GM ", dir, " out of bounds: ", Describe(), " offset ", a, " count ", count);
+    }
+};
+
+} // namespace host_model
+
 // ---- LocalTensor -------------------------------------------------------------------------------
 
 template <typename T>
@@ -336,86 +410,55 @@ public:
 
     __aicore__ inline T GetValue(const uint32_t index) const
     {
-        CheckIndex(index, "LocalTensor::GetValue");
+        m_.CheckIndex(index, "LocalTensor::GetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
-        host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), false,
-                             "LocalTensor::GetValue", buf_->owner, buf_->ubOffset);
+        host_model::UbAccess(host_model::Engine::S, op, m_.UbOffset() + index * sizeof(T), sizeof(T), false,
+                             "LocalTensor::GetValue", m_.buf->owner, m_.buf->ubOffset);
         T v;
-        std::memcpy(&v, Bytes() + index * sizeof(T), sizeof(T));
+        std::memcpy(&v, m_.Bytes() + index * sizeof(T), sizeof(T));
         return v;
     }
 
     template <typename T1>
     __aicore__ inline void SetValue(const uint32_t index, const T1 value) const
     {
-        CheckIndex(index, "LocalTensor::SetValue");
+        m_.CheckIndex(index, "LocalTensor::SetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
-        host_model::UbAccess(host_model::Engine::S, op, UbOffset() + index * sizeof(T), sizeof(T), true,
-                             "LocalTensor::SetValue", buf_->owner, buf_->ubOffset);
+        host_model::UbAccess(host_model::Engine::S, op, m_.UbOffset() + index * sizeof(T), sizeof(T), true,
+                             "LocalTensor::SetValue", m_.buf->owner, m_.buf->ubOffset);
         T v = static_cast<T>(value);
-        std::memcpy(Bytes() + index * sizeof(T), &v, sizeof(T));
+        std::memcpy(m_.Bytes() + index * sizeof(T), &v, sizeof(T));
     }
 
     __aicore__ inline LocalTensor operator[](const uint32_t offset) const
     {
-        Live("LocalTensor::operator[]");
-        if (offset > size_)
-            host_model::Fail("LocalTensor::operator[]: offset ", offset, " past the end of a tensor of ", size_,
-                             " elements in ", buf_->owner);
+        m_.Live("LocalTensor::operator[]");
+        if (offset > m_.size)
+            host_model::Fail("LocalTensor::operator[]: offset ", offset, " past the end of a tensor of ", m_.size,
+                             " elements in ", m_.buf->owner);
         LocalTensor t = *this;
-        t.byteOff_ += offset * sizeof(T);
-        t.size_ -= offset;
+        t.m_.byteOff += static_cast<uint32_t>(offset * sizeof(T));
+        t.m_.size -= offset;
         return t;
     }
 
-    __aicore__ inline uint32_t GetSize() const { return size_; }
+    __aicore__ inline uint32_t GetSize() const { return m_.size; }
 
     template <typename U>
     __aicore__ inline LocalTensor<U> ReinterpretCast() const
     {
         LocalTensor<U> t;
-        t.buf_ = buf_;
-        t.gen_ = gen_;
-        t.byteOff_ = byteOff_;
-        t.size_ = static_cast<uint32_t>(static_cast<uint64_t>(size_) * sizeof(T) / sizeof(U));
+        auto& u = host_model::Access::M(t);
+        u.buf = m_.buf;
+        u.gen = m_.gen;
+        u.byteOff = m_.byteOff;
+        u.size = static_cast<uint32_t>(static_cast<uint64_t>(m_.size) * sizeof(T) / sizeof(U));
         return t;
     }
 
-    // ---- model internals (not part of the AscendC API) ----
-    std::shared_ptr<host_model::UbBuffer> buf_;
-    uint64_t gen_ = 0;
-    uint32_t byteOff_ = 0; // offset of element 0 inside the buffer
-    uint32_t size_ = 0;    // elements
-
-    static LocalTensor Whole(const std::shared_ptr<host_model::UbBuffer>& b, uint32_t elements)
-    {
-        LocalTensor t;
-        t.buf_ = b;
-        t.gen_ = b->generation;
-        t.size_ = elements;
-        return t;
-    }
-
-    uint32_t UbOffset() const { return buf_->ubOffset + byteOff_; }
-    uint8_t* Bytes() const { return host_model::Core().ub + UbOffset(); }
-
-    void Live(const char* op) const
-    {
-        using St = host_model::UbBuffer::St;
-        if (!buf_) host_model::Fail(op, ": LocalTensor was never allocated (default-constructed)");
-        if (gen_ != buf_->generation || buf_->state == St::FREE)
-            host_model::Fail(op, ": ", buf_->owner, " used after FreeTensor");
-        if (buf_->state == St::ENQUEUED)
-            host_model::Fail(op, ": ", buf_->owner, " used while enqueued (DeQue it first)");
-    }
-
-    void CheckIndex(uint32_t index, const char* op) const
-    {
-        Live(op);
-        if (index >= size_)
-            host_model::Fail(op, ": index ", index, " out of bounds of a tensor of ", size_, " elements in ",
-                             buf_->owner);
-    }
+private:
+    friend struct host_model::Access;
+    host_model::LocalState<T> m_;
 };
 
 // ---- GlobalTensor ------------------------------------------------------------------------------
@@ -427,17 +470,13 @@ public:
 
     __aicore__ inline void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize)
     {
-        base_ = buffer;
-        size_ = bufferSize;
-        off_ = 0;
-        set_ = true;
-        region_ = -1;
+        m_ = host_model::GlobalState<T>{buffer, bufferSize, 0, -1, true};
         if (bufferSize == 0) return;
-        region_ = host_model::FindRegion(buffer);
-        if (region_ < 0)
+        m_.region = host_model::FindRegion(buffer);
+        if (m_.region < 0)
             host_model::Fail("SetGlobalBuffer: pointer ", static_cast<const void*>(buffer), " (", bufferSize,
                              " elements) is not inside any GM allocation registered by the launcher");
-        const auto& reg = host_model::State().regions[region_];
+        const auto& reg = host_model::State().regions[m_.region];
         uint64_t start = reinterpret_cast<uintptr_t>(buffer) - reinterpret_cast<uintptr_t>(reg.base);
         if (bufferSize > (reg.bytes - start) / sizeof(T))
             host_model::Fail("SetGlobalBuffer: buffer of ", bufferSize, " elements (", bufferSize * sizeof(T),
@@ -448,74 +487,64 @@ public:
     __aicore__ inline GlobalTensor operator[](const uint64_t offset) const
     {
         GlobalTensor t = *this;
-        t.off_ += offset;
+        t.m_.off += offset;
         return t;
     }
 
     __aicore__ inline T GetValue(const uint64_t offset) const
     {
-        Check(offset, 1, "GlobalTensor::GetValue", "read");
-        host_model::GmTouch(region_, base_ + off_ + offset, sizeof(T), false, "GlobalTensor::GetValue");
+        m_.Check(offset, 1, "GlobalTensor::GetValue", "read");
+        T* p = m_.base + m_.off + offset;
+        host_model::GmTouch(m_.region, p, sizeof(T), false, "GlobalTensor::GetValue");
         T v;
-        std::memcpy(&v, base_ + off_ + offset, sizeof(T));
+        std::memcpy(&v, p, sizeof(T));
         return v;
     }
 
     __aicore__ inline void SetValue(const uint64_t offset, T value)
     {
-        Check(offset, 1, "GlobalTensor::SetValue", "write");
-        host_model::GmTouch(region_, base_ + off_ + offset, sizeof(T), true, "GlobalTensor::SetValue");
-        std::memcpy(base_ + off_ + offset, &value, sizeof(T));
+        m_.Check(offset, 1, "GlobalTensor::SetValue", "write");
+        T* p = m_.base + m_.off + offset;
+        host_model::GmTouch(m_.region, p, sizeof(T), true, "GlobalTensor::SetValue");
+        std::memcpy(p, &value, sizeof(T));
     }
 
-    __aicore__ inline __gm__ T* GetPhyAddr() const { return base_ + off_; }
-    __aicore__ inline uint64_t GetSize() const { return off_ < size_ ? size_ - off_ : 0; }
+    __aicore__ inline __gm__ T* GetPhyAddr() const { return m_.base + m_.off; }
+    __aicore__ inline uint64_t GetSize() const { return m_.off < m_.size ? m_.size - m_.off : 0; }
 
-    // ---- model internals (not part of the AscendC API) ----
-    T* base_ = nullptr;
-    uint64_t size_ = 0; // elements given to SetGlobalBuffer
-    uint64_t off_ = 0;  // sub-tensor offset in elements
-    int region_ = -1;
-    bool set_ = false;
-
-    std::string Describe() const
-    {
-        std::string s = "tensor '";
-        if (region_ >= 0) {
-            const auto& reg = host_model::State().regions[region_];
-            s += reg.name;
-            uint64_t start = reinterpret_cast<uintptr_t>(base_) - reinterpret_cast<uintptr_t>(reg.base);
-            s += "' (buffer of " + std::to_string(size_) + " elements";
-            if (start != 0) s += " at byte " + std::to_string(start) + " of the allocation";
-            s += ")";
-        } else {
-            s += "?' (buffer of " + std::to_string(size_) + " elements)";
-        }
-        return s;
-    }
-
-    // Elements [off_+first, off_+first+count) must lie in the buffer.
-    void Check(uint64_t first, uint64_t count, const char* op, const char* dir) const
-    {
-        if (!set_) host_model::Fail(op, ": GlobalTensor used before SetGlobalBuffer");
-        uint64_t a = off_ + first;
-        if (a < off_ || a > size_ || count > size_ - a)
-            host_model::Fail(op, " GM ", dir, " out of bounds: ", Describe(), " offset ", a, " count ", count);
-    }
+private:
+    friend struct host_model::Access;
+    host_model::GlobalState<T> m_;
 };
 
 // ---- queues and buffers ------------------------------------------------------------------------
+
+namespace host_model {
+
+// A tensor over a whole UB buffer (or its first `elements` elements).
+template <typename T>
+LocalTensor<T> Whole(const std::shared_ptr<UbBuffer>& b, uint32_t elements = UINT32_MAX)
+{
+    LocalTensor<T> t;
+    auto& m = Access::M(t);
+    m.buf = b;
+    m.gen = b->generation;
+    m.size = elements == UINT32_MAX ? static_cast<uint32_t>(b->bytes / sizeof(T)) : elements;
+    return t;
+}
+
+} // namespace host_model
 
 template <TPosition src, TPosition dst, int32_t depth, auto mask = 0>
 class TQueBind {
 public:
     __aicore__ inline TQueBind()
     {
-        impl_.name = std::string("TQueBind<") + host_model::PositionName(src) + "," + host_model::PositionName(dst) +
+        m_.name = std::string("TQueBind<") + host_model::PositionName(src) + "," + host_model::PositionName(dst) +
                      "," + std::to_string(depth) + ">";
-        impl_.position = src == TPosition::GM ? dst : src; // the UB end
-        impl_.depth = depth;
-        host_model::QueueEngines(src, dst, impl_.producer, impl_.consumer);
+        m_.position = src == TPosition::GM ? dst : src; // the UB end
+        m_.depth = depth;
+        host_model::QueueEngines(src, dst, m_.producer, m_.consumer);
     }
     TQueBind(const TQueBind&) = delete;
     TQueBind& operator=(const TQueBind&) = delete;
@@ -523,31 +552,33 @@ public:
     template <typename T>
     __aicore__ inline LocalTensor<T> AllocTensor()
     {
-        auto b = impl_.Alloc();
-        return LocalTensor<T>::Whole(b, b->bytes / sizeof(T));
+        return host_model::Whole<T>(m_.Alloc());
     }
 
     template <typename T>
     __aicore__ inline void FreeTensor(LocalTensor<T>& tensor)
     {
-        impl_.Free(tensor.buf_, tensor.gen_);
+        const auto& t = host_model::Access::M(tensor);
+        m_.Free(t.buf, t.gen);
     }
 
     template <typename T>
     __aicore__ inline bool EnQue(const LocalTensor<T>& tensor)
     {
-        impl_.EnQue(tensor.buf_, tensor.gen_);
+        const auto& t = host_model::Access::M(tensor);
+        m_.EnQue(t.buf, t.gen);
         return true;
     }
 
     template <typename T>
     __aicore__ inline LocalTensor<T> DeQue()
     {
-        auto b = impl_.DeQue();
-        return LocalTensor<T>::Whole(b, b->bytes / sizeof(T));
+        return host_model::Whole<T>(m_.DeQue());
     }
 
-    host_model::QueueImpl impl_; // model internals
+protected:
+    friend struct host_model::Access;
+    host_model::QueueImpl m_;
 };
 
 template <TPosition pos, int32_t depth, auto mask = 0>
@@ -555,7 +586,7 @@ class TQue : public TQueBind<host_model::QueEnd(pos, true), host_model::QueEnd(p
 public:
     __aicore__ inline TQue()
     {
-        this->impl_.name = std::string("TQue<") + host_model::PositionName(pos) + "," + std::to_string(depth) + ">";
+        this->m_.name = std::string("TQue<") + host_model::PositionName(pos) + "," + std::to_string(depth) + ">";
     }
 };
 
@@ -570,24 +601,25 @@ public:
     __aicore__ inline LocalTensor<T> Get()
     {
         Need();
-        return LocalTensor<T>::Whole(buf_, buf_->bytes / sizeof(T));
+        return host_model::Whole<T>(m_);
     }
 
     template <typename T>
     __aicore__ inline LocalTensor<T> Get(uint32_t len)
     {
         Need();
-        if (static_cast<uint64_t>(len) * sizeof(T) > buf_->bytes)
-            host_model::Fail("TBuf::Get(", len, "): ", len * sizeof(T), " bytes exceed ", buf_->owner, " of ",
-                             buf_->bytes, " bytes");
-        return LocalTensor<T>::Whole(buf_, len);
+        if (static_cast<uint64_t>(len) * sizeof(T) > m_->bytes)
+            host_model::Fail("TBuf::Get(", len, "): ", len * sizeof(T), " bytes exceed ", m_->owner, " of ",
+                             m_->bytes, " bytes");
+        return host_model::Whole<T>(m_, len);
     }
 
-    // ---- model internals ----
-    std::shared_ptr<host_model::UbBuffer> buf_;
+private:
+    friend struct host_model::Access;
+    std::shared_ptr<host_model::UbBuffer> m_;
     void Need() const
     {
-        if (!buf_) host_model::Fail("TBuf::Get before TPipe::InitBuffer");
+        if (!m_) host_model::Fail("TBuf::Get before TPipe::InitBuffer");
     }
 };
 
@@ -614,7 +646,7 @@ public:
     template <class T>
     __aicore__ inline bool InitBuffer(T& que, uint8_t num, uint32_t len)
     {
-        que.impl_.Init(num, len);
+        host_model::Access::M(que).Init(num, len);
         return true;
     }
 
@@ -622,7 +654,8 @@ public:
     __aicore__ inline bool InitBuffer(TBuf<bufPos>& buf, uint32_t len)
     {
         std::string who = std::string("TBuf<") + host_model::PositionName(bufPos) + ">";
-        if (buf.buf_) host_model::Fail("InitBuffer(", who, "): this TBuf was already initialised");
+        auto& slot = host_model::Access::M(buf);
+        if (slot) host_model::Fail("InitBuffer(", who, "): this TBuf was already initialised");
         uint32_t off = host_model::ReserveUb(who, bufPos, 1, len);
         auto b = std::make_shared<host_model::UbBuffer>();
         b->owner = who + " #" + std::to_string(host_model::Core().queueSerial++);
@@ -630,7 +663,7 @@ public:
         b->bytes = host_model::RoundUp32(len);
         b->state = host_model::UbBuffer::St::TBUF;
         host_model::FillGarbage(*b);
-        buf.buf_ = b;
+        slot = b;
         return true;
     }
 
@@ -742,32 +775,34 @@ struct CopyShape {
 };
 
 template <typename T>
-void CheckUbSide(const LocalTensor<T>& t, const CopyShape& s, const char* op)
+void CheckUbSide(const LocalTensor<T>& tensor, const CopyShape& s, const char* op)
 {
+    const auto& t = Access::M(tensor);
     t.Live(op);
     if (t.UbOffset() % kBlockBytes != 0)
-        Fail(op, ": UB address not 32-byte aligned: ", t.buf_->owner, " at byte offset ", t.byteOff_,
+        Fail(op, ": UB address not 32-byte aligned: ", t.buf->owner, " at byte offset ", t.byteOff,
              " (UB byte ", t.UbOffset(), ")");
     uint64_t extent = (static_cast<uint64_t>(s.count) - 1) * s.ubPitch + s.ubSpan;
-    uint64_t have = static_cast<uint64_t>(t.size_) * sizeof(T);
+    uint64_t have = static_cast<uint64_t>(t.size) * sizeof(T);
     if (extent > have)
-        Fail(op, ": UB side spans ", extent, " bytes but the LocalTensor (", t.buf_->owner, " at byte offset ",
-             t.byteOff_, ") has ", have, " bytes (", t.size_, " elements)");
+        Fail(op, ": UB side spans ", extent, " bytes but the LocalTensor (", t.buf->owner, " at byte offset ",
+             t.byteOff, ") has ", have, " bytes (", t.size, " elements)");
 }
 
 template <typename T>
-void CheckGmSide(const GlobalTensor<T>& g, const CopyShape& s, const char* op, const char* dir)
+void CheckGmSide(const GlobalTensor<T>& tensor, const CopyShape& s, const char* op, const char* dir)
 {
-    if (!g.set_) Fail(op, ": GlobalTensor used before SetGlobalBuffer");
-    if (reinterpret_cast<uintptr_t>(g.base_ + g.off_) % sizeof(T) != 0 || s.gmPitch % sizeof(T) != 0)
-        Fail(op, ": GM address of ", g.Describe(), " offset ", g.off_, " (block pitch ", s.gmPitch,
+    const auto& g = Access::M(tensor);
+    if (!g.set) Fail(op, ": GlobalTensor used before SetGlobalBuffer");
+    if (reinterpret_cast<uintptr_t>(g.base + g.off) % sizeof(T) != 0 || s.gmPitch % sizeof(T) != 0)
+        Fail(op, ": GM address of ", g.Describe(), " offset ", g.off, " (block pitch ", s.gmPitch,
              " bytes) is not aligned to the ", sizeof(T), "-byte element type");
     uint64_t extentBytes = (static_cast<uint64_t>(s.count) - 1) * s.gmPitch + s.gmLen;
-    uint64_t endElem = g.off_ + (extentBytes + sizeof(T) - 1) / sizeof(T);
-    if (g.off_ > g.size_ || endElem > g.size_) {
+    uint64_t endElem = g.off + (extentBytes + sizeof(T) - 1) / sizeof(T);
+    if (g.off > g.size || endElem > g.size) {
         std::ostringstream os;
-        os << op << " GM " << dir << " out of bounds: " << g.Describe() << " offset " << g.off_ << " count "
-           << (endElem - g.off_);
+        os << op << " GM " << dir << " out of bounds: " << g.Describe() << " offset " << g.off << " count "
+           << (endElem - g.off);
         if (s.count > 1)
             os << " (blockCount " << s.count << ", " << s.gmLen << " bytes per block, pitch " << s.gmPitch
                << " bytes)";
@@ -781,13 +816,14 @@ void CopyIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const CopySha
     if (s.count == 0 || s.gmLen == 0) return;
     CheckUbSide(dst, s, op);
     CheckGmSide(src, s, op, "read");
+    const auto& d = Access::M(dst);
+    const auto& gs = Access::M(src);
     uint64_t opNo = Issue(Engine::MTE2);
-    const uint8_t* g = reinterpret_cast<const uint8_t*>(src.base_ + src.off_);
+    const uint8_t* g = reinterpret_cast<const uint8_t*>(gs.base + gs.off);
     for (uint32_t i = 0; i < s.count; ++i) {
-        uint32_t ub = static_cast<uint32_t>(dst.UbOffset() + i * s.ubPitch);
-        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true, op, dst.buf_->owner,
-                 dst.buf_->ubOffset);
-        GmTouch(src.region_, g + i * s.gmPitch, s.gmLen, false, op);
+        uint32_t ub = static_cast<uint32_t>(d.UbOffset() + i * s.ubPitch);
+        UbAccess(Engine::MTE2, opNo, ub, static_cast<uint32_t>(s.ubSpan), true, op, d.buf->owner, d.buf->ubOffset);
+        GmTouch(gs.region, g + i * s.gmPitch, s.gmLen, false, op);
         std::memcpy(Core().ub + ub + s.ubData, g + i * s.gmPitch, s.gmLen);
     }
 }
@@ -798,13 +834,15 @@ void CopyOut(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const CopySh
     if (s.count == 0 || s.gmLen == 0) return;
     CheckUbSide(src, s, op);
     CheckGmSide(dst, s, op, "write");
+    const auto& u = Access::M(src);
+    const auto& gd = Access::M(dst);
     uint64_t opNo = Issue(Engine::MTE3);
-    uint8_t* g = reinterpret_cast<uint8_t*>(dst.base_ + dst.off_);
+    uint8_t* g = reinterpret_cast<uint8_t*>(gd.base + gd.off);
     for (uint32_t i = 0; i < s.count; ++i) {
-        uint32_t ub = static_cast<uint32_t>(src.UbOffset() + i * s.ubPitch);
+        uint32_t ub = static_cast<uint32_t>(u.UbOffset() + i * s.ubPitch);
         UbAccess(Engine::MTE3, opNo, ub + static_cast<uint32_t>(s.ubData), static_cast<uint32_t>(s.gmLen), false,
-                 op, src.buf_->owner, src.buf_->ubOffset);
-        GmTouch(dst.region_, g + i * s.gmPitch, s.gmLen, true, op);
+                 op, u.buf->owner, u.buf->ubOffset);
+        GmTouch(gd.region, g + i * s.gmPitch, s.gmLen, true, op);
         std::memcpy(g + i * s.gmPitch, Core().ub + ub + s.ubData, s.gmLen);
     }
 }
@@ -897,7 +935,7 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
     host_model::CopyIn(dst, src, s, op);
     if (padParams.isPad && s.count > 0 && len > 0) {
         for (uint32_t i = 0; i < s.count; ++i) {
-            uint8_t* blk = dst.Bytes() + i * s.ubPitch;
+            uint8_t* blk = host_model::Access::M(dst).Bytes() + i * s.ubPitch;
             for (uint64_t k = 0; k < left; k += sizeof(T)) std::memcpy(blk + k, &padParams.paddingValue, sizeof(T));
             for (uint64_t k = 0; k < right; k += sizeof(T))
                 std::memcpy(blk + left + len + k, &padParams.paddingValue, sizeof(T));
