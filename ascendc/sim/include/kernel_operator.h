@@ -412,8 +412,8 @@ public:
     {
         m_.CheckIndex(index, "LocalTensor::GetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
-        host_model::UbAccess(host_model::Engine::S, op, m_.UbOffset() + index * sizeof(T), sizeof(T), false,
-                             "LocalTensor::GetValue", m_.buf->owner, m_.buf->ubOffset);
+        host_model::UbAccess(host_model::Engine::S, op, static_cast<uint32_t>(m_.UbOffset() + index * sizeof(T)),
+                             sizeof(T), false, "LocalTensor::GetValue", m_.buf->owner, m_.buf->ubOffset);
         T v;
         std::memcpy(&v, m_.Bytes() + index * sizeof(T), sizeof(T));
         return v;
@@ -424,8 +424,8 @@ public:
     {
         m_.CheckIndex(index, "LocalTensor::SetValue");
         uint64_t op = host_model::Issue(host_model::Engine::S);
-        host_model::UbAccess(host_model::Engine::S, op, m_.UbOffset() + index * sizeof(T), sizeof(T), true,
-                             "LocalTensor::SetValue", m_.buf->owner, m_.buf->ubOffset);
+        host_model::UbAccess(host_model::Engine::S, op, static_cast<uint32_t>(m_.UbOffset() + index * sizeof(T)),
+                             sizeof(T), true, "LocalTensor::SetValue", m_.buf->owner, m_.buf->ubOffset);
         T v = static_cast<T>(value);
         std::memcpy(m_.Bytes() + index * sizeof(T), &v, sizeof(T));
     }
