@@ -12,10 +12,13 @@
 //     position, fresh buffers filled with a garbage byte (0xA5 unless the launcher says otherwise)
 //     on every AllocTensor and InitBuffer(TBuf).
 //   - DataCopy / DataCopyPad: UB side 32-byte aligned, GM side aligned to sizeof(T),
-//     count*sizeof(T) a multiple of 32 B,
-//     blockCount <= 4095, blockLen <= 65535 (32-byte units) / <= 2097151 bytes (DataCopyPad),
-//     units of lengths and gaps as documented, every UB byte inside the tensor, every GM element
-//     inside the buffer given to SetGlobalBuffer (reads and writes, and GetValue/SetValue).
+//     count*sizeof(T) a multiple of 32 B, blockCount <= 4095, blockLen <= 65535 (32-byte units)
+//     or <= 2097151 bytes (DataCopyPad; a whole number of elements), paddings <= 32 B, gaps measured
+//     from the end of one block to the start of the next (DataCopy: 32-byte units both sides;
+//     DataCopyPad: bytes on the GM side, 32-byte blocks on the UB side, each UB block starting on
+//     a 32-byte boundary), a zero blockCount or blockLen is a no-op, every UB byte inside the
+//     LocalTensor, every GM element inside the buffer given to SetGlobalBuffer (reads and writes,
+//     and GetValue/SetValue). A LocalTensor's index/offset must lie inside it.
 //   - SetGlobalBuffer: the buffer must lie inside one GM allocation registered by the launcher.
 //   - GM allocations registered read-only (inputs) must never be written.
 //   - Queues: AllocTensor/EnQue/DeQue/FreeTensor pairing, `num` buffers, `depth`, DeQue of an
@@ -46,8 +49,14 @@
 //   - The event ids the real TQue implementation takes for itself (a kernel that mixes queues with
 //     literal EVENT_IDs may collide on hardware; use TPipe::AllocEventID there).
 //   - Vector instructions, cube cores, L1/L0, SyncAll, atomics, workspaces, tiling macros.
-//   - Contents of the UB bytes DataCopyPad leaves between a block's end (plus padding) and the
-//     next 32-byte boundary: they keep their previous (garbage) contents.
+//   - DataCopyPad's exact UB layout with left/right padding is modelled as [left pad][data][right
+//     pad] rounded up to 32 B; bytes after that up to the boundary keep their (garbage) contents.
+//   - Raw pointer accesses that bypass GlobalTensor (e.g. dereferencing a GM_ADDR) are unchecked and
+//     can crash the host process; a kernel stopped by the model may leave GM partly written by the
+//     cores that ran before it.
+//   - Only the "at most 8 buffers per position" and 0..7 event-id limits are taken from the
+//     documentation; other resource limits (total TQue/TBuf count, event ids used internally) are
+//     not checked.
 #ifndef ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
 #define ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
 
