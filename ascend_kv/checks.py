@@ -390,7 +390,7 @@ def check_paged_cache_load(
     require_same_device(tensors)  # type: ignore[arg-type]
 
     num_tokens = int(lens.sum())
-    end_row = (int(out_start[0]) if batch else 0) + num_tokens
+    end_row = int(lens_given[-1]) if cumsum else num_tokens  # cumsum: context_lens[-1] rows, even with batch 0
     if end_row > INT32_MAX:
         raise ValueError(
             f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit {INT32_MAX}"
