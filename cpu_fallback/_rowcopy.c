@@ -1,9 +1,10 @@
 /* Strided run copies for the CPU fallback: one C call instead of one torch call per run.
  *
- * copy_runs(src, dst, runs, item, src_step, dst_step, pieces, src_piece, dst_piece)
+ * copy_runs(src, dst, src_offset, dst_offset, items, item, src_step, dst_step, pieces, src_piece, dst_piece)
  *
- * src, dst   data addresses (torch.Tensor.data_ptr()).
- * runs       a C-contiguous int64 buffer [n, 3]: (src byte offset, dst byte offset, items).
+ * src, dst                        data addresses (torch.Tensor.data_ptr()).
+ * src_offset, dst_offset, items   C-contiguous int64 buffers [n]: run r starts at byte
+ *                                 src_offset[r] / dst_offset[r] and has items[r] items.
  * For every run (s, d, k), every piece p < pieces and every item i < k:
  *     copy `item` bytes from src + s + p*src_piece + i*src_step
  *                       to   dst + d + p*dst_piece + i*dst_step.
@@ -27,27 +28,31 @@ static void copy_items(const char *s, char *d, int64_t k, int64_t item, int64_t 
 
 static PyObject *copy_runs(PyObject *self, PyObject *args) {
     unsigned long long src_addr, dst_addr;
-    Py_buffer runs;
+    Py_buffer so, dof, it;
     long long item, s_step, d_step, pieces, s_piece, d_piece;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKy*LLLLLL", &src_addr, &dst_addr, &runs, &item, &s_step, &d_step,
+    if (!PyArg_ParseTuple(args, "KKy*y*y*LLLLLL", &src_addr, &dst_addr, &so, &dof, &it, &item, &s_step, &d_step,
                           &pieces, &s_piece, &d_piece))
         return NULL;
-    if (runs.len % (3 * (Py_ssize_t)sizeof(int64_t)) != 0 || item <= 0 || pieces <= 0) {
-        PyBuffer_Release(&runs);
-        PyErr_SetString(PyExc_ValueError, "copy_runs: runs must be int64 [n, 3]; item and pieces positive");
+    const Py_ssize_t n = it.len / (Py_ssize_t)sizeof(int64_t);
+    if (it.len % (Py_ssize_t)sizeof(int64_t) != 0 || so.len != it.len || dof.len != it.len || item <= 0 ||
+        pieces <= 0) {
+        PyBuffer_Release(&so);
+        PyBuffer_Release(&dof);
+        PyBuffer_Release(&it);
+        PyErr_SetString(PyExc_ValueError, "copy_runs: offsets and items must be int64 [n]; item and pieces positive");
         return NULL;
     }
-    const int64_t *r = (const int64_t *)runs.buf;
-    const Py_ssize_t n = runs.len / (3 * (Py_ssize_t)sizeof(int64_t));
+    const int64_t *src_off = (const int64_t *)so.buf, *dst_off = (const int64_t *)dof.buf;
+    const int64_t *items = (const int64_t *)it.buf;
     const char *src = (const char *)(uintptr_t)src_addr;
     char *dst = (char *)(uintptr_t)dst_addr;
     const int back_to_back = pieces == 1 && s_step == item && d_step == item;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < n; ++j) {
-        const char *s = src + r[3 * j];
-        char *d = dst + r[3 * j + 1];
-        const int64_t k = r[3 * j + 2];
+        const char *s = src + src_off[j];
+        char *d = dst + dst_off[j];
+        const int64_t k = items[j];
         if (back_to_back) {
             memcpy(d, s, (size_t)(k * item));
             continue;
@@ -60,7 +65,9 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&runs);
+    PyBuffer_Release(&so);
+    PyBuffer_Release(&dof);
+    PyBuffer_Release(&it);
     Py_RETURN_NONE;
 }
 

@@ -23,7 +23,7 @@ from ascend_kv.calls import KvCacheCall
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
-from .strides import non_overlapping, rows_contiguous
+from .strides import non_overlapping
 from .wide import same_width_views
 
 #: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_``.
@@ -32,12 +32,14 @@ SLICE_MIN_ROWS = 16
 
 def path(call: KvCacheCall) -> str:
     """The name of the path :func:`kv_cache` takes for ``call``."""
-    layer = call.past[call.layer_id]
+    return _choose(call, call.past[call.layer_id])
+
+
+def _choose(call: KvCacheCall, layer: torch.Tensor) -> str:
     if (
         native.usable(call.new_kv, layer)
-        and rows_contiguous(call.new_kv)
-        and layer.stride(2) == 1
-        and non_overlapping(layer)
+        and call.new_kv.stride(1) == 1                                           # rows contiguous
+        and (call.past.is_contiguous() or (layer.stride(2) == 1 and non_overlapping(layer)))
     ):
         return "native"
     if call.ntokens >= SLICE_MIN_ROWS * np.count_nonzero(call.seq_len):
@@ -56,9 +58,9 @@ def kv_cache(call: KvCacheCall) -> None:
     """
     if call.ntokens == 0:
         return
-    runs = kv_runs(call)
     layer = call.past[call.layer_id]                                             # [batch, max_seq_len, hidden]
-    way = path(call)
+    way = _choose(call, layer)
+    runs = kv_runs(call)
     if way == "native":
         _native(call.new_kv, layer, runs)
     elif way == "slices":

@@ -20,9 +20,9 @@ except ImportError:  # no compiler at install time: the pure-torch paths run ins
 AVAILABLE: bool = _rowcopy is not None
 
 
-def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the copier may read and write ``tensors``: built, and all on the host."""
-    return AVAILABLE and all(t.device.type == "cpu" for t in tensors)
+def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    """Whether the copier may read ``src`` and write ``dst``: built, and both on the host."""
+    return AVAILABLE and src.device.type == "cpu" and dst.device.type == "cpu"
 
 
 def copy_runs(
@@ -58,7 +58,11 @@ def copy_runs(
     piece_steps : tuple of int, optional
         Byte step between consecutive pieces in ``src`` and in ``dst``.
     """
-    runs = np.stack((src_offset, dst_offset, items), axis=1).astype(np.int64, copy=False)
     _rowcopy.copy_runs(  # type: ignore[union-attr]
-        src.data_ptr(), dst.data_ptr(), runs, item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1]
+        src.data_ptr(), dst.data_ptr(), _int64(src_offset), _int64(dst_offset), _int64(items),
+        item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1],
     )
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)

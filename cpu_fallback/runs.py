@@ -35,6 +35,8 @@ class BlockRuns(NamedTuple):
 def kv_runs(call: KvCacheCall) -> KvRuns:
     """The runs of a ``kv_cache`` call, in batch order."""
     entry = np.flatnonzero(call.seq_len)
+    if len(entry) == len(call.seq_len):                                          # no empty entry (decode)
+        return KvRuns(entry, call.read_start, call.write_start, call.seq_len)
     return KvRuns(entry, call.read_start[entry], call.write_start[entry], call.seq_len[entry])
 
 
