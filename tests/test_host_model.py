@@ -26,14 +26,14 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert cxx is not None, "the host-model tests need g++ on PATH"
     exe = tmp_path_factory.mktemp("host_model") / "model_cases"
     cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(INCLUDE), str(DRIVER), "-o", str(exe)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return exe
 
 
 def run(driver: Path, case: str, blocks: int = 1, ub: int | None = None) -> dict[str, str]:
     args = [str(driver), case, str(blocks)] + ([str(ub)] if ub is not None else [])
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(args, check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     out = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     out["rc"] = int(out["rc"])
@@ -42,8 +42,16 @@ def run(driver: Path, case: str, blocks: int = 1, ub: int | None = None) -> dict
 
 @pytest.mark.parametrize(
     ("case", "blocks"),
-    [("queue_copy", 1), ("queue_copy", 2), ("queue_copy", 4), ("flag_copy", 1), ("flag_copy", 8),
-     ("gap_copy", 1), ("pad_copy", 1)],
+    [
+        ("queue_copy", 1),
+        ("queue_copy", 2),
+        ("queue_copy", 4),
+        ("flag_copy", 1),
+        ("flag_copy", 8),
+        ("gap_copy", 1),
+        ("pad_copy", 1),
+        ("pad_fill", 1),
+    ],
 )
 def test_correct_kernels_copy_bit_exactly(driver: Path, case: str, blocks: int) -> None:
     out = run(driver, case, blocks)
@@ -64,7 +72,10 @@ MISUSE = {
     "misaligned_ub": (1, ["DataCopy", "UB address not 32-byte aligned", "buffer 0 at byte offset 16"]),
     "count_not_32b": (1, ["DataCopy", "count 12", "48 bytes is not a multiple of 32"]),
     "gm_read_oob": (1, ["DataCopy GM read out of bounds: tensor 'src' (buffer of 4096 elements) offset 4080 count 32"]),
-    "gm_write_oob": (1, ["DataCopy GM write out of bounds: tensor 'dst' (buffer of 4096 elements) offset 4088 count 32"]),
+    "gm_write_oob": (
+        1,
+        ["DataCopy GM write out of bounds: tensor 'dst' (buffer of 4096 elements) offset 4088 count 32"],
+    ),
     "gm_getvalue_oob": (1, ["GlobalTensor::GetValue GM read out of bounds: tensor 'src'", "offset 4096 count 1"]),
     "gm_setvalue_oob": (1, ["GlobalTensor::SetValue GM write out of bounds: tensor 'dst'", "offset 4096 count 1"]),
     "block_count_4096": (1, ["DataCopyParams.blockCount 4096 out of range [0, 4095]"]),

@@ -126,6 +126,25 @@ extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_
     q.FreeTensor(t);
 }
 
+// DataCopyPad in (5 of 8 int32 per row, rightPadding 3 with -1), then whole 32-byte rows out with
+// DataCopy: dst rows are src[0..5) followed by three -1.
+extern "C" __global__ __aicore__ void pad_fill(GM_ADDR src, GM_ADDR dst, uint32_t rows)
+{
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, rows * 32);
+    GlobalTensor<int32_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src), rows * 8);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst), rows * 8);
+    LocalTensor<int32_t> t = q.AllocTensor<int32_t>();
+    DataCopyPad(t, s, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 12, 0, 0),
+                DataCopyPadExtParams<int32_t>(true, 0, 3, -1));
+    q.EnQue(t);
+    t = q.DeQue<int32_t>();
+    DataCopy(d, t, rows * 8);
+    q.FreeTensor(t);
+}
+
 // ---- misuse kernels (one rule each); `which` selects the mistake ------------------------------
 
 std::string g_case;
@@ -324,6 +343,13 @@ int main(int argc, char** argv)
         expect = dst;
         for (uint32_t i = 0; i < total; ++i)
             if (i % 8 < 5) expect[i] = src[i];
+    } else if (name == "pad_fill") {
+        const uint32_t rows = total / 8;
+        rc = ASCENDC_HOST_LAUNCH(pad_fill, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
+                                 reinterpret_cast<GM_ADDR>(dst.data()), rows);
+        expect = src;
+        for (uint32_t i = 0; i < total; ++i)
+            if (i % 8 >= 5) expect[i] = -1;
     } else {
         g_case = name;
         rc = ASCENDC_HOST_LAUNCH(misuse, blocks, ub, regions, 2, err, sizeof(err),
