@@ -1,0 +1,279 @@
+"""The registered operators (ascend_kv/library.py): schemas, opcheck, results, torch.compile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from torch._dynamo.utils import ReinplaceCounters
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
+
+import ascend_kv
+from ascend_kv import ops, reference
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
+
+OPS = torch.ops.ascend_kv
+
+
+def mutated_arguments(op: torch._ops.OpOverload) -> list[str]:
+    return [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def test_schemas_mark_exactly_the_written_arguments() -> None:
+    assert mutated_arguments(OPS.kv_cache.default) == ["past"]
+    assert mutated_arguments(OPS.paged_cache_load.default) == []
+    assert mutated_arguments(OPS.paged_cache_load.into) == ["key", "value"]
+    assert len(OPS.kv_cache.default._schema.returns) == 0
+    assert len(OPS.paged_cache_load.default._schema.returns) == 2
+    assert len(OPS.paged_cache_load.into._schema.returns) == 0
+
+
+def test_one_implementation_serves_every_device_and_autograd_falls_through() -> None:
+    for name in ("ascend_kv::kv_cache", "ascend_kv::paged_cache_load"):
+        for key in ("CPU", "CUDA", "PrivateUse1"):
+            assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, key), (name, key)
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Autograd")
+
+
+# ----------------------------------------------------------------------------- opcheck
+
+
+def op_arguments(case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A public call's arguments as the operator takes them (ints for layer_id and the layout)."""
+    args, kwargs = list(case.args), dict(case.kwargs)
+    if isinstance(args[1], torch.Tensor) and args[1].numel() == 1:  # kv_cache's layer_id
+        args[1] = int(args[1].item())
+    if "kv_cache_cfg" in kwargs:
+        kwargs["kv_cache_cfg"] = int(kwargs["kv_cache_cfg"])
+    return tuple(args), kwargs
+
+
+def without_nans(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Zero NaN payloads in place: opcheck compares with ``assert_close``, where NaN != NaN."""
+    for t in (*args, *kwargs.values()):
+        if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+            t.nan_to_num_(nan=0.0)
+
+
+KV_CASES = {
+    "decode-int32": kv_cache_case(torch.float16, [1, 1, 1], [3, 16, 9]),
+    "prefill-int64-bf16": kv_cache_case(torch.bfloat16, [4, 0, 2], [4, 5, 16], index_dtype=torch.int64),
+    "4d-int8": kv_cache_case(torch.int8, [2, 3], [2, 7], hidden=64, new_kv_4d=True),
+}
+LOAD_CASES = {
+    "nd": paged_case(ND, [20, 3, 0]),
+    "nd-cumsum-starts": paged_case(ND, [5, 17], cumsum_base=2, seq_starts=[3, 16], index_dtype=torch.int64),
+    "nz-int8-key": paged_case(NZ, [16, 33], key_dtype=torch.int8, value_dtype=torch.float16, head_size_k=32),
+}
+
+
+@pytest.mark.parametrize("name", KV_CASES)
+def test_opcheck_kv_cache(name: str) -> None:
+    args, kwargs = op_arguments(KV_CASES[name].cloned())
+    without_nans(args, kwargs)
+    args[0].requires_grad_(args[0].dtype.is_floating_point)  # new_kv: exercises the autograd registration
+    torch.library.opcheck(OPS.kv_cache.default, args, kwargs)
+
+
+@pytest.mark.parametrize("outputs", ["allocated", "given"])
+@pytest.mark.parametrize("name", LOAD_CASES)
+def test_opcheck_paged_cache_load(name: str, outputs: str) -> None:
+    args, kwargs = op_arguments(LOAD_CASES[name].cloned())
+    without_nans(args, kwargs)
+    for cache in args[:2]:  # exercises the autograd registration
+        cache.requires_grad_(cache.dtype.is_floating_point)
+    if outputs == "given":
+        kwargs["key"], kwargs["value"] = [torch.zeros_like(t) for t in ascend_kv.paged_cache_load(*args, **kwargs)]
+        torch.library.opcheck(OPS.paged_cache_load.into, args, kwargs)
+    else:
+        torch.library.opcheck(OPS.paged_cache_load.default, args, kwargs)
+
+
+# ----------------------------------------------------------------------------- eager results
+
+
+@given(kv_cache_cases())
+def test_kv_cache_operator_matches_reference(case: Case) -> None:
+    expected = reference.kv_cache(*case.cloned().args)
+    args, _ = op_arguments(case)
+    assert OPS.kv_cache(*args) is None
+    assert bits_equal(args[2], expected)
+
+
+@given(paged_cases())
+def test_paged_cache_load_operator_matches_reference(case: Case) -> None:
+    expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
+    args, kwargs = op_arguments(case)
+    if "key" in kwargs:
+        assert OPS.paged_cache_load(*args, **kwargs) is None
+        got = kwargs["key"], kwargs["value"]
+    else:
+        got = OPS.paged_cache_load(*args, **kwargs)
+    assert all(bits_equal(g, e) for g, e in zip(got, expected))
+
+
+def test_operator_raises_the_checks_error_and_writes_nothing() -> None:
+    args, _ = op_arguments(kv_cache_case(torch.float16, [2, 1], [2, 17]))
+    before = args[2].clone()
+    with pytest.raises(ValueError, match=r"token_offset\[1\] = 17 exceeds max_seq_len = 16"):
+        OPS.kv_cache(*args)
+    assert bits_equal(args[2], before)
+
+
+def test_operator_runs_the_public_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator is a thin door into ascend_kv.ops: same checks, same backend choice."""
+    seen: list[str] = []
+    public = ops.kv_cache
+    monkeypatch.setattr(ops, "kv_cache", lambda *a: seen.append("kv_cache") or public(*a))
+    OPS.kv_cache(*op_arguments(KV_CASES["decode-int32"].cloned())[0])
+    assert seen == ["kv_cache"]
+
+
+def test_operators_do_not_record_autograd() -> None:
+    new_kv, layer, past, offsets, lens = op_arguments(KV_CASES["decode-int32"].cloned())[0]
+    OPS.kv_cache(new_kv.requires_grad_(), layer, past, offsets, lens)
+    assert not past.requires_grad and past.grad_fn is None
+    args, kwargs = op_arguments(LOAD_CASES["nd"].cloned())
+    key, value = OPS.paged_cache_load(args[0].requires_grad_(), *args[1:], **kwargs)
+    assert not key.requires_grad and not value.requires_grad
+
+
+def test_fake_paged_cache_load_has_data_dependent_rows() -> None:
+    args, kwargs = op_arguments(LOAD_CASES["nz-int8-key"])
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        fake_args = [mode.from_tensor(a) for a in args]
+        key, value = OPS.paged_cache_load(*fake_args, **kwargs)
+    assert key.dtype == torch.int8 and value.dtype == torch.float16
+    assert key.shape[1:] == (64,) and value.shape[1:] == (32,)
+    assert free_unbacked_symbols(key.shape[0]) and key.shape[0].node.expr == value.shape[0].node.expr
+
+
+def test_fake_paged_cache_load_checks_the_caches() -> None:
+    args, kwargs = op_arguments(LOAD_CASES["nd"])
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        fake_args = [mode.from_tensor(a) for a in args]
+        with pytest.raises(TypeError, match="key_cache must have dtype"):
+            OPS.paged_cache_load(fake_args[0].float(), *fake_args[1:], **kwargs)
+        with pytest.raises(ValueError, match=r"value_cache.shape\[0\] \(num_blocks\)"):
+            OPS.paged_cache_load(fake_args[0], fake_args[1][:3], *fake_args[2:], **kwargs)
+
+
+# ----------------------------------------------------------------------------- torch.compile
+
+HEADS, HEAD_SIZE, NUM_BLOCKS, BLOCK_SIZE = 2, 32, 6, 16
+HIDDEN = HEADS * HEAD_SIZE
+
+
+def decode_step(
+    new_k: torch.Tensor, new_v: torch.Tensor, k_past: torch.Tensor, v_past: torch.Tensor,
+    token_offset: torch.Tensor, seq_len: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write new tokens into a cache, then gather sequences from it as a paged ND cache.
+
+    ``k_past`` ``[1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN]`` is read by ``kv_cache`` as one layer of
+    ``NUM_BLOCKS`` sequences, and by ``paged_cache_load`` as ``NUM_BLOCKS`` blocks.
+    """
+    OPS.kv_cache(new_k, 0, k_past, token_offset, seq_len)
+    OPS.kv_cache(new_v, 0, v_past, token_offset, seq_len)
+    k_blocks = k_past[0].unflatten(-1, (HEADS, HEAD_SIZE))
+    v_blocks = v_past[0].unflatten(-1, (HEADS, HEAD_SIZE))
+    key, value = OPS.paged_cache_load(k_blocks, v_blocks, block_table, context_lens, kv_cache_cfg=1)
+    return key, value.flip(0)
+
+
+def decode_step_into(
+    new_k: torch.Tensor, new_v: torch.Tensor, k_past: torch.Tensor, v_past: torch.Tensor,
+    token_offset: torch.Tensor, seq_len: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+    key: torch.Tensor, value: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`decode_step` into given outputs (cumsum mode), then reads one of them."""
+    OPS.kv_cache(new_k, 0, k_past, token_offset, seq_len)
+    OPS.kv_cache(new_v, 0, v_past, token_offset, seq_len)
+    k_blocks = k_past[0].unflatten(-1, (HEADS, HEAD_SIZE))
+    v_blocks = v_past[0].unflatten(-1, (HEADS, HEAD_SIZE))
+    OPS.paged_cache_load(k_blocks, v_blocks, block_table, context_lens, kv_cache_cfg=1, cumsum=True,
+                         key=key, value=value)
+    return torch.cat([key[:4], value[-4:]]).flip(0)
+
+
+def decode_inputs(seed: int, context_lens: list[int]) -> list[torch.Tensor]:
+    """Inputs of :func:`decode_step` with random bits; 8 new tokens over 6 sequences."""
+    g = torch.Generator().manual_seed(seed)
+
+    def bits(*shape: int) -> torch.Tensor:
+        return torch.randint(-(2**15), 2**15, shape, generator=g, dtype=torch.int16).view(torch.float16)
+
+    return [
+        bits(8, HIDDEN), bits(8, HIDDEN), bits(1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN),
+        bits(1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN), torch.tensor([3, 5, 16, 0, 9, 1]),
+        torch.tensor([1, 2, 3, 0, 1, 1]), torch.tensor([[2, 0, 1], [5, 4, -1]], dtype=torch.int32),
+        torch.tensor(context_lens, dtype=torch.int32),
+    ]
+
+
+def clones(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.clone() for t in tensors]
+
+
+def run_compiled(fn: Callable[..., Any], args: list[torch.Tensor]) -> tuple[Any, str, list[int]]:
+    """``fn`` compiled with fullgraph=True on ``args``: result, Inductor's code, past pointers seen by ops."""
+    seen: list[int] = []
+    public = ops.kv_cache
+
+    def recording(new_kv: torch.Tensor, layer_id: int, past: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        seen.append(past.data_ptr())
+        return public(new_kv, layer_id, past, *rest)
+
+    torch._dynamo.reset()
+    ReinplaceCounters.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ops, "kv_cache", recording)
+        result, code = run_and_get_code(torch.compile(fn, fullgraph=True), *args)
+    return result, "\n".join(code), seen
+
+
+def test_compiled_step_matches_eager_bit_for_bit_and_writes_the_cache_in_place() -> None:
+    eager_args = decode_inputs(0, [40, 20])
+    compiled_args = clones(eager_args)
+    pointers = [t.data_ptr() for t in compiled_args[2:4]]
+    eager = decode_step(*eager_args)
+    compiled, code, seen = run_compiled(decode_step, compiled_args)
+    assert all(bits_equal(c, e) for c, e in zip(compiled, eager))
+    assert all(bits_equal(c, e) for c, e in zip(compiled_args, eager_args))
+    # in place: the operator wrote the caller's caches, and no cache-sized copy was planned
+    assert seen == pointers
+    assert ReinplaceCounters.get_total_missed() == 0
+    assert "clone" not in code and ".copy_(" not in code
+    assert "torch.ops.ascend_kv.kv_cache.default(" in code
+
+
+def test_compiled_step_follows_data_dependent_rows() -> None:
+    compiled = torch.compile(decode_step, fullgraph=True)
+    torch._dynamo.reset()
+    for seed, context_lens in enumerate([[40, 20], [7, 0], [0, 0], [48, 32]]):
+        eager_args = decode_inputs(seed, context_lens)
+        compiled_args = clones(eager_args)
+        eager = decode_step(*eager_args)
+        got = compiled(*compiled_args)
+        assert got[0].shape[0] == sum(context_lens)
+        assert all(bits_equal(c, e) for c, e in zip(got, eager))
+        assert all(bits_equal(c, e) for c, e in zip(compiled_args, eager_args))
+
+
+def test_compiled_step_into_given_outputs_matches_eager_and_keeps_them_in_place() -> None:
+    eager_args = decode_inputs(3, [2, 30, 50])
+    eager_args += [torch.full((60, HEADS, HEAD_SIZE), 7.0, dtype=torch.float16) for _ in range(2)]
+    compiled_args = clones(eager_args)
+    pointers = [t.data_ptr() for t in compiled_args[2:4]]
+    eager = decode_step_into(*eager_args)
+    compiled, code, seen = run_compiled(decode_step_into, compiled_args)
+    assert bits_equal(compiled, eager)
+    assert all(bits_equal(c, e) for c, e in zip(compiled_args, eager_args))  # rows 0, 1 and 50.. kept
+    assert seen == pointers
+    assert ReinplaceCounters.get_total_missed() == 0
+    assert "clone" not in code and ".copy_(" not in code
