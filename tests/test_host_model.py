@@ -79,6 +79,7 @@ MISUSE = {
     "gm_getvalue_oob": (1, ["GlobalTensor::GetValue GM read out of bounds: tensor 'src'", "offset 4096 count 1"]),
     "gm_setvalue_oob": (1, ["GlobalTensor::SetValue GM write out of bounds: tensor 'dst'", "offset 4096 count 1"]),
     "block_count_4096": (1, ["DataCopyParams.blockCount 4096 out of range [0, 4095]"]),
+    "count_over_blocklen": (1, ["DataCopy: count 524288 moves 65536 blocks of 32 B, more than 65535"]),
     "ub_overrun": (1, ["UB side spans 2048 bytes", "has 1024 bytes"]),
     "unpaired_setflag": (1, ["kernel returned with SetFlag<HardEvent::MTE2_MTE3>(0) never waited"]),
     "wait_without_set": (1, ["WaitFlag<HardEvent::MTE3_MTE2>(1) without a matching SetFlag"]),

@@ -180,6 +180,8 @@ extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t 
         d[total - 1].SetValue(1, 7);
     } else if (c == "block_count_4096") {
         DataCopy(t, s, DataCopyParams(4096, 1, 0, 0));
+    } else if (c == "count_over_blocklen") {
+        DataCopy(t, s, 65536u * 8u); // 65536 blocks of 32 B in one burst
     } else if (c == "ub_overrun") {
         DataCopy(t, s, DataCopyParams(2, kTile * sizeof(int32_t) / 32, 0, 0)); // 2 KB into 1 KB
     } else if (c == "unpaired_setflag") {
