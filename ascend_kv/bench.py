@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from . import checks, reference
-from .dispatch import BackendUnavailableError, use_backend
+from .dispatch import BACKEND_CHOICES, BackendUnavailableError, use_backend
 from .ops import kv_cache, paged_cache_load
 from .params import KvCacheCfg
 
@@ -348,6 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ascend-kv bench: --dtypes takes {', '.join(DTYPES)}, got {error.args[0]!r}", file=sys.stderr)
         return 2
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+    unknown = [name for name in backends if name not in BACKEND_CHOICES or name == "auto"]
+    if unknown or not backends:
+        print(f"ascend-kv bench: --backends takes fallback, sim or npu, got {args.backends!r}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     chosen = [w for w in workloads(args.tiny) if args.only in w.name]
     print(f"ascend-kv bench: {len(chosen)} workloads x {len(dtypes)} dtypes, backends {', '.join(backends)}, "
@@ -358,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in chosen:
         for dtype in dtypes:
             rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats))
-    overhead = decode_overhead(args.warmup, args.repeats) if "fallback" in backends and not args.tiny else None
+    overhead = decode_overhead(args.warmup, args.repeats) if "fallback" in backends else None
     print(format_table(rows, overhead))
     result = {
         "machine": before, "load_average_after": machine()["load_average"],

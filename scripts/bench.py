@@ -1,0 +1,11 @@
+"""Run the benchmark from a checkout: ``python scripts/bench.py [options]`` = ``ascend-kv bench [options]``.
+
+See ``python scripts/bench.py --help``; docs/benchmarks.md has the numbers and the exact command.
+"""
+
+import sys
+
+from ascend_kv.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

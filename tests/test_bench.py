@@ -1,0 +1,83 @@
+"""The benchmark runs end to end on tiny shapes and writes the promised table, JSON and plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascend_kv import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW_FIELDS = {
+    "workload", "kind", "op", "dtype", "backend", "path", "bytes_moved", "median_s", "min_s", "gb_per_s",
+    "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy", "reference_median_s",
+    "reference_repeats", "speedup_over_reference",
+}
+
+
+def test_workloads_cover_the_issue() -> None:
+    names = [w.name for w in bench.workloads()]
+    for kind in ("decode 64x1 h1024", "decode 256x1 h4096", "prefill 8x512 h4096", "prefill 1x4096 h1024",
+                 "paged ND 8x2048 8x128", "paged ND 8x2048 MLA 512+64", "paged NZ 8x2048 8x128",
+                 "paged NZ 8x2048 MLA 512+64"):
+        assert kind in names
+    assert [w.name for w in bench.workloads(tiny=True)] == names
+
+
+def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    status = bench.main(["--tiny", "--warmup", "0", "--repeats", "2", "--threads", "1", "--reference-repeats", "1",
+                         "--json", str(out_json), "--plot", str(out_png)])
+    assert status == 0
+    table = capsys.readouterr().out
+    assert "x copy_" in table and "paged NZ 8x2048 MLA 512+64" in table and "bare index_copy_" in table
+    result = json.loads(out_json.read_text())
+    assert result["settings"] == {"warmup": 0, "repeats": 2, "threads": 1, "reference_repeats": 1,
+                                  "backends": ["fallback"], "tiny": True, "statistic": "median"}
+    assert {"cpu", "logical_cpus", "torch", "native_copier", "load_average"} <= result["machine"].keys()
+    rows = result["results"]
+    assert len(rows) == len(bench.workloads()) * 2                             # every workload, float16 and int8
+    for row in rows:
+        assert ROW_FIELDS <= row.keys()
+        assert row["median_s"] > 0 and row["ratio_to_copy"] > 0 and row["speedup_over_reference"] > 0
+        assert row["gb_per_s"] == pytest.approx(row["bytes_moved"] / row["median_s"] / 1e9)
+        assert row["path"] in {"native", "slices", "rows", "scatter", "gather"}
+    overhead = result["decode_overhead"]
+    assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_"}
+    assert overhead["ratio_to_index_copy"] > 0
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reference_can_be_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--tiny", "--only", "decode 64x1 h1024", "--dtypes", "int8", "--repeats", "1",
+                       "--reference-repeats", "0", "--backends", "fallback"]) == 0
+    assert "reference 0 rounds" in capsys.readouterr().out
+
+
+def test_unavailable_backend_is_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json = tmp_path / "bench.json"
+    assert bench.main(["--tiny", "--only", "paged ND 8x2048 8x128", "--dtypes", "float16", "--repeats", "1",
+                       "--reference-repeats", "0", "--backends", "fallback,npu", "--json", str(out_json)]) == 0
+    assert "npu       unavailable:" in capsys.readouterr().out                 # CPU tensors: no NPU here
+    rows = json.loads(out_json.read_text())["results"]
+    assert [(r["backend"], "unavailable" in r) for r in rows] == [("npu", True), ("fallback", False)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "0"], "--repeats"),
+    (["--dtypes", "float32"], "--dtypes takes"),
+    (["--backends", "fallback,gpu"], "--backends takes"),
+])
+def test_bad_arguments_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_script_wrapper_shows_help() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--help"],
+                          capture_output=True, text=True, check=True)
+    assert "--threads" in done.stdout and "--plot" in done.stdout
