@@ -67,12 +67,24 @@ def require_ndim(name: str, tensor: torch.Tensor, ndims: tuple[int, ...], shape_
 
 
 def require_writable(name: str, tensor: torch.Tensor) -> None:
-    """``ValueError`` when an output written in place would be an autograd error."""
+    """``ValueError`` when an output written in place would be an autograd error, or has elements
+    sharing memory (an ``expand()`` view: which write would win is undefined)."""
     if tensor.requires_grad:
         raise ValueError(
             f"{name} requires grad, but it is written in place and the operation is not "
             f"differentiable: pass {name}.detach()"
         )
+    if tensor.is_contiguous() or tensor.numel() == 0:
+        return
+    span = 0  # the largest offset reachable through the dimensions seen so far
+    for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape) if n > 1):
+        if stride <= span:
+            raise ValueError(
+                f"{name} is written in place, so each element needs its own memory, but shape "
+                f"{tuple(tensor.shape)} with strides {tensor.stride()} maps several elements to one place "
+                f"(an expand() view?): pass a tensor with distinct elements"
+            )
+        span += stride * (size - 1)
 
 
 def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
