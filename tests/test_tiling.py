@@ -60,7 +60,7 @@ def assert_even_split(t: dict[str, int], tokens: int, cores: int) -> None:
 
 def assert_fits_ub(t: dict[str, int], ub: int, table: bool) -> None:
     staged = 3 * t["metaWindow"] * 8 + (t["tableWindow"] * 8 if table else 0)
-    assert t["chunkBytes"] % 32 == 0 and t["chunkBytes"] >= 32
+    assert t["chunkBytes"] % (512 if t["chunkBytes"] >= 1024 else 32) == 0 and t["chunkBytes"] >= 32
     assert t["metaWindow"] % 4 == 0 and t["metaWindow"] >= 4
     assert staged + 2 * t["chunkBytes"] <= ub
 

@@ -6,7 +6,8 @@
  *   metadata: three int64 per-batch arrays, each a window of metaWindow entries, together at
  *             most 1/8 of UB (the whole arrays when they fit, which is the common case);
  *   block table (paged load only): a window of tableWindow int64 entries, at most 1/8 of UB;
- *   copy queue: the rest, split into kCopyBuffers equal buffers of chunkBytes.
+ *   copy queue: the rest, split into kCopyBuffers equal buffers of chunkBytes (a multiple of
+ *               512 bytes once they are at least 1 KB).
  * Tokens are split evenly over min(coreCount, tokens) cores.
  */
 #include "tiling.h"
@@ -18,6 +19,7 @@ constexpr uint64_t kInt64Bytes = 8;
 constexpr uint64_t kInt64PerBlock = kBlockBytes / kInt64Bytes;
 constexpr uint64_t kMetaArrays = 3;
 constexpr uint64_t kMetaShareDivisor = 8;  // each staged-metadata kind gets at most ubBytes / 8
+constexpr uint64_t kGmBurstBytes = 512;    // GM accesses aligned to 512 B are faster on A2
 
 uint64_t RoundUp(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 uint64_t RoundDown(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
@@ -31,12 +33,15 @@ uint64_t StageWindow(uint64_t needed, uint64_t arrays, uint64_t ubBytes)
 }
 
 /// Bytes of each copy buffer once `reserved` bytes are taken, or 0 if not even 32 bytes remain.
+/// Large buffers are whole multiples of 512 bytes, so a run that starts 512-byte aligned stays
+/// aligned from chunk to chunk.
 uint64_t ChunkBytes(uint64_t ubBytes, uint64_t reserved)
 {
     if (reserved >= ubBytes) {
         return 0;
     }
-    return RoundDown((ubBytes - reserved) / kCopyBuffers, kBlockBytes);
+    const uint64_t chunk = (ubBytes - reserved) / kCopyBuffers;
+    return RoundDown(chunk, chunk >= 2 * kGmBurstBytes ? kGmBurstBytes : kBlockBytes);
 }
 
 bool RowOk(uint64_t rowBytes) { return rowBytes > 0 && rowBytes % kBlockBytes == 0; }
