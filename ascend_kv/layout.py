@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import int_argument, require_tensor
 from .dtypes import nz_elements
 
 
@@ -33,6 +34,7 @@ def nd_to_nz(cache: torch.Tensor) -> torch.Tensor:
     >>> nd_to_nz(nd).shape
     torch.Size([2, 2, 16, 16])
     """
+    cache = require_tensor("cache", cache)
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D ND cache [num_blocks, block_size, num_heads, head_size], got shape {tuple(cache.shape)}")
     num_blocks, block_size, num_heads, head_size = cache.shape
@@ -58,6 +60,8 @@ def nz_to_nd(cache: torch.Tensor, num_heads: int) -> torch.Tensor:
     torch.Tensor
         A new contiguous tensor ``[num_blocks, block_size, num_heads, T // num_heads]``.
     """
+    cache = require_tensor("cache", cache)
+    num_heads = int_argument("num_heads", num_heads)
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D NZ cache [num_blocks, T // E, block_size, E], got shape {tuple(cache.shape)}")
     num_blocks, pieces, block_size, e = cache.shape

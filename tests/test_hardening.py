@@ -6,6 +6,8 @@ naming an argument and leaves every tensor as it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -41,3 +43,21 @@ def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> 
         with pytest.raises(ValueError, match=f"{name} is written in place"):
             ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=ND, **outputs)
         assert not any(t.any() for t in outputs.values())
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: ascend_kv.nd_to_nz(None), TypeError, "cache must be a torch.Tensor, got NoneType"),
+        (lambda: ascend_kv.nd_to_nz([[1.0]]), TypeError, "cache must be a torch.Tensor, got list"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), "2"), TypeError,
+         "num_heads must be an int"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), 2.0), TypeError,
+         "num_heads must be an int"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16).to("meta"), 2), TypeError,
+         "cache must hold data"),
+    ],
+)
+def test_layout_helpers_reject_what_is_not_a_cache(call: Callable[[], object], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        call()
