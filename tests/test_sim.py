@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,6 @@ from ascend_kv import checks, reference
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheCall, PagedLoadCall
 from ascend_kv.dispatch import BackendUnavailableError
-
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 
 CORES = [1, 2, 7, 40, 48]
 # 256 B: the smallest UB the tiling accepts here (4-entry metadata windows, 64-byte copy buffers);

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 from ascend_kv.backends import sim
 
 UB = sim.DEFAULT_UB_BYTES
-KV_FIELDS = ("usedCores ntokens rowBytes layers batch maxSeqLen layerId tokensPerCore remainder "
-             "chunkBytes metaWindow").split()
-PAGED_FIELDS = ("usedCores numTokens layout batch maxBlocks numBlocks blockSize keyRowBytes valueRowBytes keyRows "
-                "valueRows tokensPerCore remainder chunkBytes metaWindow tableWindow gatherBlocks").split()
+# The words of KvCacheTiling and PagedLoadTiling (ascendc/tiling.h), in order.
+KV_FIELDS = ["usedCores", "ntokens", "rowBytes", "layers", "batch", "maxSeqLen", "layerId", "tokensPerCore",
+             "remainder", "chunkBytes", "metaWindow"]
+PAGED_FIELDS = ["usedCores", "numTokens", "layout", "batch", "maxBlocks", "numBlocks", "blockSize", "keyRowBytes",
+                "valueRowBytes", "keyRows", "valueRows", "tokensPerCore", "remainder", "chunkBytes", "metaWindow",
+                "tableWindow", "gatherBlocks"]
 OK, NO_CORES, UB_TOO_SMALL, BAD_SHAPE = 0, 1, 2, 3
 ND, NZ = 1, 0
 
