@@ -66,9 +66,5 @@ case $LAST_OUTPUT in
   *) echo "FAIL  support-matrix did not answer atlas-a2"; fail=1 ;;
 esac
 check "python -m ascend_kv support-matrix" "$py" -m ascend_kv support-matrix
-if "$py" -c "import ascend_kv.demo" >/dev/null 2>&1; then
-  check "ascend-kv demo" "$cli" demo
-else
-  echo "note  ascend_kv.demo is not in this checkout yet: demo not checked"
-fi
+check "ascend-kv demo --quick" "$cli" demo --quick
 exit $fail
