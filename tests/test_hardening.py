@@ -1,19 +1,103 @@
 """Inputs from the wild through the public API: strides, wrong arguments, huge offsets, threads, fuzzing.
 
 Every call either matches ascend_kv/reference.py bit for bit, or raises TypeError/ValueError
-naming an argument and leaves every tensor as it was.
+naming an argument and leaves every tensor as it was (the judges below). The backend is the
+automatic choice, as users get it.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ascend_kv
-from ascend_kv import reference
-from cases import ND, bits_equal
+from ascend_kv import checks, reference
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
+
+KV_ARGS = ("new_kv", "layer_id", "past", "token_offset", "seq_len")
+LOAD_ARGS = ("key_cache", "value_cache", "block_table", "context_lens", "kv_cache_cfg", "cumsum", "seq_starts",
+             "key", "value")
+
+
+# ----------------------------------------------------------------------------- judges
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bytes, for any dtype and layout (meta tensors: shape and dtype)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_meta or b.is_meta:
+        return a.is_meta and b.is_meta
+    return torch.equal(a.detach().reshape(-1).contiguous().view(torch.uint8),
+                       b.detach().reshape(-1).contiguous().view(torch.uint8))
+
+
+def _clone(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _require_named_error(error: BaseException, names: tuple[str, ...]) -> None:
+    assert any(name in str(error) for name in names), f"the message names no argument: {error}"
+
+
+def judge_kv_cache(*args: Any) -> BaseException | None:
+    """Call ``ascend_kv.kv_cache(*args)``: the reference's result, or a named error and no write."""
+    before = [_clone(a) for a in args]
+    try:
+        result = ascend_kv.kv_cache(*args)
+    except (TypeError, ValueError) as error:
+        _require_named_error(error, KV_ARGS)
+        assert all(same_bytes(a, b) for a, b in zip(_tensors(args), _tensors(before))), f"written, then: {error}"
+        return error
+    expected = reference.kv_cache(*before)
+    assert result is args[2]
+    assert same_bytes(result, expected)
+    assert all(same_bytes(a, b) for i, (a, b) in enumerate(zip(args, before)) if i != 2 and isinstance(a, torch.Tensor))
+    return None
+
+
+def judge_paged_cache_load(*args: Any, **kwargs: Any) -> BaseException | None:
+    """Call ``ascend_kv.paged_cache_load``: the reference's result, or a named error and no write."""
+    before_args, before_kwargs = [_clone(a) for a in args], {k: _clone(v) for k, v in kwargs.items()}
+    inputs = list(args) + [v for k, v in kwargs.items() if k not in ("key", "value")]
+    try:
+        key, value = ascend_kv.paged_cache_load(*args, **kwargs)
+    except (TypeError, ValueError) as error:
+        _require_named_error(error, LOAD_ARGS)
+        every = _tensors([*args, *kwargs.values()])
+        every_before = _tensors([*before_args, *before_kwargs.values()])
+        assert all(same_bytes(a, b) for a, b in zip(every, every_before)), f"written, then: {error}"
+        return error
+    # accepted, so the arguments are valid: the reference reads them in their canonical form
+    before_kwargs["kv_cache_cfg"] = checks.kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
+    before_kwargs["cumsum"] = bool(kwargs.get("cumsum", False))
+    expected = reference.paged_cache_load(*before_args, **before_kwargs)
+    for name, got in (("key", key), ("value", value)):
+        if kwargs.get(name) is not None:
+            assert got is kwargs[name]
+    assert same_bytes(key, expected[0]) and same_bytes(value, expected[1])
+    assert all(same_bytes(a, b) for a, b in zip(_tensors(inputs), _tensors(
+        list(before_args) + [v for k, v in before_kwargs.items() if k not in ("key", "value")])))
+    return None
+
+
+def judge(op: str, case: Case) -> BaseException | None:
+    if op == "kv_cache":
+        return judge_kv_cache(*case.args, **case.kwargs)
+    return judge_paged_cache_load(*case.args, **case.kwargs)
 
 
 def test_cumsum_with_no_batch_entries_still_has_context_lens_last_rows() -> None:
@@ -61,3 +145,108 @@ def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> 
 def test_layout_helpers_reject_what_is_not_a_cache(call: Callable[[], object], error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def sentinel_like(shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor whose every byte is 0xA5."""
+    t = torch.empty(shape, dtype=dtype)
+    t.view(-1).view(torch.uint8).fill_(0xA5)
+    return t
+
+
+@st.composite
+def relaid_out(draw: st.DrawFn, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[slice, ...]]:
+    """``t``'s values in a random strided view: dims permuted in memory, padded, offset.
+
+    Returns ``(view, storage, region)``: the padding of ``storage`` (outside ``storage[region]``)
+    holds sentinel bytes, so a write outside the view shows.
+    """
+    order = draw(st.permutations(range(t.dim())))
+    pads = [draw(st.integers(0, 2)) for _ in order]
+    starts = [draw(st.integers(0, pad)) for pad in pads]
+    storage = sentinel_like([t.shape[d] + pad for d, pad in zip(order, pads)], t.dtype)
+    region = tuple(slice(start, start + t.shape[d]) for d, start in zip(order, starts))
+    view = storage[region].permute([order.index(d) for d in range(t.dim())])
+    view.copy_(t)
+    return view, storage, region
+
+
+def padding_intact(storage: torch.Tensor, region: tuple[slice, ...]) -> bool:
+    """Whether every element of ``storage`` outside ``storage[region]`` still holds the sentinel."""
+    outside = torch.ones(storage.shape, dtype=torch.bool)
+    outside[region] = False
+    return same_bytes(storage[outside], sentinel_like(list(storage.shape), storage.dtype)[outside])
+
+
+@st.composite
+def strided_case(draw: st.DrawFn, case: Case) -> tuple[Case, list[tuple[torch.Tensor, tuple[slice, ...]]]]:
+    """``case`` with each tensor argument of rank >= 1 moved, or not, into a random strided view."""
+    storages = []
+
+    def move(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or not draw(st.booleans()):
+            return value
+        view, storage, region = draw(relaid_out(value))
+        storages.append((storage, region))
+        return view
+
+    return Case(tuple(move(a) for a in case.args), {k: move(v) for k, v in case.kwargs.items()}), storages
+
+
+@given(kv_cache_cases().flatmap(strided_case))
+def test_kv_cache_honours_any_strides(strided: tuple[Case, list[tuple[torch.Tensor, tuple[slice, ...]]]]) -> None:
+    case, storages = strided
+    assert judge("kv_cache", case) is None
+    assert all(padding_intact(storage, region) for storage, region in storages)
+
+
+@given(paged_cases().flatmap(strided_case))
+def test_paged_cache_load_honours_any_strides(
+    strided: tuple[Case, list[tuple[torch.Tensor, tuple[slice, ...]]]],
+) -> None:
+    case, storages = strided
+    assert judge("paged_cache_load", case) is None
+    assert all(padding_intact(storage, region) for storage, region in storages)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
+def test_new_kv_as_a_slice_of_a_fused_qkv_tensor(dtype: torch.dtype) -> None:
+    hidden = 64
+    qkv = random_bits((7, 3 * hidden), dtype, seed=1)
+    past = random_bits((2, 3, 9, hidden), dtype, seed=2)
+    for part in range(3):
+        new_kv = qkv[:, part * hidden:(part + 1) * hidden]
+        assert judge_kv_cache(new_kv, 1, past, torch.tensor([2, 9, 4]), torch.tensor([2, 4, 1])) is None
+        heads = qkv.view(1, 7, 3 * 4, hidden // 4)[:, :, part * 4:(part + 1) * 4]  # [b, s, heads, head_size]
+        assert judge_kv_cache(heads, 0, past, torch.tensor([7, 0, 0]), torch.tensor([7, 0, 0])) is None
+
+
+def test_transposed_caches_are_written_and_read_in_place() -> None:
+    storage = random_bits((2, 9, 3, 64), torch.float16, seed=3)    # [layers, max_seq_len, batch, hidden]
+    past = storage.transpose(1, 2)                                  # [layers, batch, max_seq_len, hidden]
+    new_kv = random_bits((5, 64), torch.float16, seed=4)
+    assert judge_kv_cache(new_kv, 1, past, torch.tensor([2, 9, 4]), torch.tensor([2, 2, 1])) is None
+    assert bits_equal(storage[1, 7:9, 1], new_kv[2:4])             # the caller's memory holds the tokens
+    nd = random_bits((16, 6, 2, 32), torch.float16, seed=5).transpose(0, 1)   # [blocks, block_size, ...]
+    nz = ascend_kv.nd_to_nz(nd).transpose(1, 2).contiguous().transpose(1, 2)  # same NZ values, other strides
+    table = torch.tensor([[5, 0, 3], [1, 2, 4]], dtype=torch.int32)
+    for cache, cfg in ((nd, ND), (nz, NZ)):
+        assert judge_paged_cache_load(cache, cache, table, torch.tensor([40, 17]), kv_cache_cfg=cfg) is None
+
+
+def test_strided_block_table_and_lengths() -> None:
+    cache = random_bits((6, 16, 2, 16), torch.float16, seed=6)
+    wide = torch.tensor([[5, -1, 0, -1, 3, -1], [1, -1, 2, -1, -1, -1]], dtype=torch.int32)
+    table = wide[:, ::2]                                            # stride (6, 2)
+    assert judge_paged_cache_load(cache, cache, table, torch.tensor([40, 99, 20])[::2], kv_cache_cfg=ND) is None
+    columns = torch.tensor([[5, 1], [0, 2], [3, -1]], dtype=torch.int64).t()   # a transposed block table
+    assert judge_paged_cache_load(cache, cache, columns, torch.tensor([33, 16]), kv_cache_cfg=ND,
+                                  seq_starts=torch.tensor([0, 7, 16, 9])[::2]) is None
+
+
+def test_key_and_value_as_halves_of_one_fused_output() -> None:
+    cache = random_bits((6, 16, 2, 16), torch.float16, seed=7)
+    fused = random_bits((60, 2, 2, 16), torch.float16, seed=8)     # [rows, k/v, heads, head_size]
+    table = torch.tensor([[5, 0, 3], [1, 2, 4]], dtype=torch.int32)
+    assert judge_paged_cache_load(cache, cache, table, torch.tensor([2, 40, 57]), kv_cache_cfg=ND, cumsum=True,
+                                  key=fused[:, 0], value=fused[:, 1]) is None
