@@ -132,6 +132,7 @@ def int_argument(name: str, value: object) -> int:
     if type(value) is int:  # the common case, without the ABC check below
         return value
     if isinstance(value, torch.Tensor):
+        require_tensor(name, value)  # a meta tensor has no value to read
         if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             raise TypeError(f"{name} must be an int or an integer tensor, got {_describe(value)}")
         if value.numel() != 1:

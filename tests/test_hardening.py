@@ -250,3 +250,117 @@ def test_key_and_value_as_halves_of_one_fused_output() -> None:
     table = torch.tensor([[5, 0, 3], [1, 2, 4]], dtype=torch.int32)
     assert judge_paged_cache_load(cache, cache, table, torch.tensor([2, 40, 57]), kv_cache_cfg=ND, cumsum=True,
                                   key=fused[:, 0], value=fused[:, 1]) is None
+
+
+# ----------------------------------------------------------------------------- each argument, each defect
+
+
+def base_case(op: str) -> Case:
+    if op == "kv_cache":
+        new_kv, _, past, offsets, lens = kv_cache_case(torch.float16, [2, 0, 3], [5, 0, 16]).args
+        return Case((new_kv, torch.tensor(1), past, offsets, lens))
+    return paged_case(ND, [20, 3], seq_starts=[16, 0], give_outputs=True, extra_rows=2)
+
+
+def with_argument(op: str, case: Case, name: str, value: Any) -> Case:
+    """``case`` with argument ``name`` replaced by ``value``."""
+    names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
+    if name in names:
+        args = list(case.args)
+        args[names.index(name)] = value
+        return Case(tuple(args), dict(case.kwargs))
+    return Case(case.args, {**case.kwargs, name: value})
+
+
+TENSOR_ARGUMENTS = [("kv_cache", n) for n in KV_ARGS] + [
+    ("paged_cache_load", n) for n in ("key_cache", "value_cache", "block_table", "context_lens", "seq_starts",
+                                      "key", "value")]
+
+
+def argument(op: str, case: Case, name: str) -> torch.Tensor:
+    names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
+    return case.args[names.index(name)] if name in names else case.kwargs[name]
+
+
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_tensor_on_the_wrong_device_is_an_error_naming_it(op: str, name: str) -> None:
+    """Meta tensors stand for any other device (no second real device on a CPU-only machine)."""
+    case = base_case(op)
+    error = judge(op, with_argument(op, case, name, argument(op, case, name).to("meta")))
+    assert isinstance(error, (TypeError, ValueError)) and name in str(error) and "meta" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.int16, torch.bool,
+                                   torch.complex64, torch.float16, torch.int32])
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_wrong_dtype_is_a_type_error_naming_it(op: str, name: str, dtype: torch.dtype) -> None:
+    case = base_case(op)
+    given = argument(op, case, name)
+    if dtype == given.dtype:
+        return
+    error = judge(op, with_argument(op, case, name, given.to(dtype)))
+    if name == "layer_id" and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+        assert error is None  # any integer tensor holds a layer number
+    elif {dtype, given.dtype} <= {torch.int32, torch.int64}:
+        assert error is None
+    else:
+        assert isinstance(error, TypeError) and name in str(error)
+
+
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_wrong_rank_is_a_value_error_naming_it(op: str, name: str) -> None:
+    case = base_case(op)
+    error = judge(op, with_argument(op, case, name, argument(op, case, name)[None]))
+    if name == "layer_id":
+        assert error is None  # a one-element tensor of any rank
+    else:
+        assert isinstance(error, ValueError) and name in str(error)
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_an_empty_tensor_is_handled_or_a_named_error(op: str, name: str, dim: int) -> None:
+    case = base_case(op)
+    given = argument(op, case, name)
+    empty = given.narrow(dim, 0, 0) if given.dim() else given.reshape(-1)[:0]
+    judge(op, with_argument(op, case, name, empty))
+
+
+def test_empty_calls_are_valid_and_write_nothing() -> None:
+    past = random_bits((2, 0, 16, 64), torch.float16, seed=9)
+    none = torch.zeros(0, dtype=torch.int32)
+    assert judge_kv_cache(torch.zeros(0, 64, dtype=torch.float16), 0, past, none, none) is None
+    past = random_bits((2, 3, 16, 64), torch.float16, seed=9)
+    assert judge_kv_cache(torch.zeros(0, 64, dtype=torch.float16), 1, past, torch.tensor([0, 16, 3]),
+                          torch.zeros(3, dtype=torch.int64)) is None
+    cache = random_bits((0, 16, 1, 16), torch.float16, seed=10)
+    assert judge_paged_cache_load(cache, cache, torch.zeros(2, 0, dtype=torch.int32), torch.zeros(2, dtype=torch.int32),
+                                  kv_cache_cfg=ND) is None
+
+
+# ----------------------------------------------------------------------------- payload bits
+
+
+def every_bit_pattern(dtype: torch.dtype) -> torch.Tensor:
+    """All 2**(8 * itemsize) values of a 1- or 2-byte dtype (NaNs with every payload, infinities, -0)."""
+    view = torch.int8 if dtype.itemsize == 1 else torch.int16
+    info = torch.iinfo(view)
+    return torch.arange(info.min, info.max + 1, dtype=torch.int32).to(view).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
+def test_every_bit_pattern_is_copied_exactly(dtype: torch.dtype) -> None:
+    values = every_bit_pattern(dtype).reshape(-1, 32)                               # [tokens, 32]
+    tokens = values.shape[0]
+    past = torch.zeros(1, 2, tokens, 32, dtype=dtype)
+    ascend_kv.kv_cache(values, 0, past, torch.tensor([0, tokens]), torch.tensor([0, tokens]))
+    assert bits_equal(past[0, 1], values)
+    values = values.repeat(max(1, 16 // tokens), 1)                                 # whole blocks of 16
+    tokens = values.shape[0]
+    nd = values.reshape(-1, 16, 1, 32)                                              # [blocks, 16, 1, 32]
+    table = torch.arange(nd.shape[0], dtype=torch.int32).flip(0)[None]
+    key, value = ascend_kv.paged_cache_load(nd, nd, table, torch.tensor([tokens]), kv_cache_cfg=ND)
+    assert bits_equal(key, nd.flip(0).reshape(tokens, 1, 32)) and bits_equal(value, key)
+    nz = ascend_kv.nd_to_nz(nd)
+    key, value = ascend_kv.paged_cache_load(nz, nz, table, torch.tensor([tokens]), kv_cache_cfg=NZ)
+    assert bits_equal(key, nd.flip(0).reshape(tokens, 32)) and bits_equal(value, key)
