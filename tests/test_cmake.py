@@ -1,0 +1,66 @@
+"""The top-level CMakeLists.txt: configures everywhere, and says why it skips the NPU targets.
+
+No CANN here, so the NPU branch is exercised up to the kernel toolchain with a fake CANN folder
+and a stub torch_npu that names a SoC: each reason to skip is printed and configuring succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUB_TORCH_NPU = "class npu:\n    @staticmethod\n    def get_device_name(index):\n        return {soc!r}\n"
+
+
+def configure(build: Path, env_extra: dict[str, str], *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "SOC_VERSION")}
+    env.update(env_extra)
+    result = subprocess.run(
+        ["cmake", "-S", str(ROOT), "-B", str(build), f"-DPython3_EXECUTABLE={sys.executable}", *args],
+        capture_output=True, text=True, env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_without_cann_only_the_host_targets(tmp_path: Path) -> None:
+    out = configure(tmp_path / "build", {})
+    assert "ascend_kv: CANN not found" in out
+    assert "skipping the NPU targets" in out
+    assert "ascend_kv_sim" in (tmp_path / "build" / "Makefile").read_text()
+
+
+@pytest.mark.parametrize(
+    ("soc", "why"),
+    [
+        (None, "torch_npu cannot be imported"),
+        ("Ascend310P3", "the kernels do not support SOC_VERSION Ascend310P3 (product line 'atlas-inference')"),
+        ("Ascend999", "the kernels do not support SOC_VERSION Ascend999 (product line '')"),
+        ("Ascend910B3", "neither CANN's ascendc.cmake nor find_package(ASC) found"),
+    ],
+)
+def test_with_cann_each_reason_to_skip_is_said(tmp_path: Path, soc: str | None, why: str) -> None:
+    cann = tmp_path / "cann"
+    cann.mkdir()
+    env = {"ASCEND_HOME_PATH": str(cann)}
+    if soc is not None:  # a torch_npu stand-in that reports `soc` for NPU 0
+        (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
+        (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc=soc))
+        env["PYTHONPATH"] = str(tmp_path / "stub")
+    out = configure(tmp_path / "build", env)
+    assert f"ascend_kv: CANN at {cann}" in out
+    assert why in out and "skipping the NPU targets" in out
+
+
+def test_soc_version_given_wins_over_detection(tmp_path: Path) -> None:
+    (tmp_path / "cann").mkdir()
+    (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
+    (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc="Ascend910B3"))
+    env = {"ASCEND_TOOLKIT_HOME": str(tmp_path / "cann"), "PYTHONPATH": str(tmp_path / "stub")}
+    out = configure(tmp_path / "build", env, "-DSOC_VERSION=Ascend310B1")
+    assert "SOC_VERSION Ascend310B1 (product line 'atlas-200i-500-a2')" in out
