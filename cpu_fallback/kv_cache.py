@@ -60,10 +60,11 @@ def kv_cache(call: KvCacheCall) -> None:
         return
     layer = call.past[call.layer_id]                                             # [batch, max_seq_len, hidden]
     way = _choose(call, layer)
-    runs = kv_runs(call)
     if way == "native":
-        _native(call.new_kv, layer, runs)
-    elif way == "slices":
+        _native(call, layer)
+        return
+    runs = kv_runs(call)
+    if way == "slices":
         for b, first, start, rows in zip(*(a.tolist() for a in runs)):
             layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
     elif way == "rows":
@@ -78,16 +79,18 @@ def kv_cache(call: KvCacheCall) -> None:
         layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), call.new_kv)
 
 
-def _native(new_kv: torch.Tensor, layer: torch.Tensor, runs: KvRuns) -> None:
-    size = new_kv.element_size()
+def _native(call: KvCacheCall, layer: torch.Tensor) -> None:
+    """One run per batch entry, empty ones included (the copier skips them): no per-run filtering."""
+    size = layer.element_size()
+    entry_step, row_step = layer.stride(0) * size, layer.stride(1) * size
     native.copy_runs(
-        new_kv,
+        call.new_kv,
         layer,
-        src_offset=runs.read_start * (new_kv.stride(0) * size),
-        dst_offset=(runs.entry * layer.stride(0) + runs.write_start * layer.stride(1)) * size,
-        items=runs.rows,
+        src_offset=call.read_start * (call.new_kv.stride(0) * size),
+        dst_offset=call.write_start * row_step + np.arange(len(call.seq_len), dtype=np.int64) * entry_step,
+        items=call.seq_len,
         item_bytes=layer.shape[2] * size,
-        steps=(new_kv.stride(0) * size, layer.stride(1) * size),
+        steps=(call.new_kv.stride(0) * size, row_step),
     )
 
 

@@ -79,13 +79,13 @@ def _path(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, mean_rows:
 def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
     size = cache.element_size()
     row_step = out.stride(0) * size
-    common = dict(src_offset=runs.block * (cache.stride(0) * size), dst_offset=runs.out_start * row_step, items=runs.rows)
-    if layout == ND:
-        native.copy_runs(cache, out, **common, item_bytes=_row_numel(out) * size, steps=(cache.stride(1) * size, row_step))
-    else:
-        fractal = cache.shape[3] * size                                          # 32 bytes
+    runs_at = (runs.block * (cache.stride(0) * size), runs.out_start * row_step, runs.rows)  # from slot 0, to row
+    if layout == ND:                                                             # items: token rows
+        native.copy_runs(cache, out, *runs_at, item_bytes=_row_numel(out) * size, steps=(cache.stride(1) * size, row_step))
+    else:                                                                        # items: 32-byte fractal rows
+        fractal = cache.shape[3] * size
         native.copy_runs(
-            cache, out, **common, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
+            cache, out, *runs_at, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
             pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
         )
 

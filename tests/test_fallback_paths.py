@@ -17,14 +17,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from cases import ND, NZ, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 from hypothesis import given
+from test_ops import run_kv_cache, run_paged
 
 import ascend_kv
 from ascend_kv import checks, reference
-from ascend_kv.cpu_fallback import native
-from cases import ND, NZ, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
-from test_ops import run_kv_cache, run_paged
 
+native = importlib.import_module("ascend_kv.cpu_fallback.native")
 kv = importlib.import_module("ascend_kv.cpu_fallback.kv_cache")
 paged = importlib.import_module("ascend_kv.cpu_fallback.paged_cache_load")
 
