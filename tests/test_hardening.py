@@ -364,3 +364,99 @@ def test_every_bit_pattern_is_copied_exactly(dtype: torch.dtype) -> None:
     nz = ascend_kv.nd_to_nz(nd)
     key, value = ascend_kv.paged_cache_load(nz, nz, table, torch.tensor([tokens]), kv_cache_cfg=NZ)
     assert bits_equal(key, nd.flip(0).reshape(tokens, 32)) and bits_equal(value, key)
+
+
+# ----------------------------------------------------------------------------- offsets beyond int32
+
+
+def sparse_tensor(path: Path, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor backed by a sparse file: only the pages a test touches take memory or disk."""
+    numel = math.prod(shape)
+    with path.open("wb") as f:
+        f.truncate(numel * dtype.itemsize)
+    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_kv_cache_writes_past_offsets_beyond_int32(tmp_path: Path) -> None:
+    """past has over 2**32 elements; the last rows of its last entry sit beyond 2**32."""
+    max_seq_len = 2**25 + 64
+    past = sparse_tensor(tmp_path / "past", (2, 2, max_seq_len, 32), torch.int8)
+    new_kv = random_bits((5, 32), torch.int8, seed=11)
+    resident = resident_bytes()
+    ascend_kv.kv_cache(new_kv, 1, past, torch.tensor([2, max_seq_len], dtype=torch.int32),
+                       torch.tensor([2, 3], dtype=torch.int32))
+    assert resident_bytes() - resident < 2**27, "a copy of the 4 GiB cache was made"
+    assert bits_equal(past[1, 0, :2], new_kv[:2]) and bits_equal(past[1, 1, -3:], new_kv[2:])
+    flat = past.view(-1)
+    last = ((1 * 2 + 1) * max_seq_len + max_seq_len - 3) * 32                # flat offset of the first far row
+    assert last > 2**32
+    for wrapped in (last % 2**31, last % 2**32):                             # where 32-bit offsets would land
+        assert not flat[wrapped:wrapped + 96].any()
+
+
+def test_paged_cache_load_reads_and_writes_beyond_int32(tmp_path: Path) -> None:
+    """An ND cache of over 2**32 elements read at its last blocks, written into rows beyond 2**31 elements."""
+    num_blocks, block_size, row = 2**18 + 4, 16, 1024
+    cache = sparse_tensor(tmp_path / "cache", (num_blocks, block_size, 1, row), torch.int8)
+    cache[-3:] = random_bits((3, block_size, 1, row), torch.int8, seed=12)
+    table = torch.tensor([[num_blocks - 1, num_blocks - 3, num_blocks - 2]], dtype=torch.int32)
+    rows = 2**21 + 64
+    key = sparse_tensor(tmp_path / "key", (rows, 1, row), torch.int8)
+    value = sparse_tensor(tmp_path / "value", (rows, 1, row), torch.int8)
+    resident = resident_bytes()
+    ascend_kv.paged_cache_load(cache, cache, table, torch.tensor([rows - 40, rows]), kv_cache_cfg=ND, cumsum=True,
+                               key=key, value=value)
+    assert resident_bytes() - resident < 2**27, "a copy of the 4 GiB cache or of the outputs was made"
+    expected, _ = reference.paged_cache_load(cache, cache, table, torch.tensor([40]), kv_cache_cfg=ND)
+    assert bits_equal(key[-40:], expected) and bits_equal(value[-40:], expected)
+    assert not key[: rows - 40].view(-1)[-(2**20):].any()
+    assert (rows - 40) * row > 2**31 and (num_blocks - 3) * block_size * row > 2**32
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def test_concurrent_calls_on_disjoint_caches_equal_serial_calls() -> None:
+    threads_n, rounds = 4, 8
+    kv = [kv_cache_case(torch.bfloat16, [1, 2, 0, 3], [4, 16, 0, 9], seed=20 + i) for i in range(threads_n)]
+    load = [paged_case(ND, [20, 1, 33], give_outputs=True, seed=40 + i) for i in range(threads_n)]
+    serial_kv, threaded_kv = [c.cloned() for c in kv], [c.cloned() for c in kv]
+    serial_load, threaded_load = [c.cloned() for c in load], [c.cloned() for c in load]
+    new_loads: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(threads_n)]
+
+    def work(i: int, kv_case: Case, load_case: Case, barrier: threading.Barrier | None) -> None:
+        if barrier is not None:
+            barrier.wait()
+        for r in range(rounds):
+            new_kv, _, past, offsets, lens = kv_case.args
+            ascend_kv.kv_cache(new_kv.roll(r, 0), r % 2, past, offsets, lens)
+            ascend_kv.paged_cache_load(*load_case.args, **load_case.kwargs)
+            new_loads[i].append(ascend_kv.paged_cache_load(*load_case.args[:4], kv_cache_cfg=ND))
+
+    for i in range(threads_n):
+        work(i, serial_kv[i], serial_load[i], None)
+    serial_new, new_loads[:] = [list(x) for x in new_loads], [[] for _ in range(threads_n)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads_n)
+
+    def run(i: int) -> None:
+        try:
+            work(i, threaded_kv[i], threaded_load[i], barrier)
+        except BaseException as error:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(error)
+
+    pool = [threading.Thread(target=run, args=(i,)) for i in range(threads_n)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors
+    for s, t in zip(serial_kv + serial_load, threaded_kv + threaded_load):
+        assert all(bits_equal(a, b) for a, b in zip(s.tensors(), t.tensors()))
+    for s_calls, t_calls in zip(serial_new, new_loads):
+        assert all(bits_equal(a, b) for s_out, t_out in zip(s_calls, t_calls) for a, b in zip(s_out, t_out))
