@@ -37,8 +37,10 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.is_meta or b.is_meta:
         return a.is_meta and b.is_meta
-    return torch.equal(a.detach().reshape(-1).contiguous().view(torch.uint8),
-                       b.detach().reshape(-1).contiguous().view(torch.uint8))
+    def raw(t: torch.Tensor) -> torch.Tensor:  # a fresh dense copy: a size-1 dim may keep any stride
+        return t.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
+
+    return torch.equal(raw(a), raw(b))
 
 
 def _clone(value: Any) -> Any:
