@@ -23,7 +23,7 @@ import contextvars
 import importlib
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -41,6 +41,8 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
+_off_npu: dict[tuple[str, torch.device, str], Decision] = {}
+_loaded: dict[str, ModuleType] = {}
 
 
 class BackendUnavailableError(RuntimeError):
@@ -126,15 +128,24 @@ def _sim_unavailable() -> str | None:
     return None
 
 
-def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
-    """The decision for ``auto`` or ``npu``."""
+def _without_kernels(
+    op: str, dev: torch.device, requested: str, why: str, soc: str | None = None, line: str | None = None
+) -> Decision:
+    """``auto`` falls back; an explicit ``npu`` cannot run."""
+    return Decision(op, requested, "fallback" if requested == "auto" else None, why, str(dev), soc, line)
+
+
+def _kernel_decision(op: str, dev: torch.device, requested: str, outside: Callable[[], str | None]) -> Decision:
+    """The decision for ``auto`` or ``npu`` (``outside()``: why the kernels cannot take the inputs)."""
+    if not runtime.is_npu(dev):  # the same answer every time: remembered (calls on the host are hot)
+        key = (op, dev, requested)
+        if key not in _off_npu:
+            _off_npu[key] = _without_kernels(op, dev, requested, f"the tensors are on {dev}, not on an Ascend NPU")
+        return _off_npu[key]
 
     def without_kernels(why: str, soc: str | None = None, line: str | None = None) -> Decision:
-        backend = "fallback" if requested == "auto" else None
-        return Decision(op, requested, backend, why, str(dev), soc, line)
+        return _without_kernels(op, dev, requested, why, soc, line)
 
-    if not runtime.is_npu(dev):
-        return without_kernels(f"the tensors are on {dev}, not on an Ascend NPU")
     soc = runtime.soc_of(dev)
     line = support.product_line(soc) if soc is not None else None
     if line is None:
@@ -144,22 +155,24 @@ def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | 
     status = npu.library()
     if not status.loaded:
         return without_kernels(f"the kernel library is not loaded: {status.reason}", soc, line.id)
-    if outside is not None:
-        return without_kernels(f"the call is outside the kernels' domain: {outside}", soc, line.id)
+    outside_reason = outside()
+    if outside_reason is not None:
+        return without_kernels(f"the call is outside the kernels' domain: {outside_reason}", soc, line.id)
     why = f"{line.name} (SoC {soc}) supports {op}; kernel library {status.path}"
     return Decision(op, requested, "npu", why, str(dev), soc, line.id)
 
 
-def _decide(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
+def _decide(op: str, dev: torch.device, requested: str, outside: Callable[[], str | None]) -> Decision:
     if requested == "fallback":
         return Decision(op, requested, "fallback", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
     if requested == "sim":
         if dev.type != "cpu":
             why = f"the host build of the kernels runs on cpu tensors, the tensors are on {dev}"
-        elif outside is not None:
-            why = f"the call is outside the kernels' domain: {outside}"
         else:
+            outside_reason = outside()
             why = _sim_unavailable()
+            if outside_reason is not None:
+                why = f"the call is outside the kernels' domain: {outside_reason}"
         if why is not None:
             return Decision(op, requested, None, why, str(dev))
         return Decision(op, requested, "sim", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
@@ -175,14 +188,16 @@ def _call_op_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[str, torch.d
 def decide(call: KvCacheCall | PagedLoadCall) -> Decision:
     """The decision for a validated call (including whether the kernels take its inputs)."""
     op, dev = _call_op_and_device(call)
-    return _decide(op, dev, requested_backend(), kernel_domain.outside_reason(call))
+    return _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call))
 
 
 def _load(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(_MODULES[name])
-    except ImportError as error:
-        raise BackendUnavailableError(f"backend {name!r} is not available: {error}") from error
+    if name not in _loaded:
+        try:
+            _loaded[name] = importlib.import_module(_MODULES[name])
+        except ImportError as error:
+            raise BackendUnavailableError(f"backend {name!r} is not available: {error}") from error
+    return _loaded[name]
 
 
 def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
@@ -194,7 +209,7 @@ def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
         The explicitly requested backend cannot run this call; the message says why.
     """
     op, dev = _call_op_and_device(call)
-    decision = _decide(op, dev, requested_backend(), kernel_domain.outside_reason(call))
+    decision = _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call))
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
@@ -246,7 +261,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     if name not in support.OPERATIONS:
         raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
     requested = requested_backend() if backend is None else _check_choice(backend, "backend")
-    return _decide(name, _device_argument(device), requested, None)
+    return _decide(name, _device_argument(device), requested, lambda: None)
 
 
 def _device_argument(value: str | torch.device | None) -> torch.device:
