@@ -8,7 +8,11 @@
  * For every run (s, d, k), every piece p < pieces and every item i < k:
  *     copy `item` bytes from src + s + p*src_piece + i*src_step
  *                       to   dst + d + p*dst_piece + i*dst_step.
- * A run whose items are back to back on both sides (pieces == 1, steps == item) is one memcpy.
+ * item must be a multiple of 32 bytes (every row and NZ fractal row is). Bytes move in 32-byte
+ * chunks: measured faster than glibc memcpy for these sizes (a memcpy of a few MB may take
+ * `rep movsb` or non-temporal stores, which lose to a plain vector loop when the data would stay
+ * in cache). A run whose items are back to back on both sides (pieces == 1, steps == item) is
+ * one stretch of chunks.
  * The caller guarantees that every address is inside its tensor and that writes do not overlap
  * (ascend_kv.checks validated the call). The GIL is released while copying.
  */
@@ -17,13 +21,17 @@
 #include <stdint.h>
 #include <string.h>
 
-/* One 32-byte NZ fractal row: a constant size lets the compiler emit two vector moves. */
-static void copy_items32(const char *s, char *d, int64_t k, int64_t s_step, int64_t d_step) {
-    for (int64_t i = 0; i < k; ++i) memcpy(d + i * d_step, s + i * s_step, 32);
+/* n bytes, n a multiple of 32: a constant-size memcpy compiles to vector moves. */
+static void copy_chunks(char *d, const char *s, int64_t n) {
+    for (int64_t i = 0; i < n; i += 32) memcpy(d + i, s + i, 32);
 }
 
 static void copy_items(const char *s, char *d, int64_t k, int64_t item, int64_t s_step, int64_t d_step) {
-    for (int64_t i = 0; i < k; ++i) memcpy(d + i * d_step, s + i * s_step, (size_t)item);
+    if (item == 32) { /* one NZ fractal row per item */
+        for (int64_t i = 0; i < k; ++i) memcpy(d + i * d_step, s + i * s_step, 32);
+        return;
+    }
+    for (int64_t i = 0; i < k; ++i) copy_chunks(d + i * d_step, s + i * s_step, item);
 }
 
 static PyObject *copy_runs(PyObject *self, PyObject *args) {
@@ -36,11 +44,11 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
         return NULL;
     const Py_ssize_t n = it.len / (Py_ssize_t)sizeof(int64_t);
     if (it.len % (Py_ssize_t)sizeof(int64_t) != 0 || so.len != it.len || dof.len != it.len || item <= 0 ||
-        pieces <= 0) {
+        item % 32 != 0 || pieces <= 0) {
         PyBuffer_Release(&so);
         PyBuffer_Release(&dof);
         PyBuffer_Release(&it);
-        PyErr_SetString(PyExc_ValueError, "copy_runs: offsets and items must be int64 [n]; item and pieces positive");
+        PyErr_SetString(PyExc_ValueError, "copy_runs: offsets and items must be int64 [n]; item a positive multiple of 32; pieces positive");
         return NULL;
     }
     const int64_t *src_off = (const int64_t *)so.buf, *dst_off = (const int64_t *)dof.buf;
@@ -54,15 +62,10 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
         char *d = dst + dst_off[j];
         const int64_t k = items[j];
         if (back_to_back) {
-            memcpy(d, s, (size_t)(k * item));
+            copy_chunks(d, s, k * item);
             continue;
         }
-        for (int64_t p = 0; p < pieces; ++p) {
-            if (item == 32)
-                copy_items32(s + p * s_piece, d + p * d_piece, k, s_step, d_step);
-            else
-                copy_items(s + p * s_piece, d + p * d_piece, k, item, s_step, d_step);
-        }
+        for (int64_t p = 0; p < pieces; ++p) copy_items(s + p * s_piece, d + p * d_piece, k, item, s_step, d_step);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&so);

@@ -39,11 +39,7 @@ ND = KvCacheCfg.K_CACHE_V_CACHE_ND
 
 def paths(call: PagedLoadCall) -> tuple[str, str]:
     """The names of the paths :func:`paged_cache_load` takes for the key and the value."""
-    mean_rows = call.num_tokens / max(1, int(np.sum(-(-call.lens // call.block_size))))
-    return (
-        _path(call.layout, call.key_cache, call.key, mean_rows),
-        _path(call.layout, call.value_cache, call.value, mean_rows),
-    )
+    return _path(call, call.key_cache, call.key), _path(call, call.value_cache, call.value)
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
@@ -65,15 +61,23 @@ def paged_cache_load(call: PagedLoadCall) -> None:
             out[rows] = _gather(call.layout, cache, runs, call.block_size)
 
 
-def _path(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, mean_rows: float) -> str:
-    items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
-    if native.usable(cache, out) and items_contiguous and rows_contiguous(out) and non_overlapping(out):
+def _path(call: PagedLoadCall, cache: torch.Tensor, out: torch.Tensor) -> str:
+    layout = call.layout
+    if native.usable(cache, out) and _native_takes(layout, cache, out):
         return "native"
-    if mean_rows >= SLICE_MIN_ROWS:
+    if call.num_tokens >= SLICE_MIN_ROWS * int(np.sum(-(-call.lens // call.block_size))):   # mean tokens per run
         return "slices"
     if layout == ND and _flat_tokens(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
         return "rows"
     return "gather"
+
+
+def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the copier's items are contiguous in ``cache`` and ``out`` rows contiguous and apart."""
+    if cache.is_contiguous() and out.is_contiguous():                            # the usual case, cheaply
+        return True
+    items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
+    return items_contiguous and rows_contiguous(out) and non_overlapping(out)
 
 
 def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

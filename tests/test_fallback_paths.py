@@ -70,7 +70,7 @@ def test_every_kv_cache_path_matches_reference(monkeypatch: pytest.MonkeyPatch, 
 @given(case=paged_cases())
 def test_every_paged_path_matches_reference(monkeypatch: pytest.MonkeyPatch, way: str, case) -> None:
     forced = {ND: way, NZ: "gather" if way == "rows" else way}                  # rows is ND only
-    monkeypatch.setattr(paged, "_path", lambda layout, cache, out, mean_rows: forced[layout])
+    monkeypatch.setattr(paged, "_path", lambda call, cache, out: forced[call.layout])
     run_paged(case)
 
 
