@@ -49,11 +49,13 @@ def test_native_copier_is_built_where_a_compiler_is() -> None:
     assert native.AVAILABLE == (shutil.which(compiler) is not None)
 
 
-def test_native_copier_rejects_inconsistent_runs() -> None:
+@pytest.mark.parametrize("lengths, item", [((1, 2, 1), 32), ((1, 1, 1), 16), ((1, 1, 1), 0)])
+def test_native_copier_rejects_inconsistent_runs(lengths: tuple[int, int, int], item: int) -> None:
     src, dst = torch.zeros(64, dtype=torch.int8), torch.zeros(64, dtype=torch.int8)
-    one, two = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
-    with pytest.raises(ValueError, match="int64"):
-        native._rowcopy.copy_runs(src.data_ptr(), dst.data_ptr(), one, two, one, 32, 32, 32, 1, 0, 0)
+    offsets, items = (np.zeros(n, dtype=np.int64) for n in lengths[:2]), np.ones(lengths[2], dtype=np.int64)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        native._rowcopy.copy_runs(src.data_ptr(), dst.data_ptr(), *offsets, items, item, 32, 32, 1, 0, 0)
+    assert not dst.any()
 
 
 # ----------------------------------------------------------------------------- every path, forced
