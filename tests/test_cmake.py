@@ -64,3 +64,28 @@ def test_soc_version_given_wins_over_detection(tmp_path: Path) -> None:
     env = {"ASCEND_TOOLKIT_HOME": str(tmp_path / "cann"), "PYTHONPATH": str(tmp_path / "stub")}
     out = configure(tmp_path / "build", env, "-DSOC_VERSION=Ascend310B1")
     assert "SOC_VERSION Ascend310B1 (product line 'atlas-200i-500-a2')" in out
+
+
+FAKE_ASCENDC_CMAKE = """
+function(ascendc_library name kind)
+  add_library(${name} ${kind} ${ARGN})
+endfunction()
+function(ascendc_include_directories name)
+  target_include_directories(${name} ${ARGN})
+endfunction()
+"""
+
+
+def test_with_everything_present_the_npu_targets_are_configured(tmp_path: Path) -> None:
+    """CANN's legacy ascendc.cmake stood in for by plain CMake functions: the NPU branch configures."""
+    cmake_dir = tmp_path / "cann" / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
+    cmake_dir.mkdir(parents=True)
+    (cmake_dir / "ascendc.cmake").write_text(FAKE_ASCENDC_CMAKE)
+    (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
+    (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc="Ascend910_9391"))
+    env = {"ASCEND_HOME_PATH": str(tmp_path / "cann"), "PYTHONPATH": str(tmp_path / "stub")}
+    out = configure(tmp_path / "build", env)
+    assert "ascend_kv: building the NPU kernels for Ascend910_9391 (atlas-a3)" in out
+    assert "skipping" not in out
+    makefile = (tmp_path / "build" / "Makefile").read_text()
+    assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_sim" in makefile
