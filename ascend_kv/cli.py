@@ -28,14 +28,6 @@ import torch
 from . import __version__, autoload, device, dispatch, support
 from .backends import npu
 
-AUTOLOAD_ADVICE = (
-    "torch_npu is installed but cannot load (the CANN runtime is missing or not set up), so a plain "
-    "`import torch` fails in this environment unless TORCH_DEVICE_BACKEND_AUTOLOAD=0 is set first; "
-    "ascend_kv works around it and runs on the fallback. To use the NPU, install CANN and "
-    "`source <CANN install dir>/set_env.sh` (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh); "
-    "on a host without an NPU, uninstall torch_npu or export TORCH_DEVICE_BACKEND_AUTOLOAD=0."
-)
-
 
 def _support_matrix(args: argparse.Namespace) -> int:
     if args.soc is None:
@@ -82,7 +74,7 @@ def info_report() -> dict[str, object]:
         "torch_npu": {"installed": imported.version, "loaded": imported.module is not None},
         "cann": cann,
         "torch_autoload_broken": "torch_npu" in autoload.failures,
-        "advice": AUTOLOAD_ADVICE if imported.version is not None and imported.module is None else None,
+        "advice": device.advice(),
         "npu": {"available": runtime.available, "device_count": runtime.device_count, "reason": runtime.reason},
         "soc": {"name": soc, "source": soc_source, "product_line": None if line is None else line.id},
         "kernel_library": {"loaded": library.loaded, "path": library.path, "reason": library.reason},

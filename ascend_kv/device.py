@@ -24,6 +24,13 @@ import torch
 from . import autoload
 
 SOC_ENV = "ASCEND_KV_SOC"
+AUTOLOAD_ADVICE = (
+    "torch_npu is installed but cannot load (the CANN runtime is missing or not set up), so a plain "
+    "`import torch` fails in this environment unless TORCH_DEVICE_BACKEND_AUTOLOAD=0 is set first; "
+    "ascend_kv works around it and runs on the fallback. To use the NPU, install CANN and "
+    "`source <CANN install dir>/set_env.sh` (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh); "
+    "on a host without an NPU, uninstall torch_npu or export TORCH_DEVICE_BACKEND_AUTOLOAD=0."
+)
 NPU_DEVICE_TYPE = "npu"  # the name torch_npu gives PyTorch's PrivateUse1 device
 
 
@@ -151,3 +158,9 @@ def host_soc() -> tuple[str | None, str]:
         return _device_name(0), "from NPU 0"
     except Exception as error:
         return None, f"{type(error).__name__}: {error}"
+
+
+def advice() -> str | None:
+    """What to do when torch_npu is installed but cannot load (CANN missing), else None."""
+    imported = torch_npu()
+    return AUTOLOAD_ADVICE if imported.version is not None and imported.module is None else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import importlib
 import os
 import warnings
@@ -240,7 +241,8 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
         ``"KVCacheOperation"`` / ``"kv_cache"`` or ``"PagedCacheLoadOperation"`` /
         ``"paged_cache_load"``.
     device : str or torch.device, optional
-        The tensors' device; by default NPU 0 when an NPU is available, else ``cpu``.
+        The tensors' device; by default NPU 0 when an NPU is available, else ``cpu`` (and the
+        reason then says why there is no NPU).
     backend : str, optional
         The requested backend; by default the current one (:func:`use_backend`, else
         ``ASCEND_KV_BACKEND``, else ``"auto"``).
@@ -261,7 +263,11 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     if name not in support.OPERATIONS:
         raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
     requested = requested_backend() if backend is None else _check_choice(backend, "backend")
-    return _decide(name, _device_argument(device), requested, lambda: None)
+    decision = _decide(name, _device_argument(device), requested, lambda: None)
+    state = runtime.npu_runtime() if device is None else None
+    if state is not None and not state.available and requested in ("auto", "npu"):
+        decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")
+    return decision
 
 
 def _device_argument(value: str | torch.device | None) -> torch.device:

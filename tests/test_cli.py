@@ -78,7 +78,7 @@ def test_info_json_on_this_host(capsys: pytest.CaptureFixture[str], monkeypatch:
         assert report["ops"][op]["reason"]
         if report["device"] == "cpu":  # no NPU here
             assert report["ops"][op]["backend"] == "fallback"
-            assert report["ops"][op]["reason"] == "the tensors are on cpu, not on an Ascend NPU"
+            assert report["ops"][op]["reason"].startswith("the tensors are on cpu, not on an Ascend NPU (no NPU here")
     assert {"torch", "torch_npu", "cann", "npu"} <= set(report)
 
 
@@ -98,7 +98,7 @@ def test_info_names_the_missing_cann_library(
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out and "set_env.sh" in out
     status, out, _ = run(capsys, "info", "--json")
     report = json.loads(out)
-    assert report["cann"] == {"loaded": False, "reason": reason} and report["advice"] == cli.AUTOLOAD_ADVICE
+    assert report["cann"] == {"loaded": False, "reason": reason} and report["advice"] == device.AUTOLOAD_ADVICE
 
 
 def test_info_with_a_bad_backend_choice_exits_2(

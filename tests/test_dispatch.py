@@ -181,7 +181,8 @@ def test_explain_rejects_bad_arguments() -> None:
 
 def test_explain_default_device_is_the_host_without_an_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "npu_runtime", lambda: runtime.NpuRuntime(False, 0, "no NPU"))
-    assert ascend_kv.explain("kv_cache").device == "cpu"
+    decision = ascend_kv.explain("kv_cache")
+    assert decision.device == "cpu" and decision.reason.endswith("(no NPU here: no NPU)")
 
 
 def test_library_reason_names_the_missing_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
