@@ -64,7 +64,7 @@ def test_native_copier_rejects_inconsistent_runs(lengths: tuple[int, int, int], 
 @pytest.mark.parametrize("way", KV_PATHS)
 @given(case=kv_cache_cases())
 def test_every_kv_cache_path_matches_reference(monkeypatch: pytest.MonkeyPatch, way: str, case) -> None:
-    monkeypatch.setattr(kv, "_choose", lambda call, layer: way)
+    monkeypatch.setattr(kv, "path", lambda call: way)
     run_kv_cache(case)
 
 
@@ -167,13 +167,12 @@ def paged_paths(case) -> tuple[str, str]:
     return paged.paths(call)
 
 
-@pytest.mark.parametrize("layout, short", [(ND, "rows"), (NZ, "gather")])
+@pytest.mark.parametrize("layout, short, block_size", [(ND, "rows", 128), (NZ, "gather", 16)])
 @pytest.mark.parametrize("longer", [False, True])
-def test_paged_slices_from_mean_run_length(torch_only: None, layout, short: str, longer: bool) -> None:
-    # block 32: entries of 37 and 3 * mean - 37 tokens make 3 runs (32, 5 and the second entry)
-    mean = paged.SLICE_MIN_ROWS - 1 + longer
-    lens = [37, 3 * mean - 37]
-    case = paged_case(layout, lens, block_size=32, num_blocks=4)
+def test_paged_slices_from_mean_run_length(torch_only: None, layout, short: str, block_size: int, longer: bool) -> None:
+    # one run per entry; mean SLICE_MIN_ROWS - 1 + longer (the empty entry has no run)
+    mean = paged.SLICE_MIN_ROWS[layout] - 1 + longer
+    case = paged_case(layout, [mean - 3, 0, mean + 3], block_size=block_size, num_blocks=3)
     assert paged_paths(case) == (("slices",) * 2 if longer else (short,) * 2)
     run_paged(case)
 
@@ -212,7 +211,7 @@ def test_paged_nd_output_rows_with_gaps(
     monkeypatch: pytest.MonkeyPatch, compiled: bool, slice_min_rows: int, expected: str
 ) -> None:
     monkeypatch.setattr(native, "AVAILABLE", compiled)
-    monkeypatch.setattr(paged, "SLICE_MIN_ROWS", slice_min_rows)
+    monkeypatch.setitem(paged.SLICE_MIN_ROWS, ND, slice_min_rows)
     ways = run_paged_views(ND, _nd((23, 2, 2, 16)), lambda t: (t[0], t[1], t[2][:, 0], t[3][:, 1]))
     assert ways == (expected, expected)                                        # never `rows`: output not dense
 
@@ -220,7 +219,7 @@ def test_paged_nd_output_rows_with_gaps(
 @pytest.mark.parametrize("compiled", [True, False])
 def test_paged_nd_cache_blocks_transposed(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
     monkeypatch.setattr(native, "AVAILABLE", compiled)
-    monkeypatch.setattr(paged, "SLICE_MIN_ROWS", 100)
+    monkeypatch.setitem(paged.SLICE_MIN_ROWS, ND, 100)
     ways = run_paged_views(
         ND, _nd((23, 2, 16), cache_shape=(16, 4, 2, 16)),
         lambda t: (t[0].transpose(0, 1), t[1].transpose(0, 1), t[2], t[3]),
@@ -229,7 +228,7 @@ def test_paged_nd_cache_blocks_transposed(monkeypatch: pytest.MonkeyPatch, compi
 
 
 def test_paged_nz_strided_fractals_are_not_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paged, "SLICE_MIN_ROWS", 100)
+    monkeypatch.setitem(paged.SLICE_MIN_ROWS, NZ, 100)
     make = lambda: [random_bits((4, 2, 16, 16, 2), torch.float16, 1), random_bits((4, 2, 16, 16), torch.float16, 2),
                     random_bits((23, 32), torch.float16, 3), random_bits((23, 32), torch.float16, 4)]
     ways = run_paged_views(NZ, make, lambda t: (t[0][..., 0], t[1], t[2], t[3]))
