@@ -79,18 +79,14 @@ def kv_cache(call: KvCacheCall) -> None:
 
 def _native(call: KvCacheCall) -> None:
     """One run per batch entry, empty ones included (the copier skips them): no per-run filtering."""
-    past, size = call.past, call.past.element_size()
-    layer_at, entry_step, row_step = (past.stride(i) * size for i in range(3))
-    native.copy_runs(
-        call.new_kv,
-        past,
-        src_offset=call.read_start * (call.new_kv.stride(0) * size),
-        dst_offset=call.write_start * row_step + (np.arange(len(call.seq_len), dtype=np.int64) * entry_step
-                                                  + call.layer_id * layer_at),
-        items=call.seq_len,
-        item_bytes=past.shape[3] * size,
-        steps=(call.new_kv.stride(0) * size, row_step),
-    )
+    past, new_kv = call.past, call.new_kv
+    size = past.element_size()
+    layer_step, entry_step, row_step, _ = (stride * size for stride in past.stride())
+    dst_offset = call.write_start * row_step + np.arange(len(call.seq_len), dtype=np.int64) * entry_step
+    dst_offset += call.layer_id * layer_step
+    src_step = new_kv.stride(0) * size
+    native.copy_runs(new_kv, past, call.read_start * src_step, dst_offset, call.seq_len, past.shape[3] * size,
+                     (src_step, row_step))
 
 
 def _flat_rows(layer: torch.Tensor) -> torch.Tensor | None:
