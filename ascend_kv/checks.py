@@ -399,7 +399,7 @@ def check_paged_cache_load(
         first_column = starts // block_size
     for name, out in (("key", key), ("value", value)):
         if out is not None:
-            tensors[name] = out
+            tensors[name] = require_tensor(name, out)
     require_same_device(tensors)  # type: ignore[arg-type]
 
     num_tokens = int(lens.sum())

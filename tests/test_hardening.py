@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import ascend_kv
@@ -279,7 +279,7 @@ TENSOR_ARGUMENTS = [("kv_cache", n) for n in KV_ARGS] + [
                                       "key", "value")]
 
 
-def argument(op: str, case: Case, name: str) -> torch.Tensor:
+def argument(op: str, case: Case, name: str) -> Any:
     names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
     return case.args[names.index(name)] if name in names else case.kwargs[name]
 
@@ -462,3 +462,101 @@ def test_concurrent_calls_on_disjoint_caches_equal_serial_calls() -> None:
         assert all(bits_equal(a, b) for a, b in zip(s.tensors(), t.tensors()))
     for s_calls, t_calls in zip(serial_new, new_loads):
         assert all(bits_equal(a, b) for s_out, t_out in zip(s_calls, t_calls) for a, b in zip(s_out, t_out))
+
+
+# ----------------------------------------------------------------------------- malformed inputs
+
+FUZZ_DTYPES = [torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+               torch.float32, torch.float64, torch.bool, torch.complex64]
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=3),
+    st.lists(st.integers(-3, 40), max_size=4), st.sampled_from([np.int64(1), np.bool_(True), np.float16(1.0)]),
+    st.lists(st.integers(0, 5), max_size=3).map(np.array), st.sampled_from([ND, NZ, "nd", "NZ", "x", 2, -1]),
+)
+
+
+@st.composite
+def any_tensor(draw: st.DrawFn) -> torch.Tensor:
+    shape = draw(st.lists(st.integers(0, 5), max_size=5))
+    dtype = draw(st.sampled_from(FUZZ_DTYPES))
+    return torch.randint(-3, 40, shape, dtype=torch.int64).to(dtype)
+
+
+@st.composite
+def damaged_tensor(draw: st.DrawFn, t: torch.Tensor) -> Any:
+    """``t`` with one defect: dtype, shape, values, layout, device or autograd."""
+    kind = draw(st.sampled_from(["dtype", "other", "unsqueeze", "flatten", "narrow", "grow", "transpose", "meta",
+                                 "grad", "scalar", "list"] + ["narrow", "grow", "transpose"] + ["values"] * 6
+                                + ["extreme"] * 3))
+    if t.is_meta or t.is_complex():  # no values to read or change as integers
+        return draw(any_tensor())
+    if kind == "dtype":
+        return t.to(draw(st.sampled_from(FUZZ_DTYPES)))
+    if kind == "unsqueeze":
+        return t.unsqueeze(draw(st.integers(0, t.dim())))
+    if kind == "flatten":
+        return t.reshape(-1)
+    if kind == "narrow" and t.dim():
+        dim = draw(st.integers(0, t.dim() - 1))
+        return t.narrow(dim, 0, draw(st.integers(0, max(t.shape[dim] - 1, 0))))
+    if kind == "grow" and t.dim():
+        return torch.cat([t, t], dim=draw(st.integers(0, t.dim() - 1)))
+    if kind in ("values", "extreme") and t.numel() and not t.dtype.is_floating_point:
+        out = t.to(torch.int64).reshape(-1)                                  # holds every value below
+        i = draw(st.integers(0, out.numel() - 1))
+        if kind == "extreme":
+            out[i] = draw(st.sampled_from([-1, -(2**31), 2**31 - 1, 2**31, 2**62, -(2**63), 2**63 - 1]))
+        else:
+            out[i] = max(min(int(out[i]) + draw(st.integers(-3, 3)), 2**63 - 1), -(2**63))
+        return out.reshape(t.shape)
+    if kind == "transpose" and t.dim() >= 2:
+        return t.transpose(0, draw(st.integers(1, t.dim() - 1)))
+    if kind == "meta":
+        return t.to("meta")
+    if kind == "grad" and t.dtype.is_floating_point:
+        return t.clone().requires_grad_()
+    if kind == "scalar" and t.numel():
+        return t.reshape(-1)[0].item()
+    if kind == "list":
+        return t.tolist()
+    return draw(any_tensor())
+
+
+@st.composite
+def malformed(draw: st.DrawFn, op: str) -> Case:
+    """A valid call of ``op`` with one to three arguments damaged, replaced by junk, or added."""
+    case = draw(kv_cache_cases() if op == "kv_cache" else paged_cases())
+    names = KV_ARGS if op == "kv_cache" else LOAD_ARGS
+    for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
+        name = draw(st.sampled_from(names))
+        current = argument(op, case, name) if (name in case.kwargs or name in names[:len(case.args)]) else None
+        if isinstance(current, torch.Tensor) and draw(st.integers(0, 3)):
+            value = draw(damaged_tensor(current))
+        else:
+            value = draw(st.one_of(JUNK, any_tensor()))
+        case = with_argument(op, case, name, value)
+    return case
+
+
+@given(malformed("kv_cache"))
+def test_malformed_kv_cache_calls_match_the_reference_or_raise_a_named_error(case: Case) -> None:
+    error = judge("kv_cache", case)
+    event("accepted" if error is None else type(error).__name__)
+
+
+@given(malformed("paged_cache_load"))
+def test_malformed_paged_cache_load_calls_match_the_reference_or_raise_a_named_error(case: Case) -> None:
+    error = judge("paged_cache_load", case)
+    event("accepted" if error is None else type(error).__name__)
+
+
+@given(st.one_of(JUNK, st.sampled_from([0, 1])), st.one_of(JUNK, st.booleans()), st.one_of(JUNK, st.booleans()))
+def test_malformed_operation_parameters_raise_a_named_error(cfg: Any, cumsum: Any, has_starts: Any) -> None:
+    param = ascend_kv.PagedCacheLoadParam(kv_cache_cfg=cfg, is_seq_lens_cumsum_mode=cumsum, has_seq_starts=has_starts)
+    try:
+        ascend_kv.PagedCacheLoadOperation(param)
+    except (TypeError, ValueError) as error:
+        assert any(n in str(error) for n in ("kv_cache_cfg", "is_seq_lens_cumsum_mode", "has_seq_starts")), error
+    if cfg is not None:  # None is the default parameter
+        with pytest.raises(TypeError, match="param must be a KVCacheParam"):
+            ascend_kv.KVCacheOperation(cfg)
