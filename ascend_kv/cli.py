@@ -22,6 +22,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ def _support_matrix(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     elif line is not None:
-        ops = ", ".join(f"{op} {'yes' if ok else 'no'}" for op, ok in answer["ops"].items())  # type: ignore[union-attr]
+        ops = ", ".join(f"{op} {'yes' if ok else 'no'}" for op, ok in answer["ops"].items())
         print(f"{args.soc.strip()}: {line.id} ({line.name}): {ops}")
     if line is None:
         families = "; ".join(f"{line.id}: {line.soc_names}" for line in support.PRODUCT_LINES)
@@ -55,7 +56,7 @@ def _support_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def info_report() -> dict[str, object]:
+def info_report() -> dict[str, Any]:
     """Everything ``ascend-kv info`` reports, as a JSON-ready dict."""
     imported = device.torch_npu()
     runtime = device.npu_runtime()
@@ -102,7 +103,7 @@ def _info(args: argparse.Namespace) -> int:
         f"kernel library  {'loaded from ' + lib['path'] if lib['loaded'] else 'not loaded: ' + lib['reason']}",
         f"backend         {report['requested_backend']} requested, tensors on {report['device']}",
     ]
-    for op, decision in report["ops"].items():  # type: ignore[union-attr]
+    for op, decision in report["ops"].items():
         runs = decision["backend"] or "cannot run"
         lines.append(f"{op:<24}{runs}: {decision['reason']}")
     if report["advice"]:

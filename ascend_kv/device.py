@@ -98,9 +98,9 @@ def npu_runtime() -> NpuRuntime:
             return NpuRuntime(False, 0, "torch_npu is not installed")
         return NpuRuntime(False, 0, f"torch_npu cannot be imported: {imported.reason}")
     try:
-        if not torch.npu.is_available():
-            return NpuRuntime(False, 0, "torch_npu is loaded but torch.npu.is_available() is False (no NPU visible)")
-        return NpuRuntime(True, int(torch.npu.device_count()), None)
+        if not imported.module.npu.is_available():
+            return NpuRuntime(False, 0, "torch_npu is loaded but torch_npu.npu.is_available() is False: no NPU visible")
+        return NpuRuntime(True, int(imported.module.npu.device_count()), None)
     except Exception as error:
         return NpuRuntime(False, 0, f"{type(error).__name__}: {error}")
 
@@ -139,7 +139,8 @@ def soc_of(device: torch.device) -> str | None:
     override = soc_override()
     if override is not None:
         return override
-    index = device.index if device.index is not None else int(torch.npu.current_device())
+    module = torch_npu().module
+    index = device.index if device.index is not None else int(module.npu.current_device())  # type: ignore[union-attr]
     return _device_name(index)
 
 

@@ -167,6 +167,7 @@ def _decide(op: str, dev: torch.device, requested: str, outside: Callable[[], st
     if requested == "fallback":
         return Decision(op, requested, "fallback", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
     if requested == "sim":
+        why: str | None
         if dev.type != "cpu":
             why = f"the host build of the kernels runs on cpu tensors, the tensors are on {dev}"
         else:

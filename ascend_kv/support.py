@@ -12,6 +12,7 @@ changed between releases).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 OPERATIONS = ("KVCacheOperation", "PagedCacheLoadOperation")
 """The operations of this package, by their ATB names."""
@@ -154,7 +155,7 @@ def matrix() -> dict[str, dict[str, bool]]:
     return {line.id: {op: line.supports(op) for op in OPERATIONS} for line in PRODUCT_LINES}
 
 
-def soc_answer(soc: str) -> dict[str, object]:
+def soc_answer(soc: str) -> dict[str, Any]:
     """The answer for one SoC, as ``ascend-kv support-matrix --soc NAME --json`` prints it.
 
     Returns

@@ -82,13 +82,12 @@ def fake_torch_npu(monkeypatch: pytest.MonkeyPatch, available: bool, names: dict
         queried.append(index)
         return names[index]
 
-    module = SimpleNamespace(__version__="2.13.0", npu=SimpleNamespace(get_device_name=get_device_name))
-    monkeypatch.setattr(runtime.importlib, "import_module", lambda name: module)
-    monkeypatch.setattr(autoload, "failures", {})
-    fake_npu = SimpleNamespace(
-        is_available=lambda: available, device_count=lambda: len(names), current_device=lambda: 1
+    npu = SimpleNamespace(
+        get_device_name=get_device_name, is_available=lambda: available, device_count=lambda: len(names),
+        current_device=lambda: 1,
     )
-    monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
+    monkeypatch.setattr(runtime.importlib, "import_module", lambda name: SimpleNamespace(__version__="2.13.0", npu=npu))
+    monkeypatch.setattr(autoload, "failures", {})
     return queried
 
 
