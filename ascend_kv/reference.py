@@ -69,8 +69,10 @@ def paged_cache_load(
         lens = [int(n) for n in context_lens]
         out_start = [sum(lens[:b]) for b in range(batch)]
         num_tokens = sum(lens)
+    key_row: tuple[int, ...]
+    value_row: tuple[int, ...]
     if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
-        key_row, value_row = key_cache.shape[2:], value_cache.shape[2:]
+        key_row, value_row = tuple(key_cache.shape[2:]), tuple(value_cache.shape[2:])
     else:
         key_row = (key_cache.shape[1] * key_cache.shape[3],)
         value_row = (value_cache.shape[1] * value_cache.shape[3],)
