@@ -20,8 +20,9 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -98,27 +99,33 @@ def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> 
 
 def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     """Tensors for workload ``w`` in ``dtype`` (the cache and the new rows / outputs)."""
-    from .cpu_fallback.kv_cache import path as kv_path
-    from .cpu_fallback.paged_cache_load import paths as paged_paths
-
     g = torch.Generator().manual_seed(seed)
-    if w.op == "kv_cache":
-        hidden = w.heads * w.head_size_k
-        max_seq_len = w.tokens if w.kind == "prefill" else 64
-        past = _payload((1, w.batch, max_seq_len, hidden), dtype, g)
-        new_kv = _payload((w.batch * w.tokens, hidden), dtype, g)
-        seq_len = torch.full((w.batch,), w.tokens, dtype=torch.int32)
-        if w.kind == "prefill":
-            offset = torch.full((w.batch,), w.tokens, dtype=torch.int32)
-        else:
-            offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
-        args = (new_kv, 0, past, offset, seq_len)
-        return Call(
-            run=lambda: kv_cache(*args),
-            reference=lambda: reference.kv_cache(*args),
-            bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
-            path=lambda: kv_path(checks.check_kv_cache(*args)),
-        )
+    return _kv_call(w, dtype, g) if w.op == "kv_cache" else _paged_call(w, dtype, g)
+
+
+def _kv_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    from .cpu_fallback.kv_cache import path
+
+    hidden = w.heads * w.head_size_k
+    max_seq_len = w.tokens if w.kind == "prefill" else 64
+    past = _payload((1, w.batch, max_seq_len, hidden), dtype, g)
+    new_kv = _payload((w.batch * w.tokens, hidden), dtype, g)
+    seq_len = torch.full((w.batch,), w.tokens, dtype=torch.int32)
+    if w.kind == "prefill":
+        offset = torch.full((w.batch,), w.tokens, dtype=torch.int32)
+    else:
+        offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
+    return Call(
+        run=lambda: kv_cache(new_kv, 0, past, offset, seq_len),
+        reference=lambda: reference.kv_cache(new_kv, 0, past, offset, seq_len),
+        bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
+        path=lambda: path(checks.check_kv_cache(new_kv, 0, past, offset, seq_len)),
+    )
+
+
+def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    from .cpu_fallback.paged_cache_load import paths
+
     layout = ND if w.kind == "paged-nd" else NZ
     per_seq = -(-w.tokens // w.block_size)
     num_blocks = w.batch * per_seq
@@ -132,18 +139,20 @@ def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
         caches.append(_payload(shape, dtype, g))
         outputs.append(torch.zeros((w.batch * w.tokens, w.heads, head_size) if layout == ND else (w.batch * w.tokens, row),
                                    dtype=dtype))
-    kwargs = {"kv_cache_cfg": layout, "key": outputs[0], "value": outputs[1]}
-    args = (caches[0], caches[1], table, lens)
+    (key_cache, value_cache), (key, value) = caches, outputs
     return Call(
-        run=lambda: paged_cache_load(*args, **kwargs),
-        reference=lambda: reference.paged_cache_load(*args, **kwargs),
+        run=lambda: paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value),
+        reference=lambda: reference.paged_cache_load(
+            key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value),
         bytes_moved=2 * sum(o.numel() * o.element_size() for o in outputs),
-        path=lambda: "/".join(sorted(set(paged_paths(checks.check_paged_cache_load(
-            *args, layout, False, None, outputs[0], outputs[1]))))),
+        path=lambda: "/".join(sorted(set(paths(checks.check_paged_cache_load(
+            key_cache, value_cache, table, lens, layout, False, None, key, value))))),
     )
 
 
-def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: dict[str, int]) -> dict[str, list[float]]:
+def interleaved(
+    fns: Mapping[str, Callable[[], object]], warmup: int, repeats: Mapping[str, int]
+) -> dict[str, list[float]]:
     """Seconds per call of each function, timed round by round (function ``k`` in ``repeats[k]`` rounds)."""
     for _ in range(warmup):
         for fn in fns.values():
@@ -166,7 +175,7 @@ def _copy_of(nbytes: int) -> Callable[[], object]:
 
 
 def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: int, repeats: int,
-            reference_repeats: int) -> list[dict]:
+            reference_repeats: int) -> list[dict[str, Any]]:
     """One result row per backend for workload ``w`` in ``dtype``."""
     call = build(w, dtype)
     fns: dict[str, Callable[[], object]] = {"copy_": _copy_of(call.bytes_moved)}
@@ -185,8 +194,10 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
     times = interleaved(fns, warmup, counts)
     copy_s = statistics.median(times["copy_"])
     ref_s = statistics.median(times["reference"]) if reference_repeats else None
-    rows = [{"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "backend": name, "unavailable": why}
-            for name, why in unavailable.items()]
+    rows: list[dict[str, Any]] = [
+        {"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "backend": name, "unavailable": why}
+        for name, why in unavailable.items()
+    ]
     for name in (n for n in backends if n in fns):
         median = statistics.median(times[name])
         rows.append({
@@ -209,7 +220,7 @@ def _on_backend(name: str, run: Callable[[], object]) -> Callable[[], object]:
     return on_backend
 
 
-def decode_overhead(warmup: int, repeats: int, calls: int = 5) -> dict:
+def decode_overhead(warmup: int, repeats: int, calls: int = 5) -> dict[str, Any]:
     """Per-call time of the public ``kv_cache`` for the smallest decode workload vs a bare ``index_copy_``.
 
     Both write the same 64 rows of 1024 float16 values; the bare call gets its row numbers
@@ -249,7 +260,7 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5) -> dict:
     }
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     model = platform.processor() or platform.machine()
     try:
@@ -267,7 +278,7 @@ def machine() -> dict:
     }
 
 
-def format_table(rows: list[dict], overhead: dict | None) -> str:
+def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) -> str:
     """The results as a fixed-width text table."""
     head = f"{'workload':28} {'dtype':8} {'backend':9} {'path':14} {'median ms':>10} {'GB/s':>7} {'x copy_':>8} " \
            f"{'target':>6} {'x ref':>8}"
@@ -293,7 +304,7 @@ def format_table(rows: list[dict], overhead: dict | None) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict[str, Any]], path: str) -> None:
     """A bar chart of the ratio to ``copy_`` per workload and dtype, with the targets."""
     rows = [r for r in rows if "unavailable" not in r]
     try:
@@ -363,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"threads {torch.get_num_threads()}, warmup {args.warmup}, repeats {args.repeats} (median), "
           f"reference {args.reference_repeats} rounds" + (" (tiny shapes)" if args.tiny else ""), flush=True)
     before = machine()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in chosen:
         for dtype in dtypes:
             rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats))

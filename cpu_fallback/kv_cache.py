@@ -66,8 +66,7 @@ def kv_cache(call: KvCacheCall) -> None:
         for b, first, start, rows in zip(*(a.tolist() for a in runs)):
             layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
     elif way == "rows":
-        flat = _flat_rows(layer)
-        dst, src = same_width_views(flat, call.new_kv)
+        dst, src = same_width_views(layer.view(-1, layer.shape[2]), call.new_kv)  # a view: path() checked
         index = torch.from_numpy(_destination_rows(runs, layer.shape[1])).to(layer.device)
         dst.index_copy_(0, index, src)
     else:

@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 try:
-    from . import _rowcopy
+    from ._rowcopy import copy_runs as _copy_runs
 except ImportError:  # no compiler at install time: the pure-torch paths run instead
-    _rowcopy = None
+    _copy_runs = None
 
 #: Whether the compiled copier was built and imported.
-AVAILABLE: bool = _rowcopy is not None
+AVAILABLE: bool = _copy_runs is not None
 
 
 def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
@@ -58,7 +58,7 @@ def copy_runs(
     piece_steps : tuple of int, optional
         Byte step between consecutive pieces in ``src`` and in ``dst``.
     """
-    _rowcopy.copy_runs(  # type: ignore[union-attr]
+    _copy_runs(
         src.data_ptr(), dst.data_ptr(), _int64(src_offset), _int64(dst_offset), _int64(items),
         item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1],
     )

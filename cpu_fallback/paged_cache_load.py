@@ -56,7 +56,8 @@ def paged_cache_load(call: PagedLoadCall) -> None:
         elif way == "slices":
             _slices(call.layout, cache, out, runs)
         elif way == "rows":
-            src, dst = same_width_views(_flat_tokens(cache), out[rows].flatten(1))
+            tokens = cache.view(cache.shape[0] * cache.shape[1], -1)              # a view: _path() checked
+            src, dst = same_width_views(tokens, out[rows].flatten(1))
             index = torch.from_numpy(token_rows(runs, call.block_size)).to(cache.device)
             torch.index_select(src, 0, index, out=dst)
         else:
