@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import checks, dispatch, reference
+from . import checks, device, dispatch, reference
 from .layout import nd_to_nz
 from .ops import kv_cache, paged_cache_load
 from .params import KvCacheCfg
@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     g = torch.Generator().manual_seed(0)
     failures = 0
+    why_no_npu = device.advice()
+    if why_no_npu is not None:
+        print(f"note: {why_no_npu}\n")
     with dispatch.use_backend(args.backend) if args.backend else contextlib.nullcontext():
         for scenario in scenarios(16 if args.quick else 1, g):
             decision = scenario.decide()

@@ -193,8 +193,8 @@ def test_paged_skips_bad_blocks_columns_and_rows(configure, layout) -> None:
 
 
 def test_non_contiguous_tensors_run_on_contiguous_copies(configure) -> None:
-    """Called directly (the dispatcher sends only contiguous tensors to "sim"), the backend runs
-    on contiguous copies and writes the results back into the caller's strided tensors."""
+    """The backend runs strided tensors on contiguous copies and writes the results back into
+    the caller's strided tensors."""
     configure(7, 1024)
     new_kv, layer_id, past, token_offset, seq_len = kv_cache_case(torch.float16, [3, 5], [4, 9], hidden=32).args
     expected = reference.kv_cache(new_kv, layer_id, past.clone(), token_offset, seq_len)

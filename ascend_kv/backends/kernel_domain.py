@@ -13,16 +13,19 @@ from ..calls import KvCacheCall, PagedLoadCall
 
 
 def _tensors(call: KvCacheCall | PagedLoadCall) -> dict[str, torch.Tensor]:
+    """The tensors the kernels address in place. ``new_kv`` is not one: it is read only and
+    ``ntokens`` rows, so the kernel backends pass ``new_kv.contiguous()`` (a fused-QKV slice
+    costs one small copy, not a trip to the fallback)."""
     if isinstance(call, KvCacheCall):
-        return {"new_kv": call.new_kv, "past": call.past}
+        return {"past": call.past}
     return {"key_cache": call.key_cache, "value_cache": call.value_cache, "key": call.key, "value": call.value}
 
 
 def outside_reason(call: KvCacheCall | PagedLoadCall) -> str | None:
     """Why the kernels cannot take ``call``, or None when they can.
 
-    The kernels address every tensor as a dense row-major buffer, so each must be contiguous
-    (a 4-D ``new_kv`` counts as its ``[ntokens, hidden]`` view).
+    The kernels address the caches and outputs as dense row-major buffers, so each must be
+    contiguous.
     """
     for name, tensor in _tensors(call).items():
         if not tensor.is_contiguous():

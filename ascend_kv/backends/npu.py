@@ -94,7 +94,7 @@ def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tens
 def kv_cache(call: KvCacheCall) -> None:
     """Run a validated ``kv_cache`` call on the NPU kernels (writes ``call.past``)."""
     seq_len, read_start, write_start = to_device([call.seq_len, call.read_start, call.write_start], call.past.device)
-    getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv, call.past, call.layer_id, seq_len, read_start, write_start)
+    getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv.contiguous(), call.past, call.layer_id, seq_len, read_start, write_start)
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
