@@ -87,6 +87,32 @@ def require_writable(name: str, tensor: torch.Tensor) -> None:
         span += stride * (size - 1)
 
 
+def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
+    """``[first, last)`` byte addresses a non-empty tensor may touch (strides are never negative)."""
+    last_element = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr(), tensor.data_ptr() + (last_element + 1) * tensor.element_size()
+
+
+def require_apart(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
+    """``ValueError`` when output ``out`` may share memory with a tensor the call reads while writing.
+
+    The test is on address ranges, so it also rejects the rare views that interleave without
+    sharing an element; what would run instead is a read of half-written data.
+    """
+    if out.numel() == 0:
+        return
+    out_first, out_end = _memory_span(out)
+    for input_name, tensor in inputs.items():
+        if tensor.numel() == 0:
+            continue
+        first, end = _memory_span(tensor)
+        if first < out_end and out_first < end:
+            raise ValueError(
+                f"{name} shares memory with {input_name}, which the operation reads while it writes {name}: "
+                f"pass tensors in separate memory (e.g. {input_name}.clone())"
+            )
+
+
 def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
     """The one device all ``tensors`` are on, or ``ValueError`` naming the odd one out."""
     (first_name, first), *rest = tensors.items()
@@ -200,6 +226,7 @@ def check_kv_cache(
         what = "new_kv.shape[1]" if new_kv.dim() == 2 else "new_kv.shape[2] * new_kv.shape[3]"
         raise ValueError(f"{what} = {new_hidden} must equal hidden = {hidden} (past.shape[3])")
     tokens = new_kv if new_kv.dim() == 2 else new_kv.reshape(-1, hidden)
+    require_apart("past", past, {"new_kv": new_kv})
 
     layer = int_argument("layer_id", layer_id)
     if not 0 <= layer < layers:
@@ -411,6 +438,10 @@ def check_paged_cache_load(
     _check_block_table(table, lens, first_column, block_size, num_blocks)
     key_out = _output("key", key, key_cache, key_row, end_row)
     value_out = _output("value", value, value_cache, value_row, end_row)
+    caches = {"key_cache": key_cache, "value_cache": value_cache}
+    for name, given, out in (("key", key, key_out), ("value", value, value_out)):
+        if given is not None:
+            require_apart(name, out, caches)
     return PagedLoadCall(
         layout=layout,
         key_cache=key_cache,

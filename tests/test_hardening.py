@@ -131,6 +131,19 @@ def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> 
         assert not any(t.any() for t in outputs.values())
 
 
+def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:
+    """Reading a tensor while writing over it has no single answer (the reference and a vectorized copy differ)."""
+    past = random_bits((1, 1, 8, 64), torch.float16, seed=13)
+    error = judge_kv_cache(past[0, 0, 0:4], 0, past, torch.tensor([5]), torch.tensor([4]))
+    assert isinstance(error, ValueError) and str(error).startswith("past shares memory with new_kv")
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=14)
+    other = torch.zeros(64, 1, 64, dtype=torch.float16)
+    for outputs in ({"key": cache.view(64, 1, 64), "value": other}, {"key": other, "value": cache[2:].view(32, 1, 64)}):
+        error = judge_paged_cache_load(cache, cache.clone(), torch.tensor([[1, 0]]), torch.tensor([20]),
+                                       kv_cache_cfg=ND, **outputs)
+        assert isinstance(error, ValueError) and "shares memory with key_cache" in str(error)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
