@@ -1,18 +1,22 @@
 /* Strided run copies for the CPU fallback: one C call instead of one torch call per run.
  *
- * copy_runs(src, dst, src_offset, dst_offset, items, item, src_step, dst_step, pieces, src_piece, dst_piece)
+ * copy_runs(src, dst, src_index, dst_index, items, src_index_step, dst_index_step, dst_run_step,
+ *           item, src_step, dst_step, pieces, src_piece, dst_piece)
  *
- * src, dst                        data addresses (torch.Tensor.data_ptr()).
- * src_offset, dst_offset, items   C-contiguous int64 buffers [n]: run r starts at byte
- *                                 src_offset[r] / dst_offset[r] and has items[r] items.
- * For every run (s, d, k), every piece p < pieces and every item i < k:
- *     copy `item` bytes from src + s + p*src_piece + i*src_step
- *                       to   dst + d + p*dst_piece + i*dst_step.
- * item must be a multiple of 32 bytes (every row and NZ fractal row is). Bytes move in 32-byte
- * chunks: measured faster than glibc memcpy for these sizes (a memcpy of a few MB may take
- * `rep movsb` or non-temporal stores, which lose to a plain vector loop when the data would stay
- * in cache). A run whose items are back to back on both sides (pieces == 1, steps == item) is
- * one stretch of chunks.
+ * src, dst                       data addresses (torch.Tensor.data_ptr(), plus any offset).
+ * src_index, dst_index, items    C-contiguous int64 buffers [n], one entry per run.
+ * Run r starts at   s = src + src_index[r] * src_index_step
+ *                   d = dst + dst_index[r] * dst_index_step + r * dst_run_step
+ * and for every piece p < pieces and every item i < items[r] copies `item` bytes
+ *     from s + p * src_piece + i * src_step   to   d + p * dst_piece + i * dst_step.
+ * (kv_cache: runs are batch entries, items rows; paged ND: runs are blocks, items token rows;
+ * paged NZ: items are tokens and pieces their 32-byte fractal rows.) Indices and byte steps
+ * let the caller pass its metadata arrays as they are, with no per-call arithmetic in Python.
+ *
+ * item must be a positive multiple of 32 bytes (every row and NZ fractal row is). Bytes move in
+ * 32-byte chunks: measured as fast as torch's copy_ and faster than glibc memcpy on these
+ * sizes. A run whose items are back to back on both sides (pieces == 1, steps == item) is one
+ * stretch of chunks. Runs with 0 items copy nothing (their addresses are not touched).
  * The caller guarantees that every address is inside its tensor and that writes do not overlap
  * (ascend_kv.checks validated the call). The GIL is released while copying.
  */
@@ -36,31 +40,33 @@ static void copy_items(const char *s, char *d, int64_t k, int64_t item, int64_t 
 
 static PyObject *copy_runs(PyObject *self, PyObject *args) {
     unsigned long long src_addr, dst_addr;
-    Py_buffer so, dof, it;
-    long long item, s_step, d_step, pieces, s_piece, d_piece;
+    Py_buffer si, di, it;
+    long long si_step, di_step, run_step, item, s_step, d_step, pieces, s_piece, d_piece;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKy*y*y*LLLLLL", &src_addr, &dst_addr, &so, &dof, &it, &item, &s_step, &d_step,
-                          &pieces, &s_piece, &d_piece))
+    if (!PyArg_ParseTuple(args, "KKy*y*y*LLLLLLLLL", &src_addr, &dst_addr, &si, &di, &it, &si_step, &di_step,
+                          &run_step, &item, &s_step, &d_step, &pieces, &s_piece, &d_piece))
         return NULL;
     const Py_ssize_t n = it.len / (Py_ssize_t)sizeof(int64_t);
-    if (it.len % (Py_ssize_t)sizeof(int64_t) != 0 || so.len != it.len || dof.len != it.len || item <= 0 ||
+    if (it.len % (Py_ssize_t)sizeof(int64_t) != 0 || si.len != it.len || di.len != it.len || item <= 0 ||
         item % 32 != 0 || pieces <= 0) {
-        PyBuffer_Release(&so);
-        PyBuffer_Release(&dof);
+        PyBuffer_Release(&si);
+        PyBuffer_Release(&di);
         PyBuffer_Release(&it);
-        PyErr_SetString(PyExc_ValueError, "copy_runs: offsets and items must be int64 [n]; item a positive multiple of 32; pieces positive");
+        PyErr_SetString(PyExc_ValueError,
+                        "copy_runs: indices and items must be int64 [n]; item a positive multiple of 32; pieces positive");
         return NULL;
     }
-    const int64_t *src_off = (const int64_t *)so.buf, *dst_off = (const int64_t *)dof.buf;
+    const int64_t *src_index = (const int64_t *)si.buf, *dst_index = (const int64_t *)di.buf;
     const int64_t *items = (const int64_t *)it.buf;
     const char *src = (const char *)(uintptr_t)src_addr;
     char *dst = (char *)(uintptr_t)dst_addr;
     const int back_to_back = pieces == 1 && s_step == item && d_step == item;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < n; ++j) {
-        const char *s = src + src_off[j];
-        char *d = dst + dst_off[j];
-        const int64_t k = items[j];
+    for (Py_ssize_t r = 0; r < n; ++r) {
+        const int64_t k = items[r];
+        if (k <= 0) continue;
+        const char *s = src + src_index[r] * si_step;
+        char *d = dst + dst_index[r] * di_step + r * run_step;
         if (back_to_back) {
             copy_chunks(d, s, k * item);
             continue;
@@ -68,8 +74,8 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
         for (int64_t p = 0; p < pieces; ++p) copy_items(s + p * s_piece, d + p * d_piece, k, item, s_step, d_step);
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&so);
-    PyBuffer_Release(&dof);
+    PyBuffer_Release(&si);
+    PyBuffer_Release(&di);
     PyBuffer_Release(&it);
     Py_RETURN_NONE;
 }

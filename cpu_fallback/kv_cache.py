@@ -77,15 +77,16 @@ def kv_cache(call: KvCacheCall) -> None:
 
 
 def _native(call: KvCacheCall) -> None:
-    """One run per batch entry, empty ones included (the copier skips them): no per-run filtering."""
+    """One run per batch entry, empty ones included (the copier skips them): the metadata as it is."""
     past, new_kv = call.past, call.new_kv
     size = past.element_size()
     layer_step, entry_step, row_step, _ = (stride * size for stride in past.stride())
-    dst_offset = call.write_start * row_step + np.arange(len(call.seq_len), dtype=np.int64) * entry_step
-    dst_offset += call.layer_id * layer_step
     src_step = new_kv.stride(0) * size
-    native.copy_runs(new_kv, past, call.read_start * src_step, dst_offset, call.seq_len, past.shape[3] * size,
-                     (src_step, row_step))
+    native.copy_runs(
+        new_kv.data_ptr(), past.data_ptr() + call.layer_id * layer_step, call.read_start, call.write_start,
+        call.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
+        steps=(src_step, row_step),
+    )
 
 
 def _flat_rows(layer: torch.Tensor) -> torch.Tensor | None:

@@ -26,40 +26,48 @@ def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
 
 
 def copy_runs(
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    src_offset: np.ndarray,
-    dst_offset: np.ndarray,
+    src: int,
+    dst: int,
+    src_index: np.ndarray,
+    dst_index: np.ndarray,
     items: np.ndarray,
+    *,
+    index_steps: tuple[int, int],
     item_bytes: int,
     steps: tuple[int, int],
+    run_step: int = 0,
     pieces: int = 1,
     piece_steps: tuple[int, int] = (0, 0),
 ) -> None:
-    """Copy runs of ``items[r]`` items of ``item_bytes`` from ``src`` into ``dst``.
+    """Copy runs of ``items[r]`` items of ``item_bytes`` bytes from address ``src`` to address ``dst``.
 
-    Item ``i`` of piece ``p`` of run ``r`` is read at byte ``src_offset[r] + p * piece_steps[0]
-    + i * steps[0]`` of ``src`` and written at ``dst_offset[r] + p * piece_steps[1] + i *
-    steps[1]`` of ``dst``. Offsets and steps are in bytes from the tensors' first element;
-    the caller guarantees that they stay inside the tensors.
+    Run ``r`` starts at byte ``src_index[r] * index_steps[0]`` of ``src`` and byte
+    ``dst_index[r] * index_steps[1] + r * run_step`` of ``dst``; from there, piece ``p`` of item
+    ``i`` is ``p * piece_steps[k] + i * steps[k]`` bytes further (``k`` 0 for ``src``, 1 for
+    ``dst``). The caller guarantees that every byte touched is inside its tensor and that no
+    two items are written to the same place.
 
     Parameters
     ----------
-    src, dst : torch.Tensor
-        Host tensors; ``dst`` is written in place.
-    src_offset, dst_offset, items : numpy.ndarray
-        ``[runs]`` int64.
+    src, dst : int
+        Host addresses (``tensor.data_ptr()`` plus any byte offset); ``dst`` is written.
+    src_index, dst_index, items : numpy.ndarray
+        ``[runs]`` integers; runs with 0 items are skipped.
+    index_steps : tuple of int
+        Bytes per unit of ``src_index`` and of ``dst_index``.
     item_bytes : int
-        Bytes in one item (a row, or one 32-byte NZ fractal row).
+        Bytes in one item (a row, or one 32-byte NZ fractal row): a positive multiple of 32.
     steps : tuple of int
         Byte step between consecutive items in ``src`` and in ``dst``.
+    run_step : int, optional
+        Extra byte step of ``dst`` per run (``kv_cache``: one batch entry of ``past``).
     pieces : int, optional
-        Pieces per item position (NZ: fractals per token row).
+        Pieces per item (NZ: fractal rows per token).
     piece_steps : tuple of int, optional
         Byte step between consecutive pieces in ``src`` and in ``dst``.
     """
     _copy_runs(
-        src.data_ptr(), dst.data_ptr(), _int64(src_offset), _int64(dst_offset), _int64(items),
+        src, dst, _int64(src_index), _int64(dst_index), _int64(items), index_steps[0], index_steps[1], run_step,
         item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1],
     )
 

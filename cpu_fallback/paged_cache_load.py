@@ -86,15 +86,15 @@ def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) ->
 def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
     size = cache.element_size()
     row_step = out.stride(0) * size
-    runs_at = (runs.block * (cache.stride(0) * size), runs.out_start * row_step, runs.rows)  # from slot 0, to row
+    runs_at = (cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows)   # from slot 0, to a row
+    index_steps = (cache.stride(0) * size, row_step)
     if layout == ND:                                                             # items: token rows
-        native.copy_runs(cache, out, *runs_at, item_bytes=_row_numel(out) * size, steps=(cache.stride(1) * size, row_step))
+        native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=_row_numel(out) * size,
+                         steps=(cache.stride(1) * size, row_step))
     else:                                                                        # items: 32-byte fractal rows
         fractal = cache.shape[3] * size
-        native.copy_runs(
-            cache, out, *runs_at, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
-            pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
-        )
+        native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
+                         pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal))
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

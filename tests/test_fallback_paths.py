@@ -54,7 +54,7 @@ def test_native_copier_rejects_inconsistent_runs(lengths: tuple[int, int, int], 
     src, dst = torch.zeros(64, dtype=torch.int8), torch.zeros(64, dtype=torch.int8)
     offsets, items = (np.zeros(n, dtype=np.int64) for n in lengths[:2]), np.ones(lengths[2], dtype=np.int64)
     with pytest.raises(ValueError, match="multiple of 32"):
-        native._copy_runs(src.data_ptr(), dst.data_ptr(), *offsets, items, item, 32, 32, 1, 0, 0)
+        native._copy_runs(src.data_ptr(), dst.data_ptr(), *offsets, items, 0, 0, 0, item, 32, 32, 1, 0, 0)
     assert not dst.any()
 
 
