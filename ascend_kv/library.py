@@ -1,6 +1,6 @@
 """Both operations as PyTorch operators: ``torch.ops.ascend_kv.kv_cache`` and ``.paged_cache_load``.
 
-Registered with :class:`torch.library.Library` and a plain Python kernel: about 4 us per call
+Registered with :class:`torch.library.Library` and a plain Python kernel: 4 to 8 us per call
 on top of the public function, where a ``torch.library.custom_op`` wrapper costs about 30 us
 (``scripts/op_overhead.py``). ``torch.compile`` traces them and ``torch.library.opcheck`` tests them:
 

@@ -6,7 +6,8 @@ Times ``torch.ops.ascend_kv.kv_cache`` against ``ascend_kv.kv_cache`` (batch 8, 
 each, hidden 1024 float16, a 4-layer cache of 512 positions) and
 ``torch.ops.ascend_kv.paged_cache_load.into`` against ``ascend_kv.paged_cache_load`` (ND, 8
 sequences of 64 tokens). Twice: with the public functions replaced by no-ops, which isolates
-what the operator layer itself costs (dispatcher, boxing, no_grad), and as whole calls. Times are
+what the operator layer itself costs (dispatcher, boxing, leaving autograd), and as whole calls.
+Then a do-nothing operator registered as in ascend_kv/library.py against a ``custom_op``. Times are
 thread CPU time, fastest of interleaved runs, so other processes on a shared machine mostly stay
 out of the numbers.
 """
@@ -20,8 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
-import ascend_kv
-from ascend_kv import ops
+from ascend_kv import ops  # importing the package registers torch.ops.ascend_kv
 
 
 def per_call_us(fns: dict[str, Callable[[], object]], calls: int, repeats: int = 15) -> dict[str, float]:
@@ -46,6 +46,28 @@ def public_functions_as_no_ops() -> Iterator[None]:
         yield
     finally:
         ops.kv_cache, ops.paged_cache_load = saved
+
+
+def registration_styles(calls: int) -> dict[str, float]:
+    """A do-nothing operator with kv_cache's schema, registered as library.py does and as a custom_op."""
+    schema = "(Tensor new_kv, int layer_id, Tensor(a!) past, Tensor token_offset, Tensor seq_len) -> ()"
+    lib = torch.library.Library("ascend_kv_overhead_probe", "DEF")
+    lib.define("noop" + schema)
+    lib.impl("noop", lambda *args: None, "CompositeExplicitAutograd")
+    lib.impl("noop", torch.library.fallthrough_kernel, "Autograd")
+
+    @torch.library.custom_op("ascend_kv_overhead_probe::noop_custom_op", mutates_args=("past",))
+    def noop_custom_op(
+        new_kv: torch.Tensor, layer_id: int, past: torch.Tensor, token_offset: torch.Tensor, seq_len: torch.Tensor
+    ) -> None:
+        return None
+
+    x, index = torch.zeros(8, 1024), torch.zeros(8, dtype=torch.int32)
+    probe = torch.ops.ascend_kv_overhead_probe
+    return per_call_us({
+        "Library.impl": lambda: probe.noop.default(x, 0, x, index, index),
+        "custom_op": lambda: probe.noop_custom_op.default(x, 0, x, index, index),
+    }, calls)
 
 
 def main() -> None:
@@ -87,6 +109,8 @@ def main() -> None:
     print(f"{'us per call':<16}{'operator layer':>16}{'whole call':>12}")
     for name in fns:
         print(f"{name:<16}{layer[name]:>16.1f}{whole[name]:>12.1f}")
+    styles = registration_styles(calls * 10)
+    print(f"a do-nothing operator: Library.impl {styles['Library.impl']:.1f} us, custom_op {styles['custom_op']:.1f} us")
     print(f"overhead of torch.ops.ascend_kv.kv_cache: {layer['kv torch.ops'] - layer['kv public']:.1f} us "
           f"(.default: {layer['kv .default'] - layer['kv public']:.1f} us); "
           f"of paged_cache_load.into: {layer['load .into'] - layer['load public']:.1f} us")
