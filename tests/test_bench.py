@@ -46,6 +46,8 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
         assert row["median_s"] > 0 and row["ratio_to_copy"] > 0 and row["speedup_over_reference"] > 0
         assert row["gb_per_s"] == pytest.approx(row["bytes_moved"] / row["median_s"] / 1e9)
         assert row["path"] in {"native", "slices", "rows", "scatter", "gather"}
+        assert row["prevalidated_median_s"] > 0
+        assert row["prevalidated_ratio_to_copy"] == pytest.approx(row["copy_median_s"] / row["prevalidated_median_s"])
     overhead = result["decode_overhead"]
     assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_"}
     assert overhead["ratio_to_index_copy"] > 0
