@@ -67,12 +67,17 @@ def require_ndim(name: str, tensor: torch.Tensor, ndims: tuple[int, ...], shape_
 
 
 def require_writable(name: str, tensor: torch.Tensor) -> None:
-    """``ValueError`` when an output written in place would be an autograd error, or has elements
-    sharing memory (an ``expand()`` view: which write would win is undefined)."""
+    """``ValueError`` when an output written in place would be an autograd or inference-mode error,
+    or has elements sharing memory (an ``expand()`` view: which write would win is undefined)."""
     if tensor.requires_grad:
         raise ValueError(
             f"{name} requires grad, but it is written in place and the operation is not "
             f"differentiable: pass {name}.detach()"
+        )
+    if tensor.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(
+            f"{name} was made under torch.inference_mode(), and PyTorch forbids updating such a tensor "
+            f"in place outside it: call inside torch.inference_mode()"
         )
     if tensor.is_contiguous() or tensor.numel() == 0:
         return

@@ -144,6 +144,24 @@ def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:
         assert isinstance(error, ValueError) and "shares memory with key_cache" in str(error)
 
 
+@pytest.mark.parametrize("strided", [False, True])
+def test_inference_tensors_are_written_inside_inference_mode_only(strided: bool) -> None:
+    """Outside inference mode PyTorch forbids in-place updates of inference tensors: a ValueError on every path."""
+    with torch.inference_mode():
+        past = random_bits((2, 3, 16, 128 if strided else 64), torch.float16, seed=15)
+        key = random_bits((20, 2, 32 if strided else 16), torch.float16, seed=16)
+    past, key = (past[..., ::2], key[..., ::2]) if strided else (past, key)
+    new_kv, cache = random_bits((3, 64), torch.float16, seed=17), random_bits((4, 16, 2, 16), torch.float16, seed=18)
+    args = (new_kv, 0, past, torch.tensor([1, 2, 3]), torch.tensor([1, 1, 1]))
+    load = (cache, cache, torch.tensor([[0, 1]]), torch.tensor([20]))
+    outputs = {"kv_cache_cfg": ND, "key": key, "value": torch.zeros(20, 2, 16, dtype=torch.float16)}
+    for error, name in ((judge_kv_cache(*args), "past"), (judge_paged_cache_load(*load, **outputs), "key")):
+        assert isinstance(error, ValueError) and str(error).startswith(f"{name} was made under torch.inference_mode()")
+    with torch.inference_mode():
+        assert judge_kv_cache(*args) is None
+        assert judge_paged_cache_load(*load, **outputs) is None
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
