@@ -415,21 +415,28 @@ def resident_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def test_kv_cache_writes_past_offsets_beyond_int32(tmp_path: Path) -> None:
-    """past has over 2**32 elements; the last rows of its last entry sit beyond 2**32."""
+@pytest.mark.parametrize("spread", [1, 2])
+def test_kv_cache_writes_past_offsets_beyond_int32(tmp_path: Path, spread: int) -> None:
+    """past has over 2**32 elements; the last rows of its last entry sit beyond 2**32.
+
+    ``spread = 2`` makes past every other element of its memory, which takes the strided paths.
+    """
     max_seq_len = 2**25 + 64
-    past = sparse_tensor(tmp_path / "past", (2, 2, max_seq_len, 32), torch.int8)
+    memory = sparse_tensor(tmp_path / "past", (2, 2, max_seq_len, 32 * spread), torch.int8)
+    past = memory[..., ::spread]
     new_kv = random_bits((5, 32), torch.int8, seed=11)
     resident = resident_bytes()
     ascend_kv.kv_cache(new_kv, 1, past, torch.tensor([2, max_seq_len], dtype=torch.int32),
                        torch.tensor([2, 3], dtype=torch.int32))
-    assert resident_bytes() - resident < 2**27, "a copy of the 4 GiB cache was made"
+    assert resident_bytes() - resident < 2**27, "a copy of the cache was made"
     assert bits_equal(past[1, 0, :2], new_kv[:2]) and bits_equal(past[1, 1, -3:], new_kv[2:])
-    flat = past.view(-1)
-    last = ((1 * 2 + 1) * max_seq_len + max_seq_len - 3) * 32                # flat offset of the first far row
+    flat = memory.view(-1)
+    last = ((1 * 2 + 1) * max_seq_len + max_seq_len - 3) * 32 * spread       # flat offset of the first far row
     assert last > 2**32
     for wrapped in (last % 2**31, last % 2**32):                             # where 32-bit offsets would land
-        assert not flat[wrapped:wrapped + 96].any()
+        assert not flat[wrapped:wrapped + 96 * spread].any()
+    if spread > 1:
+        assert not memory[1, 1, -3:, 1::2].any()                             # the elements between stay
 
 
 def test_paged_cache_load_reads_and_writes_beyond_int32(tmp_path: Path) -> None:
