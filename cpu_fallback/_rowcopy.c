@@ -14,7 +14,7 @@
  * let the caller pass its metadata arrays as they are, with no per-call arithmetic in Python.
  *
  * item must be a positive multiple of 32 bytes (every row and NZ fractal row is). Bytes move in
- * 32-byte chunks: measured as fast as torch's copy_ and faster than glibc memcpy on these
+ * 32-byte chunks: measured as fast as torch's copy_ and at least as fast as glibc memcpy on these
  * sizes. A run whose items are back to back on both sides (pieces == 1, steps == item) is one
  * stretch of chunks. Runs with 0 items copy nothing (their addresses are not touched).
  * The caller guarantees that every address is inside its tensor and that writes do not overlap
