@@ -10,6 +10,7 @@ vectorized.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -376,7 +377,14 @@ def _output(
 ) -> torch.Tensor:
     """The given output after its checks, or a zero-filled ``[rows, *row_shape]`` tensor."""
     if given is None:
-        return torch.zeros((rows, *row_shape), dtype=cache.dtype, device=cache.device)
+        shape = (rows, *row_shape)
+        try:
+            return torch.zeros(shape, dtype=cache.dtype, device=cache.device)
+        except (RuntimeError, MemoryError) as error:  # the allocator's refusal, on any device
+            raise ValueError(
+                f"{name}: the output {list(shape)} that context_lens asks for "
+                f"({math.prod(shape) * cache.dtype.itemsize} bytes) cannot be allocated: {error}"
+            ) from error
     out = require_tensor(name, given)
     if out.dtype != cache.dtype:
         raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {out.dtype}")
