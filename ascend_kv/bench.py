@@ -326,14 +326,18 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as error:
         raise SystemExit(f"--plot needs matplotlib: pip install 'ascend_kv[bench]' ({error})") from error
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
     labels = list(dict.fromkeys(f"{r['workload']} {r['dtype']}" for r in rows))
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(labels) * len(backends) + 1.5))
-    height = 0.8 / len(backends)
-    for i, backend in enumerate(backends):
-        ratio = {f"{r['workload']} {r['dtype']}": r["ratio_to_copy"] for r in rows if r["backend"] == backend}
+    series: dict[str, dict[str, float]] = {}                                     # bar label -> row label -> ratio
+    for r in rows:
+        label = f"{r['workload']} {r['dtype']}"
+        series.setdefault(r["backend"], {})[label] = r["ratio_to_copy"]
+        if "prevalidated_ratio_to_copy" in r:
+            series.setdefault(f"{r['backend']}, without the checks", {})[label] = r["prevalidated_ratio_to_copy"]
+    fig, ax = plt.subplots(figsize=(10, 0.22 * len(labels) * len(series) + 1.5))
+    height = 0.8 / len(series)
+    for i, (name, ratio) in enumerate(series.items()):
         ys = [j + i * height for j in range(len(labels))]
-        ax.barh(ys, [ratio.get(label, 0.0) for label in labels], height=height, label=backend)
+        ax.barh(ys, [ratio.get(label, 0.0) for label in labels], height=height, label=name)
     for value, style in ((0.8, "--"), (0.5, ":")):
         ax.axvline(value, color="gray", linestyle=style, linewidth=1)
     ax.set_yticks([j + 0.4 - height / 2 for j in range(len(labels))], labels, fontsize=8)
