@@ -60,8 +60,16 @@ def without_nans(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             t.nan_to_num_(nan=0.0)
 
 
+def column_major(case: Case, index: int) -> Case:
+    """``case`` with positional argument ``index`` stored with its first two dims swapped in memory."""
+    args = list(case.args)
+    args[index] = args[index].transpose(0, 1).contiguous().transpose(0, 1)
+    return Case(tuple(args), case.kwargs)
+
+
 KV_CASES = {
     "decode-int32": kv_cache_case(torch.float16, [1, 1, 1], [3, 16, 9]),
+    "layer-major-past": column_major(kv_cache_case(torch.float16, [2, 1, 0], [3, 16, 9], layers=3), 2),
     "prefill-int64-bf16": kv_cache_case(torch.bfloat16, [4, 0, 2], [4, 5, 16], index_dtype=torch.int64),
     "4d-int8": kv_cache_case(torch.int8, [2, 3], [2, 7], hidden=64, new_kv_4d=True),
 }
@@ -69,6 +77,7 @@ LOAD_CASES = {
     "nd": paged_case(ND, [20, 3, 0]),
     "nd-cumsum-starts": paged_case(ND, [5, 17], cumsum_base=2, seq_starts=[3, 16], index_dtype=torch.int64),
     "nz-int8-key": paged_case(NZ, [16, 33], key_dtype=torch.int8, value_dtype=torch.float16, head_size_k=32),
+    "nd-column-major-table": column_major(paged_case(ND, [20, 3, 40]), 2),
 }
 
 
