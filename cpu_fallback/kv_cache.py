@@ -4,7 +4,7 @@ Paths, chosen in this order (measured on the benchmark, see docs/benchmarks.md):
 
 ``native``
     Host tensors, the compiled copier built, rows contiguous and ``past`` rows not
-    overlapping: one C call copies every run (one ``memcpy`` per batch entry).
+    overlapping: one C call copies every batch entry's rows (:mod:`.native`).
 ``slices``
     Runs of at least :data:`SLICE_MIN_ROWS` rows on average: one ``copy_`` per batch entry.
 ``rows``

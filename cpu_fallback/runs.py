@@ -45,8 +45,7 @@ def block_runs(call: PagedLoadCall) -> BlockRuns:
     size = call.block_size
     blocks = -(-call.lens // size)                                               # [batch] blocks touched
     entry = np.repeat(np.arange(len(blocks), dtype=np.int64), blocks)            # [runs]
-    first_run = np.cumsum(blocks) - blocks                                       # [batch]
-    k = np.arange(len(entry), dtype=np.int64) - first_run[entry]                 # block number within the entry
+    k = within_run(blocks)                                                       # block number within the entry
     block = call.block_table[entry, call.first_column[entry] + k]
     rows = np.minimum(size, call.lens[entry] - k * size)
     return BlockRuns(block, call.out_start[entry] + k * size, rows)
