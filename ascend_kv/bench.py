@@ -4,11 +4,13 @@ For every workload, dtype and backend: the median time of the public call, the G
 moved (read + write), the ratio to ``copy_`` of the same number of bytes (a contiguous tensor
 into a preallocated one) timed in the same rounds, and the speed-up over the literal reference
 (:mod:`ascend_kv.reference`). The op, ``copy_`` and the reference run interleaved, round by
-round, so a busy machine slows all of them alike. Also the per-call time of a decode step
+round, so a busy machine slows all of them alike. For the fallback, also the copy alone: the
+backend on a call validated once, outside the timing. And the per-call time of a decode step
 against a bare ``index_copy_`` of the same rows with precomputed indices.
 
 Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--backends fallback,sim]
-[--dtypes float16,int8] [--only SUBSTRING] [--tiny] [--json PATH] [--plot PATH]``
+[--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N] [--tiny] [--json PATH]
+[--plot PATH]``; docs/benchmarks.md shows a run and explains the numbers.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5}
 
 @dataclass(frozen=True)
 class Workload:
-    """A named call shape. ``tokens`` and ``hidden`` are per op (see :func:`build`)."""
+    """A named call shape: ``kv_cache`` writes ``tokens`` rows of ``heads * head_size_k`` values per
+    sequence; ``paged_cache_load`` gathers ``tokens`` cached tokens per sequence (see :func:`build`)."""
 
     name: str
     kind: str                 #: decode, prefill, paged-nd or paged-nz
@@ -177,7 +180,7 @@ def interleaved(
 def _copy_of(nbytes: int) -> Callable[[], object]:
     """``copy_`` of a contiguous tensor moving ``nbytes`` (read + write) into a preallocated one."""
     src = torch.ones(nbytes // 2, dtype=torch.uint8)
-    dst = torch.empty_like(src)
+    dst = torch.zeros_like(src)                                                  # touched: no page faults timed
     return lambda: dst.copy_(src)
 
 
