@@ -109,7 +109,7 @@ def require_apart(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor])
         return
     out_first, out_end = _memory_span(out)
     for input_name, tensor in inputs.items():
-        if tensor.numel() == 0:
+        if tensor.numel() == 0 or tensor.device != out.device:  # addresses of two devices never meet
             continue
         first, end = _memory_span(tensor)
         if first < out_end and out_first < end:
