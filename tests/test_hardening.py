@@ -608,3 +608,20 @@ def test_an_output_too_big_to_allocate_is_a_value_error_naming_context_lens() ->
                                    kv_cache_cfg=ND, cumsum=True)
     assert isinstance(error, ValueError) and str(error).startswith("key: the output [2147483647, 256, 256]")
     assert "context_lens" in str(error)
+
+
+@given(malformed("kv_cache"), malformed("paged_cache_load"))
+def test_malformed_calls_through_the_atb_classes_raise_only_named_errors(kv: Case, load: Case) -> None:
+    try:
+        ascend_kv.KVCacheOperation(ascend_kv.KVCacheParam())(*kv.args)
+    except (TypeError, ValueError) as error:
+        _require_named_error(error, KV_ARGS)
+    kwargs = dict(load.kwargs)
+    try:
+        param = ascend_kv.PagedCacheLoadParam(
+            kv_cache_cfg=kwargs.pop("kv_cache_cfg", NZ), is_seq_lens_cumsum_mode=kwargs.pop("cumsum", False),
+            has_seq_starts="seq_starts" in kwargs)
+        ascend_kv.PagedCacheLoadOperation(param)(
+            *load.args, kwargs.get("key"), kwargs.get("value"), kwargs.get("seq_starts"))
+    except (TypeError, ValueError) as error:
+        _require_named_error(error, LOAD_ARGS)
