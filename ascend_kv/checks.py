@@ -50,6 +50,9 @@ def require_tensor(name: str, value: object) -> torch.Tensor:
     if value.is_quantized or value.is_meta:
         kind = "quantized" if value.is_quantized else "meta"
         raise TypeError(f"{name} must hold data, got a {kind} tensor")
+    if value.is_neg():  # e.g. complex.conj().imag: its memory holds the values' negatives
+        raise TypeError(f"{name} is a lazily negated view (is_neg()), whose memory holds other values: "
+                        f"pass {name}.resolve_neg()")
     return value
 
 

@@ -162,6 +162,22 @@ def test_inference_tensors_are_written_inside_inference_mode_only(strided: bool)
         assert judge_paged_cache_load(*load, **outputs) is None
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_lazily_negated_views_are_rejected() -> None:
+    """A view whose memory holds the negated values (complex.conj().imag) would be copied as raw memory."""
+    values = random_bits((3, 64), torch.float16, seed=20)
+    negated = torch._neg_view(-values)                                 # equal to values, memory holds -values
+    past = torch.zeros(1, 3, 4, 64, dtype=torch.float16)
+    error = judge_kv_cache(negated, 0, past, torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError) and str(error).startswith("new_kv is a lazily negated view")
+    error = judge_kv_cache(values, 0, torch._neg_view(past), torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError) and str(error).startswith("past is a lazily negated view")
+    imaginary = torch.zeros(3, 64, dtype=torch.complex32).conj().imag  # the public way to get one
+    assert imaginary.dtype == torch.float16 and imaginary.is_neg()
+    error = judge_kv_cache(imaginary, 0, past, torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
