@@ -22,7 +22,7 @@ AVAILABLE: bool = _copy_runs is not None
 
 def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
     """Whether the copier may read ``src`` and write ``dst``: built, and both on the host."""
-    return AVAILABLE and src.device.type == "cpu" and dst.device.type == "cpu"
+    return AVAILABLE and src.is_cpu and dst.is_cpu
 
 
 def copy_runs(
