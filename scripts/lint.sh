@@ -8,7 +8,7 @@ tools="ruff==0.17.6 mypy==2.4.1"
 stamp="$venv/.ascend_kv-lint-tools"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$tools" ]; then
   # shellcheck disable=SC2086
-  "$python" -m pip install -q $tools
+  pip_install $tools
   echo "$tools" > "$stamp"
 fi
 status=0
