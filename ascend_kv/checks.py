@@ -270,7 +270,7 @@ def check_kv_cache(
 # ----------------------------------------------------------------------------- paged_cache_load
 
 
-def _check_cache_shapes(
+def check_cache_shapes(
     layout: KvCacheCfg, key_cache: torch.Tensor, value_cache: torch.Tensor
 ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """``(num_blocks, block_size, key row shape, value row shape)`` of a valid cache pair."""
@@ -424,7 +424,7 @@ def check_paged_cache_load(
         raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
     if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
         raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
-    num_blocks, block_size, key_row, value_row = _check_cache_shapes(layout, key_cache, value_cache)
+    num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
 
     table = index_values("block_table", block_table, ndim=2)
     lens_given = index_values("context_lens", context_lens)

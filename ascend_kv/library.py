@@ -107,7 +107,7 @@ def _paged_cache_load_fake(
     layout = checks.kv_cache_cfg_argument(kv_cache_cfg)
     checks.require_dtype("key_cache", key_cache, CACHE_DTYPES)
     checks.require_dtype("value_cache", value_cache, CACHE_DTYPES)
-    _, _, key_row, value_row = checks._check_cache_shapes(layout, key_cache, value_cache)
+    _, _, key_row, value_row = checks.check_cache_shapes(layout, key_cache, value_cache)
     rows = torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)
     return key_cache.new_empty((rows, *key_row)), value_cache.new_empty((rows, *value_row))
 
