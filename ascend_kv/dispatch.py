@@ -186,10 +186,14 @@ def _call_op_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[str, torch.d
     return "PagedCacheLoadOperation", call.key_cache.device
 
 
+def _decision_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[Decision, torch.device]:
+    op, dev = _call_op_and_device(call)
+    return _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call)), dev
+
+
 def decide(call: KvCacheCall | PagedLoadCall) -> Decision:
     """The decision for a validated call (including whether the kernels take its inputs)."""
-    op, dev = _call_op_and_device(call)
-    return _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call))
+    return _decision_and_device(call)[0]
 
 
 def _load(name: str) -> ModuleType:
@@ -209,8 +213,7 @@ def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
     BackendUnavailableError
         The explicitly requested backend cannot run this call; the message says why.
     """
-    op, dev = _call_op_and_device(call)
-    decision = _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call))
+    decision, dev = _decision_and_device(call)
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
