@@ -68,7 +68,7 @@ def test_binding_compiles_against_torch_and_torch_npu_headers(torch_npu_include:
 def test_a_wrong_launcher_call_does_not_compile(torch_npu_include: Path, tmp_path: Path) -> None:
     """The check is not vacuous: the binding with one launcher argument dropped is rejected."""
     source = (HOST / "torch_binding.cpp").read_text()
-    broken = source.replace("writeStart.data_ptr(), tilingDevice.data_ptr()", "tilingDevice.data_ptr()", 1)
+    broken = source.replace("writeStart.data_ptr(), tilingGm", "tilingGm", 1)
     assert broken != source
     copy = tmp_path / "torch_binding.cpp"
     copy.write_text(broken)

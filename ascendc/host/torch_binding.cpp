@@ -91,12 +91,30 @@ at::Tensor TilingOnDevice(const Tiling& tiling, const at::Device& device)
 
 /// Queue `launch` on the current stream of `device` through torch_npu's task queue.
 template <typename Launch>
-void Queue(const char* name, Launch launch)
+void Queue(const std::string& name, Launch launch)
 {
     at_npu::native::OpCommand command;
     command.Name(name);
     command.SetCustomHandler(launch);
     command.Run();
+}
+
+/// Check the tiling of op `op`, copy it to `device` and queue `kernel(blockDim, stream, tiling in
+/// device memory)` on the current stream; nothing is launched when the tiling uses no core.
+template <typename Tiling, typename Kernel>
+void LaunchTiled(const char* op, const at::Device& device, int status, const Tiling& tiling, Kernel kernel)
+{
+    TORCH_CHECK(status == ascend_kv::kTilingOk, "ascend_kv_npu.", op, ": tiling failed: ",
+                ascend_kv::TilingStatusMessage(status));
+    if (tiling.usedCores == 0) {
+        return;
+    }
+    const at::Tensor tilingDevice = TilingOnDevice(tiling, device);
+    const uint32_t blockDim = static_cast<uint32_t>(tiling.usedCores);
+    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
+    Queue(std::string("ascend_kv_") + op, [=]() -> int {
+        return static_cast<int>(kernel(blockDim, stream, tilingDevice.data_ptr()));
+    });
 }
 
 void KvCache(const at::Tensor& newKv, const at::Tensor& past, int64_t layerId, const at::Tensor& seqLen,
@@ -124,18 +142,9 @@ void KvCache(const at::Tensor& newKv, const at::Tensor& past, int64_t layerId, c
     shape.layerId = static_cast<uint64_t>(layerId);
     ascend_kv::KvCacheTiling tiling{};
     const int status = ascend_kv::ComputeKvCacheTiling(shape, VectorCores(device.index()), kUsableUbBytes, &tiling);
-    TORCH_CHECK(status == ascend_kv::kTilingOk, "ascend_kv_npu.kv_cache: tiling failed: ",
-                ascend_kv::TilingStatusMessage(status));
-    if (tiling.usedCores == 0) {
-        return;
-    }
-    const at::Tensor tilingDevice = TilingOnDevice(tiling, device);
-    const uint32_t blockDim = static_cast<uint32_t>(tiling.usedCores);
-    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
-    Queue("ascend_kv_kv_cache", [=]() -> int {
-        return static_cast<int>(aclrtlaunch_kv_cache_kernel(blockDim, stream, newKv.data_ptr(), past.data_ptr(),
-                                                            seqLen.data_ptr(), readStart.data_ptr(),
-                                                            writeStart.data_ptr(), tilingDevice.data_ptr()));
+    LaunchTiled("kv_cache", device, status, tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_kv_cache_kernel(blockDim, stream, newKv.data_ptr(), past.data_ptr(), seqLen.data_ptr(),
+                                           readStart.data_ptr(), writeStart.data_ptr(), tilingGm);
     });
 }
 
@@ -177,18 +186,10 @@ void PagedCacheLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, co
                 "ascend_kv_npu.paged_cache_load: output rows differ from cache rows");
     ascend_kv::PagedLoadTiling tiling{};
     const int status = ascend_kv::ComputePagedLoadTiling(shape, VectorCores(device.index()), kUsableUbBytes, &tiling);
-    TORCH_CHECK(status == ascend_kv::kTilingOk, "ascend_kv_npu.paged_cache_load: tiling failed: ",
-                ascend_kv::TilingStatusMessage(status));
-    if (tiling.usedCores == 0) {
-        return;
-    }
-    const at::Tensor tilingDevice = TilingOnDevice(tiling, device);
-    const uint32_t blockDim = static_cast<uint32_t>(tiling.usedCores);
-    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
-    Queue("ascend_kv_paged_cache_load", [=]() -> int {
-        return static_cast<int>(aclrtlaunch_paged_cache_load_kernel(
-            blockDim, stream, keyCache.data_ptr(), valueCache.data_ptr(), blockTable.data_ptr(), lens.data_ptr(),
-            outStart.data_ptr(), firstColumn.data_ptr(), key.data_ptr(), value.data_ptr(), tilingDevice.data_ptr()));
+    LaunchTiled("paged_cache_load", device, status, tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_paged_cache_load_kernel(blockDim, stream, keyCache.data_ptr(), valueCache.data_ptr(),
+                                                   blockTable.data_ptr(), lens.data_ptr(), outStart.data_ptr(),
+                                                   firstColumn.data_ptr(), key.data_ptr(), value.data_ptr(), tilingGm);
     });
 }
 
