@@ -8,6 +8,7 @@ where the caller put them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,8 @@ class KvCacheCall:
     new_kv : torch.Tensor
         ``[ntokens, hidden]``, ``past.dtype``; any strides (a 4-D ``new_kv`` is its flat view).
     past : torch.Tensor
-        ``[layers, batch, max_seq_len, hidden]``, written in place.
+        ``[layers, batch, max_seq_len, hidden]``, written in place; no two of its elements
+        share memory, and it shares none with ``new_kv``.
     layer_id : int
         The layer written, ``0 <= layer_id < layers``.
     seq_len : numpy.ndarray
@@ -70,7 +72,8 @@ class PagedLoadCall:
     key_cache, value_cache : torch.Tensor
         The paged caches (read only).
     key, value : torch.Tensor
-        The outputs, written in place; at least ``out_start[0] + num_tokens`` rows.
+        The outputs, written in place; at least ``out_start[0] + num_tokens`` rows. No two
+        elements of an output share memory, and neither shares memory with a cache.
     block_table : numpy.ndarray
         ``[batch, max_blocks]`` int64; every entry a token needs is in ``[0, num_blocks)``.
     lens : numpy.ndarray
@@ -95,9 +98,9 @@ class PagedLoadCall:
     first_column: np.ndarray
     block_size: int
 
-    @property
+    @functools.cached_property
     def num_tokens(self) -> int:
-        """Rows gathered into each output."""
+        """Rows gathered into each output (read on the hot path, so summed once)."""
         return int(self.lens.sum())
 
     @property

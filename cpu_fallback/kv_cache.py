@@ -23,7 +23,6 @@ from ascend_kv.calls import KvCacheCall
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
-from .strides import non_overlapping
 from .wide import same_width_views
 
 #: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_``
@@ -37,7 +36,7 @@ def path(call: KvCacheCall) -> str:
     if (
         native.usable(new_kv, past)
         and new_kv.stride(1) == 1                                                # rows contiguous
-        and (past.is_contiguous() or (past.stride(3) == 1 and non_overlapping(past[call.layer_id])))
+        and past.stride(3) == 1                                                  # rows contiguous (checks: elements apart)
     ):
         return "native"
     if call.ntokens >= SLICE_MIN_ROWS * np.count_nonzero(call.seq_len):

@@ -28,7 +28,7 @@ from ascend_kv.params import KvCacheCfg
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
-from .strides import non_overlapping, rows_contiguous
+from .strides import rows_contiguous
 from .wide import same_width_views
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -76,11 +76,11 @@ def _path(call: PagedLoadCall, cache: torch.Tensor, out: torch.Tensor) -> str:
 
 
 def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether the copier's items are contiguous in ``cache`` and ``out`` rows contiguous and apart."""
+    """Whether the copier's items are contiguous in ``cache`` and ``out`` rows contiguous."""
     if cache.is_contiguous() and out.is_contiguous():                            # the usual case, cheaply
         return True
     items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
-    return items_contiguous and rows_contiguous(out) and non_overlapping(out)
+    return items_contiguous and rows_contiguous(out)          # elements apart: checks.require_writable
 
 
 def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ascend_kv.calls import KvCacheCall, PagedLoadCall
+from ascend_kv.checks import exclusive_prefix_sum
 
 
 class KvRuns(NamedTuple):
@@ -53,8 +54,7 @@ def block_runs(call: PagedLoadCall) -> BlockRuns:
 
 def within_run(rows: np.ndarray) -> np.ndarray:
     """``0 .. rows[r] - 1`` for every run ``r``, concatenated ``[sum(rows)]``."""
-    first = np.cumsum(rows) - rows
-    return np.arange(int(rows.sum()), dtype=np.int64) - np.repeat(first, rows)
+    return np.arange(int(rows.sum()), dtype=np.int64) - np.repeat(exclusive_prefix_sum(rows), rows)
 
 
 def token_rows(runs: BlockRuns, block_size: int) -> np.ndarray:

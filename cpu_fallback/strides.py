@@ -1,4 +1,7 @@
-"""Stride tests the fast paths need before they may treat a tensor as plain rows."""
+"""Stride tests the fast paths need before they may treat a tensor as plain rows.
+
+That no two elements of an output share memory is not tested here: ``ascend_kv.checks``
+guarantees it for every validated call (``require_writable``)."""
 
 from __future__ import annotations
 
@@ -14,16 +17,3 @@ def rows_contiguous(t: torch.Tensor) -> bool:
         expected *= size
     return True
 
-
-def non_overlapping(t: torch.Tensor) -> bool:
-    """Whether no two indices of ``t`` share an element, so a write to every index is well defined.
-
-    Sufficient test: with the dims of size > 1 sorted by stride, each stride is at least
-    the extent of the dims below it.
-    """
-    extent = 1
-    for size, stride in sorted(((n, s) for n, s in zip(t.shape, t.stride()) if n > 1), key=lambda d: d[1]):
-        if stride < extent:
-            return False
-        extent = stride * size
-    return True
