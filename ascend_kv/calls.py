@@ -2,8 +2,10 @@
 
 :mod:`ascend_kv.checks` builds these after every rule of the domain holds, so a backend can
 trust them: every index it derives from them is inside its tensors. Metadata is held as
-host ``int64`` numpy arrays (the checks read it to the host once anyway); the tensors stay
-where the caller put them.
+lists of Python ints, read from the index tensors once by the checks: for the batch sizes of
+a serving step, list operations cost a small fraction of what numpy's first calls cost when
+a large copy has just swept the CPU caches (see docs/benchmarks.md). Backends that want
+arrays convert them. Treat the lists as read only. The tensors stay where the caller put them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .params import KvCacheCfg
@@ -33,20 +34,20 @@ class KvCacheCall:
         share memory, and it shares none with ``new_kv``.
     layer_id : int
         The layer written, ``0 <= layer_id < layers``.
-    seq_len : numpy.ndarray
-        ``[batch]`` int64, tokens per batch entry.
-    read_start : numpy.ndarray
-        ``[batch]`` int64, first ``new_kv`` row of each entry (exclusive prefix sum of ``seq_len``).
-    write_start : numpy.ndarray
-        ``[batch]`` int64, first ``past`` position written (``token_offset - seq_len``).
+    seq_len : list of int
+        ``[batch]``, tokens per batch entry.
+    read_start : list of int
+        ``[batch]``, first ``new_kv`` row of each entry (exclusive prefix sum of ``seq_len``).
+    write_start : list of int
+        ``[batch]``, first ``past`` position written (``token_offset - seq_len``).
     """
 
     new_kv: torch.Tensor
     past: torch.Tensor
     layer_id: int
-    seq_len: np.ndarray
-    read_start: np.ndarray
-    write_start: np.ndarray
+    seq_len: list[int]
+    read_start: list[int]
+    write_start: list[int]
 
     @property
     def ntokens(self) -> int:
@@ -74,14 +75,16 @@ class PagedLoadCall:
     key, value : torch.Tensor
         The outputs, written in place; at least ``out_start[0] + num_tokens`` rows. No two
         elements of an output share memory, and neither shares memory with a cache.
-    block_table : numpy.ndarray
-        ``[batch, max_blocks]`` int64; every entry a token needs is in ``[0, num_blocks)``.
-    lens : numpy.ndarray
-        ``[batch]`` int64, tokens gathered per batch entry.
-    out_start : numpy.ndarray
-        ``[batch]`` int64, first output row per batch entry.
-    first_column : numpy.ndarray
-        ``[batch]`` int64, block-table column of each entry's first token
+    block_table : list of list of int
+        ``[batch][columns]``: the block table's leading ``columns`` columns, as many as the
+        furthest-reaching entry needs (columns no token needs are not read). Every entry a
+        token needs is in ``[0, num_blocks)``.
+    lens : list of int
+        ``[batch]``, tokens gathered per batch entry.
+    out_start : list of int
+        ``[batch]``, first output row per batch entry.
+    first_column : list of int
+        ``[batch]``, block-table column of each entry's first token
         (``seq_starts // block_size``, or zeros).
     block_size : int
         Token slots per cache block.
@@ -92,18 +95,23 @@ class PagedLoadCall:
     value_cache: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    block_table: np.ndarray
-    lens: np.ndarray
-    out_start: np.ndarray
-    first_column: np.ndarray
+    block_table: list[list[int]]
+    lens: list[int]
+    out_start: list[int]
+    first_column: list[int]
     block_size: int
 
     @functools.cached_property
     def num_tokens(self) -> int:
         """Rows gathered into each output (read on the hot path, so summed once)."""
-        return int(self.lens.sum())
+        return sum(self.lens)
+
+    @property
+    def table_columns(self) -> int:
+        """Columns of ``block_table`` held (0 for an empty batch)."""
+        return len(self.block_table[0]) if self.block_table else 0
 
     @property
     def first_row(self) -> int:
         """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
-        return int(self.out_start[0]) if len(self.out_start) else 0
+        return self.out_start[0] if self.out_start else 0

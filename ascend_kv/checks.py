@@ -4,14 +4,18 @@
 ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape or value) naming the
 argument with what was expected and what was given, and otherwise return the one internal
 form of :mod:`ascend_kv.calls`. They write nothing, so a call that raises leaves every
-tensor as it was. Value checks read the index tensors once, to host numpy arrays, and are
-vectorized.
+tensor as it was. Value checks read each index tensor once, to a host list of ints
+(``Tensor.tolist``), and run over whole lists at C speed (``min``, ``sum``, ``map``,
+comprehensions): there is no loop over tokens, and a call touches numpy not at all, which
+keeps the fixed cost of a call small when a large copy has just swept the CPU caches.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
+import operator
 
 import numpy as np
 import torch
@@ -134,32 +138,38 @@ def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
     return first.device
 
 
-def index_values(name: str, value: object, ndim: int = 1) -> np.ndarray:
-    """An int32/int64 index tensor's contents as a host int64 array (one device-to-host copy)."""
+def index_tensor(name: str, value: object, ndim: int = 1) -> torch.Tensor:
+    """``value`` itself when it is an int32/int64 tensor of rank ``ndim``, else the error saying so."""
     tensor = require_tensor(name, value)
     require_dtype(name, tensor, INDEX_DTYPES)
     if tensor.dim() != ndim:
         doc = "a 1-D tensor [batch]" if ndim == 1 else "a 2-D tensor [batch, max_blocks]"
         raise ValueError(f"{name} must be {doc}, got shape {tuple(tensor.shape)}")
-    return tensor.numpy(force=True).astype(np.int64, copy=False)  # force: detach and copy to the host
+    return tensor
 
 
-def require_length(name: str, values: np.ndarray, expected: int, why: str) -> None:
+def index_values(name: str, value: object) -> list[int]:
+    """A 1-D int32/int64 index tensor's contents as host ints (one device-to-host copy)."""
+    values: list[int] = index_tensor(name, value).tolist()
+    return values
+
+
+def require_length(name: str, values: list[int], expected: int, why: str) -> None:
     """``ValueError`` unless ``len(values) == expected``."""
     if len(values) != expected:
         raise ValueError(f"{name} must have {expected} entries ({why}), got {len(values)}")
 
 
-def require_all(name: str, ok: np.ndarray, values: np.ndarray, rule: str) -> None:
+def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None:
     """``ValueError`` naming the first entry of ``values`` where ``ok`` is False."""
-    if not ok.all():
-        i = int(np.argmin(ok))
-        raise ValueError(f"{name}[{i}] = {int(values[i])} {rule}")
+    if not all(ok):
+        i = ok.index(False)
+        raise ValueError(f"{name}[{i}] = {values[i]} {rule}")
 
 
-def exclusive_prefix_sum(values: np.ndarray) -> np.ndarray:
+def exclusive_prefix_sum(values: list[int]) -> list[int]:
     """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
-    return np.cumsum(values) - values
+    return [0, *itertools.accumulate(values)][:-1]
 
 
 def int_argument(name: str, value: object) -> int:
@@ -180,6 +190,8 @@ def int_argument(name: str, value: object) -> int:
 
 def bool_argument(name: str, value: object) -> bool:
     """``value`` as a bool, or ``TypeError`` for anything but ``bool`` / ``numpy.bool_``."""
+    if value is True or value is False:  # the common case, without the type test below
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {_describe(value)}")
     return bool(value)
@@ -187,6 +199,8 @@ def bool_argument(name: str, value: object) -> bool:
 
 def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
     """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
+    if type(value) is KvCacheCfg:  # the common case, without the ABC test below
+        return value
     if isinstance(value, str):
         by_name = {"nz": KvCacheCfg.K_CACHE_V_CACHE_NZ, "nd": KvCacheCfg.K_CACHE_V_CACHE_ND}
         if value.lower() in by_name:
@@ -249,13 +263,15 @@ def check_kv_cache(
     require_length("token_offset", offsets, batch, "batch = past.shape[1]")
     require_length("seq_len", lengths, batch, "batch = past.shape[1]")
 
-    require_all("seq_len", lengths >= 0, lengths, "is negative")
-    total = int(lengths.sum())
+    require_all("seq_len", [n >= 0 for n in lengths], lengths, "is negative")
+    total = sum(lengths)
     if total != tokens.shape[0]:
         raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {tokens.shape[0]} (rows of new_kv)")
-    require_all("token_offset", offsets >= lengths, offsets, "is smaller than seq_len at that index")
+    require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
+                "is smaller than seq_len at that index")
     require_all(
-        "token_offset", offsets <= max_seq_len, offsets, f"exceeds max_seq_len = {max_seq_len} (past.shape[2])"
+        "token_offset", [o <= max_seq_len for o in offsets], offsets,
+        f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
     )
     return KvCacheCall(
         new_kv=tokens,
@@ -263,7 +279,7 @@ def check_kv_cache(
         layer_id=layer,
         seq_len=lengths,
         read_start=exclusive_prefix_sum(lengths),
-        write_start=offsets - lengths,
+        write_start=list(map(operator.sub, offsets, lengths)),
     )
 
 
@@ -329,50 +345,52 @@ def check_cache_shapes(
     return key_cache.shape[0], block_size, key_row, value_row
 
 
-def _lengths_and_starts(
-    context_lens: np.ndarray, batch: int, cumsum: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tuple[list[int], list[int]]:
     """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode."""
     if cumsum:
         require_length("context_lens", context_lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]")
-        require_all("context_lens", context_lens >= 0, context_lens, "is negative")
-        lens = np.diff(context_lens)
-        if (lens < 0).any():
-            i = int(np.argmax(lens < 0)) + 1
+        require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
+        lens = list(map(operator.sub, context_lens[1:], context_lens[:-1]))
+        if min(lens, default=0) < 0:
+            i = [n < 0 for n in lens].index(True) + 1
             raise ValueError(
-                f"context_lens[{i}] = {int(context_lens[i])} is smaller than context_lens[{i - 1}] = "
-                f"{int(context_lens[i - 1])}: cumulative lengths must be non-decreasing"
+                f"context_lens[{i}] = {context_lens[i]} is smaller than context_lens[{i - 1}] = "
+                f"{context_lens[i - 1]}: cumulative lengths must be non-decreasing"
             )
-        return lens, context_lens[:-1].copy()
+        return lens, context_lens[:-1]
     require_length("context_lens", context_lens, batch, "batch = block_table.shape[0]")
-    require_all("context_lens", context_lens >= 0, context_lens, "is negative")
+    require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
     return context_lens, exclusive_prefix_sum(context_lens)
 
 
-def _check_block_table(
-    block_table: np.ndarray, lens: np.ndarray, first_column: np.ndarray, block_size: int, num_blocks: int
-) -> None:
-    """``ValueError`` unless every block-table entry a token needs exists and is a valid id."""
-    blocks_needed = -(-lens // block_size)
-    last_column = first_column + blocks_needed  # one past the last column needed
+def _needed_block_table(
+    block_table: torch.Tensor, lens: list[int], first_column: list[int], block_size: int, num_blocks: int
+) -> list[list[int]]:
+    """The block table's columns up to the furthest one a token needs, as host ints ``[batch][columns]``.
+
+    ``ValueError`` unless every entry a token needs exists and is a valid block id; entries no
+    token needs are not read (``-1`` padding is fine).
+    """
+    last_column = [first + -(-n // block_size) for first, n in zip(first_column, lens)]  # one past the last needed
     max_blocks = block_table.shape[1]
-    too_far = last_column > max_blocks
-    if too_far.any():
-        b = int(np.argmax(too_far))
+    fits = [last <= max_blocks for last in last_column]
+    if not all(fits):
+        b = fits.index(False)
         raise ValueError(
             f"block_table has {max_blocks} columns, but batch entry {b} needs columns "
-            f"{int(first_column[b])}..{int(last_column[b]) - 1} ({int(lens[b])} tokens from column "
-            f"{int(first_column[b])}, block_size {block_size})"
+            f"{first_column[b]}..{last_column[b] - 1} ({lens[b]} tokens from column "
+            f"{first_column[b]}, block_size {block_size})"
         )
-    columns = np.arange(max_blocks)
-    needed = (columns >= first_column[:, None]) & (columns < last_column[:, None])
-    bad = needed & ((block_table < 0) | (block_table >= num_blocks))
-    if bad.any():
-        b, c = (int(i) for i in np.argwhere(bad)[0])
+    columns = max(last_column, default=0)
+    rows: list[list[int]] = (block_table if columns == max_blocks else block_table.narrow(1, 0, columns)).tolist()
+    needed = list(itertools.chain.from_iterable(map(operator.getitem, rows, map(slice, first_column, last_column))))
+    if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
+        b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
+                    for c in range(first, last) if not 0 <= rows[b][c] < num_blocks)
         raise ValueError(
-            f"block_table[{b}, {c}] = {int(block_table[b, c])} is outside [0, {num_blocks}) "
-            f"(num_blocks = key_cache.shape[0])"
+            f"block_table[{b}, {c}] = {rows[b][c]} is outside [0, {num_blocks}) (num_blocks = key_cache.shape[0])"
         )
+    return rows
 
 
 def _output(
@@ -426,32 +444,32 @@ def check_paged_cache_load(
         raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
     num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
 
-    table = index_values("block_table", block_table, ndim=2)
+    table = index_tensor("block_table", block_table, ndim=2)  # read later: only the columns tokens need
     lens_given = index_values("context_lens", context_lens)
     tensors = {"key_cache": key_cache, "value_cache": value_cache, "block_table": block_table,
                "context_lens": context_lens}
     batch = table.shape[0]
     lens, out_start = _lengths_and_starts(lens_given, batch, cumsum)
     if seq_starts is None:
-        first_column = np.zeros(batch, dtype=np.int64)
+        first_column = [0] * batch
     else:
         starts = index_values("seq_starts", seq_starts)
         tensors["seq_starts"] = seq_starts
         require_length("seq_starts", starts, batch, "batch = block_table.shape[0]")
-        require_all("seq_starts", starts >= 0, starts, "is negative")
-        first_column = starts // block_size
+        require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
+        first_column = [s // block_size for s in starts]
     for name, out in (("key", key), ("value", value)):
         if isinstance(out, torch.Tensor):  # anything else but None is a TypeError in _output
             tensors[name] = out
     require_same_device(tensors)  # type: ignore[arg-type]
 
-    num_tokens = int(lens.sum())
-    end_row = int(lens_given[-1]) if cumsum else num_tokens  # cumsum: context_lens[-1] rows, even with batch 0
+    num_tokens = sum(lens)
+    end_row = lens_given[-1] if cumsum else num_tokens  # cumsum: context_lens[-1] rows, even with batch 0
     if end_row > INT32_MAX:
         raise ValueError(
             f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit {INT32_MAX}"
         )
-    _check_block_table(table, lens, first_column, block_size, num_blocks)
+    rows_needed = _needed_block_table(table, lens, first_column, block_size, num_blocks)
     key_out = _output("key", key, key_cache, key_row, end_row)
     value_out = _output("value", value, value_cache, value_row, end_row)
     caches = {"key_cache": key_cache, "value_cache": value_cache}
@@ -464,7 +482,7 @@ def check_paged_cache_load(
         value_cache=value_cache,
         key=key_out,
         value=value_out,
-        block_table=table,
+        block_table=rows_needed,
         lens=lens,
         out_start=out_start,
         first_column=first_column,

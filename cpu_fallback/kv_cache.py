@@ -39,7 +39,7 @@ def path(call: KvCacheCall) -> str:
         and past.stride(3) == 1                                                  # rows contiguous (checks: elements apart)
     ):
         return "native"
-    if call.ntokens >= SLICE_MIN_ROWS * np.count_nonzero(call.seq_len):
+    if call.ntokens >= SLICE_MIN_ROWS * (len(call.seq_len) - call.seq_len.count(0)):
         return "slices"
     if _flat_rows(past[call.layer_id]) is not None:
         return "rows"
@@ -62,14 +62,14 @@ def kv_cache(call: KvCacheCall) -> None:
     layer = call.past[call.layer_id]                                             # [batch, max_seq_len, hidden]
     runs = kv_runs(call)
     if way == "slices":
-        for b, first, start, rows in zip(*(a.tolist() for a in runs)):
+        for b, first, start, rows in zip(*runs):
             layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
     elif way == "rows":
         dst, src = same_width_views(layer.view(-1, layer.shape[2]), call.new_kv)  # a view: path() checked
         index = torch.from_numpy(_destination_rows(runs, layer.shape[1])).to(layer.device)
         dst.index_copy_(0, index, src)
     else:
-        entry = np.repeat(runs.entry, runs.rows)
+        entry = np.repeat(np.asarray(runs.entry, dtype=np.int64), runs.rows)
         position = _destination_rows(runs, 0)
         device = layer.device
         layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), call.new_kv)
@@ -97,5 +97,6 @@ def _flat_rows(layer: torch.Tensor) -> torch.Tensor | None:
 
 
 def _destination_rows(runs: KvRuns, row_block: int) -> np.ndarray:
-    """``entry * row_block + position`` of every new row, in ``new_kv`` order ``[ntokens]``."""
-    return np.repeat(runs.entry * row_block + runs.write_start, runs.rows) + within_run(runs.rows)
+    """``entry * row_block + position`` of every new row, in ``new_kv`` order ``[ntokens]`` int64."""
+    first_rows = np.asarray(runs.entry, dtype=np.int64) * row_block + np.asarray(runs.write_start, dtype=np.int64)
+    return np.repeat(first_rows, runs.rows) + within_run(runs.rows)

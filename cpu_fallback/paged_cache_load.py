@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from ascend_kv.calls import PagedLoadCall
@@ -68,7 +67,7 @@ def _path(call: PagedLoadCall, cache: torch.Tensor, out: torch.Tensor) -> str:
     layout = call.layout
     if native.usable(cache, out) and _native_takes(layout, cache, out):
         return "native"
-    if call.num_tokens >= SLICE_MIN_ROWS[layout] * int(np.sum(-(-call.lens // call.block_size))):  # mean per run
+    if call.num_tokens >= SLICE_MIN_ROWS[layout] * sum(-(-n // call.block_size) for n in call.lens):  # mean per run
         return "slices"
     if layout == ND and _flat_tokens(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
         return "rows"
@@ -98,7 +97,7 @@ def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: Bl
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
-    for block, start, rows in zip(*(a.tolist() for a in runs)):
+    for block, start, rows in zip(*runs):
         if layout == ND:
             out[start : start + rows].copy_(cache[block, :rows])
         else:                                                                    # [rows, T//E, E] <- [T//E, rows, E]

@@ -149,9 +149,9 @@ def test_kv_cache_skips_tokens_outside_the_tensors(configure) -> None:
     expected = past.clone()
     # entry 0 writes positions 6, 7, 8 (8 is past the end); entry 1 reads rows -2, -1, 0; entry 2
     # writes positions -1, 0; entry 3 has a huge length and position (no token is left for it).
-    seq_len = np.array([3, 3, 2, 2**40], dtype=np.int64)
-    read_start = np.array([0, -2, 4, 4], dtype=np.int64)
-    write_start = np.array([6, 0, -1, 2**62], dtype=np.int64)
+    seq_len = [3, 3, 2, 2**40]
+    read_start = [0, -2, 4, 4]
+    write_start = [6, 0, -1, 2**62]
     expected[1, 0, 6:8] = new_kv[0:2]
     expected[1, 1, 2] = new_kv[0]
     expected[1, 2, 0] = new_kv[5]
@@ -172,10 +172,10 @@ def test_paged_skips_bad_blocks_columns_and_rows(configure, layout) -> None:
     # entry 0: tokens 10..15 (rows 0..5) in block 7 (no such block), token 16 in block 1 -> row 6;
     # entry 1: block -1; entry 2: block 0, rows 7..10 (8.. do not exist); entry 3: column 5 does
     # not exist; entry 4: column -1.
-    table = np.array([[7, 1], [-1, 2], [2, 0], [0, 0], [2, 2]], dtype=np.int64)
-    lens = np.array([17, 2, 4, 1, 2], dtype=np.int64)
-    out_start = np.array([-10, 3, 7, 0, 1], dtype=np.int64)
-    first_column = np.array([0, 0, 1, 5, -1], dtype=np.int64)
+    table = [[7, 1], [-1, 2], [2, 0], [0, 0], [2, 2]]
+    lens = [17, 2, 4, 1, 2]
+    out_start = [-10, 3, 7, 0, 1]
+    first_column = [0, 0, 1, 5, -1]
     sim.paged_cache_load(PagedLoadCall(layout, key_cache, value_cache, key, value, table, lens, out_start,
                                        first_column, 16))
 

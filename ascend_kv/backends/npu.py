@@ -6,8 +6,8 @@ PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
 loaded once, lazily, after torch_npu (which it links against).
 
-Per call, the call's host ``int64`` metadata arrays go to the device in one copy (views of
-one tensor feed the kernel's pointers); the binding computes the tiling on the host from the
+Per call, the call's host metadata (lists of ints) goes to the device in one int64 copy
+(views of one tensor feed the kernel's pointers); the binding computes the tiling on the host from the
 shapes, copies it over, and queues the launch on torch_npu's current stream.
 """
 
@@ -81,7 +81,7 @@ def library() -> LibraryStatus:
 
 
 def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Host int64 arrays as int64 tensors on ``device``: one transfer, one view per array (same shapes)."""
+    """Host integer arrays as int64 tensors on ``device``: one transfer, one view per array (same shapes)."""
     flat = np.concatenate([np.ravel(a).astype(np.int64, copy=False) for a in arrays])
     on_device = torch.from_numpy(flat).to(device)
     views, start = [], 0
@@ -93,15 +93,17 @@ def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tens
 
 def kv_cache(call: KvCacheCall) -> None:
     """Run a validated ``kv_cache`` call on the NPU kernels (writes ``call.past``)."""
-    seq_len, read_start, write_start = to_device([call.seq_len, call.read_start, call.write_start], call.past.device)
+    metadata = [np.asarray(a, dtype=np.int64) for a in (call.seq_len, call.read_start, call.write_start)]
+    seq_len, read_start, write_start = to_device(metadata, call.past.device)
     getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv.contiguous(), call.past, call.layer_id, seq_len, read_start, write_start)
 
 
 def paged_cache_load(call: PagedLoadCall) -> None:
     """Run a validated ``paged_cache_load`` call on the NPU kernels (writes ``call.key``, ``call.value``)."""
-    table, lens, out_start, first_column = to_device(
-        [call.block_table, call.lens, call.out_start, call.first_column], call.key_cache.device
-    )
+    batch = len(call.lens)
+    host_table = np.asarray(call.block_table, dtype=np.int64).reshape(batch, call.table_columns)  # also batch 0
+    metadata = [np.asarray(a, dtype=np.int64) for a in (call.lens, call.out_start, call.first_column)]
+    table, lens, out_start, first_column = to_device([host_table, *metadata], call.key_cache.device)
     getattr(torch.ops, NAMESPACE).paged_cache_load(
         call.key_cache, call.value_cache, call.key, call.value, table, lens, out_start, first_column,
         call.num_tokens, int(call.layout),

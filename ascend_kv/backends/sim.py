@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -173,7 +174,7 @@ def library() -> ctypes.CDLL:
 # ----------------------------------------------------------------------------- calls
 
 
-def _int64(values: np.ndarray) -> np.ndarray:
+def _int64(values: Sequence[int] | Sequence[Sequence[int]]) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int64)
 
 
@@ -224,9 +225,9 @@ def paged_cache_load(call: PagedLoadCall) -> None:
     key_cache, value_cache = call.key_cache.contiguous(), call.value_cache.contiguous()
     key = call.key if call.key.is_contiguous() else call.key.contiguous()
     value = call.value if call.value.is_contiguous() else call.value.contiguous()
-    table = _int64(call.block_table)
+    batch, max_blocks = len(call.lens), call.table_columns
+    table = _int64(call.block_table).reshape(batch, max_blocks)                 # also for an empty batch
     meta = [_int64(a) for a in (call.lens, call.out_start, call.first_column)]
-    batch, max_blocks = table.shape
     num_blocks = key_cache.shape[0]
     _run(
         "ascend_kv_sim_paged_cache_load",
