@@ -4,13 +4,15 @@ For every workload, dtype and backend: the median time of the public call, the G
 moved (read + write), the ratio to ``copy_`` of the same number of bytes (a contiguous tensor
 into a preallocated one) timed in the same rounds, and the speed-up over the literal reference
 (:mod:`ascend_kv.reference`). The op, ``copy_`` and the reference run interleaved, round by
-round, so a busy machine slows all of them alike. For the fallback, also the copy alone: the
-backend on a call validated once, outside the timing. And the per-call time of a decode step
-against a bare ``index_copy_`` of the same rows with precomputed indices.
+round, so a busy machine slows all of them alike, and each timed call starts with cold CPU
+caches (a sweep buffer is written first), as in a serving step, where the model's weights
+stream through the caches between two cache operations. For the fallback, also the copy
+alone: the backend on a call validated once, outside the timing. And the per-call time of a
+decode step against a bare ``index_copy_`` of the same rows with precomputed indices.
 
-Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--backends fallback,sim]
-[--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N] [--tiny] [--json PATH]
-[--plot PATH]``; docs/benchmarks.md shows a run and explains the numbers.
+Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--sweep-mb N]
+[--backends fallback,sim] [--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N]
+[--tiny] [--json PATH] [--plot PATH]``; docs/benchmarks.md shows a run and explains the numbers.
 """
 
 from __future__ import annotations
@@ -160,10 +162,18 @@ def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     )
 
 
+def sweeper(megabytes: int) -> Callable[[], object]:
+    """A function that writes ``megabytes`` MB, evicting what the CPU caches held (nothing for 0)."""
+    buffer = torch.zeros(megabytes * 2**20 // 8, dtype=torch.int64)
+    return lambda: buffer.add_(1)
+
+
 def interleaved(
-    fns: Mapping[str, Callable[[], object]], warmup: int, repeats: Mapping[str, int]
+    fns: Mapping[str, Callable[[], object]], warmup: int, repeats: Mapping[str, int],
+    sweep: Callable[[], object] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds per call of each function, timed round by round (function ``k`` in ``repeats[k]`` rounds)."""
+    """Seconds per call of each function, timed round by round (function ``k`` in ``repeats[k]`` rounds),
+    each timed call after ``sweep()`` when given."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -171,6 +181,8 @@ def interleaved(
     for round_ in range(max(repeats.values())):
         for name, fn in fns.items():
             if round_ < repeats[name]:
+                if sweep is not None:
+                    sweep()
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
@@ -185,8 +197,8 @@ def _copy_of(nbytes: int) -> Callable[[], object]:
 
 
 def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: int, repeats: int,
-            reference_repeats: int) -> list[dict[str, Any]]:
-    """One result row per backend for workload ``w`` in ``dtype``."""
+            reference_repeats: int, sweep: Callable[[], object] | None = None) -> list[dict[str, Any]]:
+    """One result row per backend for workload ``w`` in ``dtype`` (each timed call after ``sweep()``)."""
     call = build(w, dtype)
     fns: dict[str, Callable[[], object]] = {"copy_": _copy_of(call.bytes_moved)}
     unavailable = {}
@@ -203,7 +215,7 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
     if reference_repeats:
         fns["reference"] = call.reference
         counts["reference"] = reference_repeats
-    times = interleaved(fns, warmup, counts)
+    times = interleaved(fns, warmup, counts, sweep)
     copy_s = statistics.median(times["copy_"])
     ref_s = statistics.median(times["reference"]) if reference_repeats else None
     rows: list[dict[str, Any]] = [
@@ -358,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds; the median is reported (default 15)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch.set_num_threads for the whole run (default: all logical CPUs)")
+    parser.add_argument("--sweep-mb", type=int, default=64,
+                        help="MB written before every timed call to start it with cold CPU caches, as in a serving "
+                             "step; 0 times back to back (default 64)")
     parser.add_argument("--backends", default="fallback",
                         help="comma-separated: fallback, sim (slow: a simulator), npu (default fallback)")
     parser.add_argument("--dtypes", default="float16,int8", help="comma-separated (default float16,int8)")
@@ -373,9 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    if min(args.warmup, args.reference_repeats) < 0 or min(args.repeats, args.threads) < 1:
-        print("ascend-kv bench: --repeats and --threads must be >= 1, --warmup and --reference-repeats >= 0",
-              file=sys.stderr)
+    if min(args.warmup, args.reference_repeats, args.sweep_mb) < 0 or min(args.repeats, args.threads) < 1:
+        print("ascend-kv bench: --repeats and --threads must be >= 1, --warmup, --reference-repeats and "
+              "--sweep-mb >= 0", file=sys.stderr)
         return 2
     try:
         dtypes = [DTYPES[name.strip()] for name in args.dtypes.split(",")]
@@ -391,18 +406,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [w for w in workloads(args.tiny) if args.only in w.name]
     print(f"ascend-kv bench: {len(chosen)} workloads x {len(dtypes)} dtypes, backends {', '.join(backends)}, "
           f"threads {torch.get_num_threads()}, warmup {args.warmup}, repeats {args.repeats} (median), "
+          f"sweep {args.sweep_mb} MB before each timed call, "
           f"reference {args.reference_repeats} rounds" + (" (tiny shapes)" if args.tiny else ""), flush=True)
     before = machine()
+    sweep = sweeper(args.sweep_mb) if args.sweep_mb else None
     rows: list[dict[str, Any]] = []
     for w in chosen:
         for dtype in dtypes:
-            rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats))
+            rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats, sweep))
     overhead = decode_overhead(args.warmup, args.repeats) if "fallback" in backends else None
     print(format_table(rows, overhead))
     result = {
         "machine": before, "load_average_after": machine()["load_average"],
         "settings": {"warmup": args.warmup, "repeats": args.repeats, "threads": torch.get_num_threads(),
-                     "reference_repeats": args.reference_repeats, "backends": backends, "tiny": args.tiny,
+                     "reference_repeats": args.reference_repeats, "sweep_mb": args.sweep_mb,
+                     "backends": backends, "tiny": args.tiny,
                      "statistic": "median"},
         "workloads": [asdict(w) for w in chosen], "results": rows, "decode_overhead": overhead,
     }

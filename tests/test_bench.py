@@ -31,12 +31,12 @@ def test_workloads_cover_the_issue() -> None:
 def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     status = bench.main(["--tiny", "--warmup", "0", "--repeats", "2", "--threads", "1", "--reference-repeats", "1",
-                         "--json", str(out_json), "--plot", str(out_png)])
+                         "--sweep-mb", "1", "--json", str(out_json), "--plot", str(out_png)])
     assert status == 0
     table = capsys.readouterr().out
     assert "x copy_" in table and "paged NZ 8x2048 MLA 512+64" in table and "bare index_copy_" in table
     result = json.loads(out_json.read_text())
-    assert result["settings"] == {"warmup": 0, "repeats": 2, "threads": 1, "reference_repeats": 1,
+    assert result["settings"] == {"warmup": 0, "repeats": 2, "threads": 1, "reference_repeats": 1, "sweep_mb": 1,
                                   "backends": ["fallback"], "tiny": True, "statistic": "median"}
     assert {"cpu", "logical_cpus", "torch", "native_copier", "load_average"} <= result["machine"].keys()
     rows = result["results"]
@@ -73,6 +73,7 @@ def test_unavailable_backend_is_reported_not_fatal(tmp_path: Path, capsys: pytes
     (["--repeats", "0"], "--repeats"),
     (["--dtypes", "float32"], "--dtypes takes"),
     (["--backends", "fallback,gpu"], "--backends takes"),
+    (["--sweep-mb", "-1"], "--sweep-mb"),
 ])
 def test_bad_arguments_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(argv) == 2
@@ -83,3 +84,12 @@ def test_script_wrapper_shows_help() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--help"],
                           capture_output=True, text=True, check=True)
     assert "--threads" in done.stdout and "--plot" in done.stdout
+
+
+def test_every_timed_call_follows_a_sweep() -> None:
+    """The sweep runs right before each timed call (not before the untimed warm-up)."""
+    events: list[str] = []
+    fns = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
+    times = bench.interleaved(fns, warmup=1, repeats={"a": 2, "b": 1}, sweep=lambda: events.append("sweep"))
+    assert events == ["a", "b", "sweep", "a", "sweep", "b", "sweep", "a"]
+    assert [len(times["a"]), len(times["b"])] == [2, 1]
