@@ -28,6 +28,7 @@
  * the caches (a few MB, called in a loop) is 10-30% slower streamed, hence the threshold,
  * measured and set in cpu_fallback/native.py. Streamed NZ pieces go eight at a time, item by item
  * within the group (see stream_items). Elsewhere (e.g. aarch64 hosts) the chunk loop always runs.
+ * copy_runs returns whether it streamed.
  *
  * The caller guarantees that every address is inside its tensor and that writes do not overlap
  * (ascend_kv.checks validated the call). The GIL is released while copying.
@@ -134,7 +135,7 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
     PyBuffer_Release(&si);
     PyBuffer_Release(&di);
     PyBuffer_Release(&it);
-    Py_RETURN_NONE;
+    return PyBool_FromLong(stream);
 }
 
 static PyMethodDef methods[] = {

@@ -8,6 +8,8 @@ tensors whose copied items are contiguous and whose destination rows do not over
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -36,9 +38,9 @@ def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
 def copy_runs(
     src: int,
     dst: int,
-    src_index: np.ndarray,
-    dst_index: np.ndarray,
-    items: np.ndarray,
+    src_index: Sequence[int] | np.ndarray,
+    dst_index: Sequence[int] | np.ndarray,
+    items: Sequence[int] | np.ndarray,
     *,
     index_steps: tuple[int, int],
     item_bytes: int,
@@ -46,7 +48,7 @@ def copy_runs(
     run_step: int = 0,
     pieces: int = 1,
     piece_steps: tuple[int, int] = (0, 0),
-) -> None:
+) -> bool:
     """Copy runs of ``items[r]`` items of ``item_bytes`` bytes from address ``src`` to address ``dst``.
 
     Run ``r`` starts at byte ``src_index[r] * index_steps[0]`` of ``src`` and byte
@@ -59,7 +61,7 @@ def copy_runs(
     ----------
     src, dst : int
         Host addresses (``tensor.data_ptr()`` plus any byte offset); ``dst`` is written.
-    src_index, dst_index, items : numpy.ndarray
+    src_index, dst_index, items : list of int or numpy.ndarray
         ``[runs]`` integers; runs with 0 items are skipped.
     index_steps : tuple of int
         Bytes per unit of ``src_index`` and of ``dst_index``.
@@ -73,12 +75,17 @@ def copy_runs(
         Pieces per item (NZ: fractal rows per token).
     piece_steps : tuple of int, optional
         Byte step between consecutive pieces in ``src`` and in ``dst``.
+
+    Returns
+    -------
+    bool
+        Whether the bytes were streamed past the caches (see :data:`STREAM_MIN_BYTES`).
     """
-    _copy_runs(
+    return _copy_runs(
         src, dst, _int64(src_index), _int64(dst_index), _int64(items), index_steps[0], index_steps[1], run_step,
         item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1], STREAM_MIN_BYTES,
     )
 
 
-def _int64(a: np.ndarray) -> np.ndarray:
+def _int64(a: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
