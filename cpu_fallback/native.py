@@ -8,9 +8,9 @@ tensors whose copied items are contiguous and whose destination rows do not over
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 try:
@@ -38,9 +38,9 @@ def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
 def copy_runs(
     src: int,
     dst: int,
-    src_index: Sequence[int] | np.ndarray,
-    dst_index: Sequence[int] | np.ndarray,
-    items: Sequence[int] | np.ndarray,
+    src_index: Sequence[int],
+    dst_index: Sequence[int],
+    items: Sequence[int],
     *,
     index_steps: tuple[int, int],
     item_bytes: int,
@@ -61,7 +61,7 @@ def copy_runs(
     ----------
     src, dst : int
         Host addresses (``tensor.data_ptr()`` plus any byte offset); ``dst`` is written.
-    src_index, dst_index, items : list of int or numpy.ndarray
+    src_index, dst_index, items : sequence of int
         ``[runs]`` integers; runs with 0 items are skipped.
     index_steps : tuple of int
         Bytes per unit of ``src_index`` and of ``dst_index``.
@@ -87,5 +87,6 @@ def copy_runs(
     )
 
 
-def _int64(a: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.int64)
+def _int64(values: Sequence[int]) -> array:
+    """``values`` as a buffer of C ``long long`` (int64), without numpy: its first calls are slow on cold caches."""
+    return array("q", values)
