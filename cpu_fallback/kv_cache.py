@@ -25,6 +25,12 @@ from . import native
 from .runs import KvRuns, kv_runs, within_run
 from .wide import same_width_views
 
+#: Bytes written from which the copier streams them past the CPU caches (see
+#: :func:`.native.copy_runs`): the rows land in a cache of many steps and layers, far larger
+#: than the CPU caches, and are read back only by a later attention step, so from 1 MB on,
+#: where streaming beat ``copy_`` once the caches hold other data, they bypass the caches.
+STREAM_MIN_BYTES = 1 << 20
+
 #: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_``
 #: (measured: 32 entries of 1024 float16 values, one thread; ``rows`` wins at 16, ``slices`` at 24).
 SLICE_MIN_ROWS = 20
@@ -84,7 +90,7 @@ def _native(call: KvCacheCall) -> None:
     native.copy_runs(
         new_kv.data_ptr(), past.data_ptr() + call.layer_id * layer_step, call.read_start, call.write_start,
         call.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
-        steps=(src_step, row_step),
+        steps=(src_step, row_step), stream_min_bytes=STREAM_MIN_BYTES,
     )
 
 

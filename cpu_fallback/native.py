@@ -21,14 +21,6 @@ except ImportError:  # no compiler at install time: the pure-torch paths run ins
 #: Whether the compiled copier was built and imported.
 AVAILABLE: bool = _copy_runs is not None
 
-#: Bytes a call must write before the copier streams them past the caches (x86-64, destination
-#: 16-byte aligned; see ``_rowcopy.c``). Measured on a 2-CPU EPYC VM, one thread, runs of rows
-#: of 256 and 2048 bytes: called in a loop with the bytes left in cache, streaming ran at
-#: 0.7-0.9x the chunk loop for 3-4 MB written, about even at 5 MB, 1.0-1.6x from 6 MB; with a
-#: 16 MB copy_ between calls it ran at 1.1-1.3x from 1 MB. NZ loads (32-byte pieces) streamed
-#: faster at every size from 1 MB in both modes.
-STREAM_MIN_BYTES: int = 6 << 20
-
 
 def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
     """Whether the copier may read ``src`` and write ``dst``: built, and both on the host."""
@@ -48,6 +40,7 @@ def copy_runs(
     run_step: int = 0,
     pieces: int = 1,
     piece_steps: tuple[int, int] = (0, 0),
+    stream_min_bytes: int,
 ) -> bool:
     """Copy runs of ``items[r]`` items of ``item_bytes`` bytes from address ``src`` to address ``dst``.
 
@@ -75,15 +68,24 @@ def copy_runs(
         Pieces per item (NZ: fractal rows per token).
     piece_steps : tuple of int, optional
         Byte step between consecutive pieces in ``src`` and in ``dst``.
+    stream_min_bytes : int
+        Stream the bytes past the CPU caches (non-temporal stores, x86-64 only) when the call
+        writes at least this many and the destination and its steps are 16-byte aligned.
+        Measured on a 2-CPU EPYC VM, one thread, rows of 256 and 2048 bytes: with a 16 MB
+        ``copy_`` between calls (the written lines are not in the caches before and are not
+        read soon after) streaming ran at 1.0-1.3x ``copy_`` from 1 MB written, the plain
+        loop at 0.8-1.0x; called in a loop on bytes that stay in the caches, streaming was
+        0.7-0.9x the plain loop for 3-4 MB, about even at 5 MB and 1.0-1.6x from 6 MB. Each
+        operation sets its own threshold from where its written bytes are read next.
 
     Returns
     -------
     bool
-        Whether the bytes were streamed past the caches (see :data:`STREAM_MIN_BYTES`).
+        Whether the bytes were streamed past the caches.
     """
     return _copy_runs(
         src, dst, _int64(src_index), _int64(dst_index), _int64(items), index_steps[0], index_steps[1], run_step,
-        item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1], STREAM_MIN_BYTES,
+        item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1], stream_min_bytes,
     )
 
 

@@ -32,6 +32,11 @@ from .wide import same_width_views
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
+#: Bytes written from which the copier streams them past the CPU caches (see
+#: :func:`.native.copy_runs`): attention reads the outputs next, so outputs that the caches
+#: could hold are written through them; streaming wins from 6 MB even when they would stay.
+STREAM_MIN_BYTES = 6 << 20
+
 #: Per layout, the mean tokens per run from which a ``copy_`` per run beats one indexed gather
 #: (measured: 16 runs of 8 x 128 float16, one thread; ND ``rows`` wins at 96 tokens, ``slices``
 #: at 128; NZ ``gather`` wins at 4, ``slices`` from 8).
@@ -89,11 +94,12 @@ def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: Bl
     index_steps = (cache.stride(0) * size, row_step)
     if layout == ND:                                                             # items: token rows
         native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=_row_numel(out) * size,
-                         steps=(cache.stride(1) * size, row_step))
+                         steps=(cache.stride(1) * size, row_step), stream_min_bytes=STREAM_MIN_BYTES)
     else:                                                                        # items: 32-byte fractal rows
         fractal = cache.shape[3] * size
         native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
-                         pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal))
+                         pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
+                         stream_min_bytes=STREAM_MIN_BYTES)
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

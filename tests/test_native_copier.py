@@ -28,6 +28,8 @@ import ascend_kv
 from ascend_kv import KvCacheCfg, reference
 
 native = importlib.import_module("ascend_kv.cpu_fallback.native")
+kv_cache_module = importlib.import_module("ascend_kv.cpu_fallback.kv_cache")
+paged_module = importlib.import_module("ascend_kv.cpu_fallback.paged_cache_load")
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="the compiled copier was not built")
 
@@ -51,9 +53,8 @@ def rows_of(buffer: torch.Tensor, offset: int, rows: int, row: int, padding: int
 
 
 def copied(stream_min: int, *args: object, **kwargs: object) -> bool:
-    """:func:`native.copy_runs` with ``STREAM_MIN_BYTES = stream_min``; whether it streamed."""
-    with mock.patch.object(native, "STREAM_MIN_BYTES", stream_min):
-        return native.copy_runs(*args, **kwargs)
+    """:func:`native.copy_runs` with ``stream_min_bytes = stream_min``; whether it streamed."""
+    return native.copy_runs(*args, stream_min_bytes=stream_min, **kwargs)  # type: ignore[arg-type]
 
 
 def streams(stream_min: int, written: int, aligned: bool) -> bool:
@@ -215,15 +216,16 @@ def test_the_c_function_does_not_stream_without_a_threshold() -> None:
 
 @contextmanager
 def forced_streaming() -> Iterator[None]:
-    """The fallback with ``STREAM_MIN_BYTES = 0``; asserts that every copier call streamed (x86-64)."""
+    """The fallback with both operations' ``STREAM_MIN_BYTES = 0``; asserts that every copier call streamed
+    (x86-64)."""
     copy, calls = native._copy_runs, []
 
     def spy(*args: object) -> bool:
         calls.append(copy(*args))
         return calls[-1]
 
-    with ascend_kv.use_backend("fallback"), mock.patch.object(native, "STREAM_MIN_BYTES", ALWAYS), \
-            mock.patch.object(native, "_copy_runs", spy):
+    with ascend_kv.use_backend("fallback"), mock.patch.object(kv_cache_module, "STREAM_MIN_BYTES", ALWAYS), \
+            mock.patch.object(paged_module, "STREAM_MIN_BYTES", ALWAYS), mock.patch.object(native, "_copy_runs", spy):
         yield
     assert calls == [CAN_STREAM] * len(calls)                          # torch allocations are 64-byte aligned
 
@@ -249,3 +251,24 @@ def test_paged_cache_load_streamed_with_the_layout_by_name(case: Case) -> None:
         got = ascend_kv.paged_cache_load(*ours.args, **ours.kwargs)
     want = reference.paged_cache_load(*ref.args, **ref.kwargs)
     assert all(bits_equal(g, w) for g, w in zip(got, want))
+
+
+def test_each_operation_streams_from_its_own_threshold() -> None:
+    """kv_cache streams a 1 MB write (its rows are read back much later); a 2 MB paged load does not
+    (attention reads it next), a 6 MB one does."""
+    copy, streamed = native._copy_runs, []
+
+    def spy(*args: object) -> bool:
+        streamed.append(copy(*args))
+        return streamed[-1]
+
+    rows = torch.zeros((1024, 512), dtype=torch.float16)                            # 1 MB
+    past = torch.zeros((1, 1, 1024, 512), dtype=torch.float16)
+    one = torch.tensor([1024])
+    with ascend_kv.use_backend("fallback"), mock.patch.object(native, "_copy_runs", spy):
+        ascend_kv.kv_cache(rows, 0, past, one, one)
+        for tokens in (1024, 3072):                                                  # 2 MB and 6 MB per output
+            cache = torch.zeros((tokens // 16, 16, 8, 128), dtype=torch.float16)
+            table = torch.arange(tokens // 16).view(1, -1)
+            ascend_kv.paged_cache_load(cache, cache, table, torch.tensor([tokens]), kv_cache_cfg="nd")
+    assert streamed == [CAN_STREAM, False, False, CAN_STREAM, CAN_STREAM]
