@@ -10,7 +10,6 @@ arrays convert them. Treat the lists as read only. The tensors stay where the ca
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -101,9 +100,9 @@ class PagedLoadCall:
     first_column: list[int]
     block_size: int
 
-    @functools.cached_property
+    @property
     def num_tokens(self) -> int:
-        """Rows gathered into each output (read on the hot path, so summed once)."""
+        """Rows gathered into each output."""
         return sum(self.lens)
 
     @property

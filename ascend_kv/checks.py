@@ -16,6 +16,7 @@ import itertools
 import math
 import numbers
 import operator
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -167,7 +168,7 @@ def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None
         raise ValueError(f"{name}[{i}] = {values[i]} {rule}")
 
 
-def exclusive_prefix_sum(values: list[int]) -> list[int]:
+def exclusive_prefix_sum(values: Sequence[int]) -> list[int]:
     """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
     return [0, *itertools.accumulate(values)][:-1]
 

@@ -6,7 +6,9 @@ built for the host; only ever chosen explicitly) and ``fallback`` (vectorized to
 on the tensors' own device).
 
 The requested backend comes from :func:`use_backend` (a context manager), else the environment
-variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), else ``auto``.
+variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), else ``auto``. The
+variable is read once, at the first call that needs it (:func:`environment_backend`): reading
+``os.environ`` costs tens of microseconds on cold CPU caches, on every call of a serving step.
 
 ``auto`` runs the kernels when the tensors are on an NPU whose product line supports the
 operation, the kernel library is loaded and the call is inside the kernels' domain; anything
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import importlib
 import os
 import warnings
@@ -96,12 +99,19 @@ def _check_choice(name: str, source: str) -> str:
     return name
 
 
+@functools.cache
+def environment_backend() -> str:
+    """``ASCEND_KV_BACKEND``, or ``"auto"`` when unset; read once (``environment_backend.cache_clear()``
+    reads it again). ``ValueError`` for an unknown name (not remembered: every call raises)."""
+    return _check_choice(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto", BACKEND_ENV)
+
+
 def requested_backend() -> str:
     """The backend asked for: :func:`use_backend`, else ``ASCEND_KV_BACKEND``, else ``"auto"``."""
     chosen = _chosen.get()
     if chosen is not None:
         return chosen
-    return _check_choice(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto", BACKEND_ENV)
+    return environment_backend()
 
 
 @contextlib.contextmanager

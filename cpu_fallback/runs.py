@@ -2,15 +2,18 @@
 
 A run is the unit every fast path copies at once. In ``kv_cache`` a run is one batch entry's
 new tokens; in ``paged_cache_load`` it is the tokens one batch entry takes from one cache block
-(always from slot 0: ``seq_starts`` only selects the first block-table column). Runs are lists
-of host ints, built with Python work per batch entry and C-speed list operations per run (no
-numpy, whose first calls are slow on cold caches); the per-token row numbers that the indexed
-paths need are numpy arrays, built without a loop over tokens.
+(always from slot 0: ``seq_starts`` only selects the first block-table column). Runs are host
+ints, built with Python work per batch entry and C-speed list operations per run (no numpy,
+whose first calls are slow on cold caches); paged runs are int64 ``array`` buffers, handed to
+the compiled copier as they are. The per-token row numbers that the indexed paths need are
+numpy arrays, built without a loop over tokens.
 """
 
 from __future__ import annotations
 
 import itertools
+from array import array
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -29,11 +32,11 @@ class KvRuns(NamedTuple):
 
 
 class BlockRuns(NamedTuple):
-    """The (batch entry, cache block) pieces of a ``paged_cache_load`` call, each ``[runs]``."""
+    """The (batch entry, cache block) pieces of a ``paged_cache_load`` call, each ``[runs]`` int64."""
 
-    block: list[int]         #: cache block read, from slot 0
-    out_start: list[int]     #: first output row written
-    rows: list[int]          #: tokens in the run, ``1 .. block_size``
+    block: array             #: cache block read, from slot 0
+    out_start: array         #: first output row written
+    rows: array              #: tokens in the run, ``1 .. block_size``
 
 
 def kv_runs(call: KvCacheCall) -> KvRuns:
@@ -47,7 +50,7 @@ def kv_runs(call: KvCacheCall) -> KvRuns:
 def block_runs(call: PagedLoadCall) -> BlockRuns:
     """The runs of a ``paged_cache_load`` call, in output-row order."""
     size = call.block_size
-    runs = BlockRuns([], [], [])
+    runs = BlockRuns(array("q"), array("q"), array("q"))
     for table_row, first, start, n in zip(call.block_table, call.first_column, call.out_start, call.lens):
         if n == 0:
             continue
@@ -59,9 +62,9 @@ def block_runs(call: PagedLoadCall) -> BlockRuns:
     return runs
 
 
-def within_run(rows: list[int]) -> np.ndarray:
+def within_run(rows: Sequence[int]) -> np.ndarray:
     """``0 .. rows[r] - 1`` for every run ``r``, concatenated ``[sum(rows)]`` int64."""
-    return np.arange(sum(rows), dtype=np.int64) - np.repeat(exclusive_prefix_sum(rows), rows)
+    return np.arange(sum(rows), dtype=np.int64) - np.repeat(np.asarray(exclusive_prefix_sum(rows), dtype=np.int64), rows)
 
 
 def token_rows(runs: BlockRuns, block_size: int) -> np.ndarray:

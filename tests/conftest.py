@@ -25,3 +25,11 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test body with each host backend chosen explicitly."""
     with ascend_kv.use_backend(request.param):
         yield request.param
+
+
+@pytest.fixture(autouse=True)
+def backend_environment_read_per_test() -> Iterator[None]:
+    """``ASCEND_KV_BACKEND`` is read once per process; each test reads the environment it sets up."""
+    ascend_kv.dispatch.environment_backend.cache_clear()
+    yield
+    ascend_kv.dispatch.environment_backend.cache_clear()

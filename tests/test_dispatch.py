@@ -151,7 +151,11 @@ def test_choice_precedence_context_over_environment(monkeypatch: pytest.MonkeyPa
             assert dispatch.requested_backend() == "auto"
         assert dispatch.requested_backend() == "sim"
     monkeypatch.setenv(dispatch.BACKEND_ENV, "gpu")
+    assert dispatch.requested_backend() == "fallback"                            # read once...
+    dispatch.environment_backend.cache_clear()                                   # ...until asked to read again
     with pytest.raises(ValueError, match="ASCEND_KV_BACKEND must be one of auto, npu, sim, fallback, got 'gpu'"):
+        dispatch.requested_backend()
+    with pytest.raises(ValueError, match="got 'gpu'"):                           # a bad name is not remembered
         dispatch.requested_backend()
     with pytest.raises(ValueError, match="backend must be one of"):
         with ascend_kv.use_backend("cuda"):
