@@ -32,9 +32,10 @@ from .wide import same_width_views
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
-#: Bytes written from which the copier streams them past the CPU caches (see
-#: :func:`.native.copy_runs`): attention reads the outputs next, so outputs that the caches
-#: could hold are written through them; streaming wins from 6 MB even when they would stay.
+#: Bytes written (key and value together) from which the copier streams both outputs past the
+#: CPU caches (see :func:`.native.copy_runs`): attention reads the outputs next, so outputs that
+#: the caches could hold are written through them; streaming wins from 6 MB even when they would
+#: stay. The total decides, as it is the total that the caches would have to hold.
 STREAM_MIN_BYTES = 6 << 20
 
 #: Per layout, the mean tokens per run from which a ``copy_`` per run beats one indexed gather
@@ -54,9 +55,11 @@ def paged_cache_load(call: PagedLoadCall) -> None:
         return
     runs = block_runs(call)
     rows = slice(call.first_row, call.first_row + call.num_tokens)
+    written = call.num_tokens * (_row_bytes(call.key) + _row_bytes(call.value))
+    stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
     for way, cache, out in zip(paths(call), (call.key_cache, call.value_cache), (call.key, call.value)):
         if way == "native":
-            _native(call.layout, cache, out, runs)
+            _native(call.layout, cache, out, runs, stream_min_bytes)
         elif way == "slices":
             _slices(call.layout, cache, out, runs)
         elif way == "rows":
@@ -87,19 +90,19 @@ def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) ->
     return items_contiguous and rows_contiguous(out)          # elements apart: checks.require_writable
 
 
-def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
+def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:
     size = cache.element_size()
     row_step = out.stride(0) * size
     runs_at = (cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows)   # from slot 0, to a row
     index_steps = (cache.stride(0) * size, row_step)
     if layout == ND:                                                             # items: token rows
         native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=_row_numel(out) * size,
-                         steps=(cache.stride(1) * size, row_step), stream_min_bytes=STREAM_MIN_BYTES)
+                         steps=(cache.stride(1) * size, row_step), stream_min_bytes=stream_min_bytes)
     else:                                                                        # items: 32-byte fractal rows
         fractal = cache.shape[3] * size
         native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
                          pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
-                         stream_min_bytes=STREAM_MIN_BYTES)
+                         stream_min_bytes=stream_min_bytes)
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:
@@ -112,6 +115,10 @@ def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: Bl
 
 def _row_numel(out: torch.Tensor) -> int:
     return math.prod(out.shape[1:])
+
+
+def _row_bytes(out: torch.Tensor) -> int:
+    return _row_numel(out) * out.element_size()
 
 
 def _flat_tokens(cache: torch.Tensor) -> torch.Tensor | None:

@@ -254,8 +254,8 @@ def test_paged_cache_load_streamed_with_the_layout_by_name(case: Case) -> None:
 
 
 def test_each_operation_streams_from_its_own_threshold() -> None:
-    """kv_cache streams a 1 MB write (its rows are read back much later); a 2 MB paged load does not
-    (attention reads it next), a 6 MB one does."""
+    """kv_cache streams a 1 MB write (its rows are read back much later); a paged load writing 4 MB
+    in all does not (attention reads it next); one writing 8 MB streams both of its 4 MB outputs."""
     copy, streamed = native._copy_runs, []
 
     def spy(*args: object) -> bool:
@@ -267,7 +267,7 @@ def test_each_operation_streams_from_its_own_threshold() -> None:
     one = torch.tensor([1024])
     with ascend_kv.use_backend("fallback"), mock.patch.object(native, "_copy_runs", spy):
         ascend_kv.kv_cache(rows, 0, past, one, one)
-        for tokens in (1024, 3072):                                                  # 2 MB and 6 MB per output
+        for tokens in (1024, 2048):                                                  # 2 MB and 4 MB per output
             cache = torch.zeros((tokens // 16, 16, 8, 128), dtype=torch.float16)
             table = torch.arange(tokens // 16).view(1, -1)
             ascend_kv.paged_cache_load(cache, cache, table, torch.tensor([tokens]), kv_cache_cfg="nd")
