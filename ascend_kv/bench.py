@@ -247,12 +247,15 @@ def _on_backend(name: str, run: Callable[[], object]) -> Callable[[], object]:
     return on_backend
 
 
-def decode_overhead(warmup: int, repeats: int, calls: int = 5) -> dict[str, Any]:
+def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[], object] | None = None
+                    ) -> dict[str, Any]:
     """Per-call time of the public ``kv_cache`` for the smallest decode workload vs a bare ``index_copy_``.
 
     Both write the same 64 rows of 1024 float16 values; the bare call gets its row numbers
-    precomputed. Each timing is ``calls`` back-to-back calls, in ``10 * repeats`` interleaved
-    rounds (the calls are short, so more rounds cost little and steady the median).
+    precomputed. Each timing is ``calls`` back-to-back calls (warm: the second and later calls
+    find the code and data in the CPU caches), in ``10 * repeats`` interleaved rounds (the
+    calls are short, so more rounds cost little and steady the median). With ``sweep``, also
+    the same with one call after each ``sweep()`` (``cold_*``): a decode step in a serving loop.
     """
     w = workloads()[0]
     g = torch.Generator().manual_seed(1)
@@ -270,21 +273,28 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5) -> dict[str, Any]
                 fn()
         return run
 
-    fns = {
-        "public kv_cache": many(lambda: kv_cache(new_kv, 0, past, offset, seq_len)),  # auto: as users call it
-        "checks only": many(lambda: checks.check_kv_cache(new_kv, 0, past, offset, seq_len)),
-        "bare index_copy_": many(lambda: flat.index_copy_(0, rows, new_kv)),
+    single: dict[str, Callable[[], object]] = {
+        "public kv_cache": lambda: kv_cache(new_kv, 0, past, offset, seq_len),  # auto: as users call it
+        "checks only": lambda: checks.check_kv_cache(new_kv, 0, past, offset, seq_len),
+        "bare index_copy_": lambda: flat.index_copy_(0, rows, new_kv),
     }
+    fns = {name: many(fn) for name, fn in single.items()}
     times = interleaved(fns, warmup, dict.fromkeys(fns, 10 * repeats))
     per_call = {name: statistics.median(t) / calls for name, t in times.items()}
     fastest = {name: min(t) / calls for name, t in times.items()}
-    return {
+    result: dict[str, Any] = {
         "workload": w.name, "dtype": "float16", "calls_per_timing": calls, "rounds": 10 * repeats,
         "per_call_s": per_call, "per_call_min_s": fastest,
         "ratio_to_index_copy": per_call["public kv_cache"] / per_call["bare index_copy_"],
         "ratio_to_index_copy_of_min": fastest["public kv_cache"] / fastest["bare index_copy_"],
         "target_ratio_to_index_copy": 2.0,
     }
+    if sweep is not None:
+        cold = interleaved(single, warmup, dict.fromkeys(single, 2 * repeats), sweep)
+        cold_per_call = {name: statistics.median(t) for name, t in cold.items()}
+        result["cold_per_call_s"] = cold_per_call
+        result["cold_ratio_to_index_copy"] = cold_per_call["public kv_cache"] / cold_per_call["bare index_copy_"]
+    return result
 
 
 def machine() -> dict[str, Any]:
@@ -328,6 +338,11 @@ def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) ->
                      for name, t in per.items())
         lines.append(f"  public / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
                      f"({overhead['ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
+        if "cold_per_call_s" in overhead:
+            cold = overhead["cold_per_call_s"]
+            lines.append("  one call after each sweep (cold caches), median: " + ", ".join(
+                f"{name} {t * 1e6:.1f} us" for name, t in cold.items()))
+            lines.append(f"  cold public / bare index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}")
     return "\n".join(lines)
 
 
@@ -414,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in chosen:
         for dtype in dtypes:
             rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats, sweep))
-    overhead = decode_overhead(args.warmup, args.repeats) if "fallback" in backends else None
+    overhead = decode_overhead(args.warmup, args.repeats, sweep=sweep) if "fallback" in backends else None
     print(format_table(rows, overhead))
     result = {
         "machine": before, "load_average_after": machine()["load_average"],

@@ -51,6 +51,7 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
     overhead = result["decode_overhead"]
     assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_"}
     assert overhead["ratio_to_index_copy"] > 0
+    assert set(overhead["cold_per_call_s"]) == set(overhead["per_call_s"]) and overhead["cold_ratio_to_index_copy"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
