@@ -91,6 +91,4 @@ def copy_runs(
 
 def _int64(values: Sequence[int]) -> array:
     """``values`` as a buffer of C ``long long`` (int64), without numpy: its first calls are slow on cold caches."""
-    if isinstance(values, array) and values.typecode == "q":
-        return values
     return array("q", values)
