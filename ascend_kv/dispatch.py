@@ -46,6 +46,7 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
 _off_npu: dict[tuple[str, torch.device, str], Decision] = {}
+_off_npu_backends: dict[tuple[str, torch.device, str], ModuleType] = {}
 _loaded: dict[str, ModuleType] = {}
 
 
@@ -223,14 +224,23 @@ def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
     BackendUnavailableError
         The explicitly requested backend cannot run this call; the message says why.
     """
-    decision, dev = _decision_and_device(call)
+    op, dev = _call_op_and_device(call)
+    requested = requested_backend()
+    on_npu = runtime.is_npu(dev)
+    key = (op, dev, requested)
+    if not on_npu and key in _off_npu_backends:  # off the NPU the answer never depends on the call: remembered
+        return _off_npu_backends[key]
+    decision = _decide(op, dev, requested, lambda: kernel_domain.outside_reason(call))
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
         )
-    if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
+    if decision.backend == "fallback" and decision.requested == "auto" and on_npu:
         _warn_once(decision)
-    return _load(decision.backend)
+    backend = _load(decision.backend)
+    if not on_npu:
+        _off_npu_backends[key] = backend
+    return backend
 
 
 def _warn_once(decision: Decision) -> None:
