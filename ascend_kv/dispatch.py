@@ -197,14 +197,13 @@ def _call_op_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[str, torch.d
     return "PagedCacheLoadOperation", call.key_cache.device
 
 
-def _decision_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[Decision, torch.device]:
-    op, dev = _call_op_and_device(call)
-    return _decide(op, dev, requested_backend(), lambda: kernel_domain.outside_reason(call)), dev
+def _call_decision(call: KvCacheCall | PagedLoadCall, op: str, dev: torch.device, requested: str) -> Decision:
+    return _decide(op, dev, requested, lambda: kernel_domain.outside_reason(call))
 
 
 def decide(call: KvCacheCall | PagedLoadCall) -> Decision:
     """The decision for a validated call (including whether the kernels take its inputs)."""
-    return _decision_and_device(call)[0]
+    return _call_decision(call, *_call_op_and_device(call), requested_backend())
 
 
 def _load(name: str) -> ModuleType:
@@ -230,7 +229,7 @@ def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
     key = (op, dev, requested)
     if not on_npu and key in _off_npu_backends:  # off the NPU the answer never depends on the call: remembered
         return _off_npu_backends[key]
-    decision = _decide(op, dev, requested, lambda: kernel_domain.outside_reason(call))
+    decision = _call_decision(call, op, dev, requested)
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -223,3 +224,13 @@ def test_a_strided_new_kv_stays_in_the_kernels_domain() -> None:
     call = checks.check_kv_cache(qkv[:, 32:64], 0, past.transpose(2, 3).contiguous().transpose(2, 3),
                                  torch.tensor([3]), torch.tensor([3]))
     assert "past is not contiguous" in (kernel_domain.outside_reason(call) or "")
+
+
+def test_npu_metadata_goes_to_the_device_as_int64_views_of_one_copy() -> None:
+    """``npu.to_device`` (run here on the host device): values and shapes kept, lists and an empty table too."""
+    table = np.array([[3, 1, 2], [0, 5, 4]])
+    views = npu.to_device([table, [7, 8], np.zeros((0, 0), dtype=np.int64), []], torch.device("cpu"))
+    assert [tuple(v.shape) for v in views] == [(2, 3), (2,), (0, 0), (0,)]
+    assert all(v.dtype == torch.int64 for v in views)
+    assert views[0].tolist() == table.tolist() and views[1].tolist() == [7, 8]
+    assert views[0].untyped_storage().data_ptr() == views[1].untyped_storage().data_ptr()  # one transfer

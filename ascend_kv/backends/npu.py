@@ -80,9 +80,10 @@ def library() -> LibraryStatus:
     return LibraryStatus(True, str(path), None)
 
 
-def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Host integer arrays as int64 tensors on ``device``: one transfer, one view per array (same shapes)."""
-    flat = np.concatenate([np.ravel(a).astype(np.int64, copy=False) for a in arrays])
+def to_device(values: list[np.ndarray | list[int]], device: torch.device) -> list[torch.Tensor]:
+    """Host integers (arrays or lists) as int64 tensors on ``device``: one transfer, one view each (same shapes)."""
+    arrays = [np.asarray(v, dtype=np.int64) for v in values]
+    flat = np.concatenate([np.ravel(a) for a in arrays])
     on_device = torch.from_numpy(flat).to(device)
     views, start = [], 0
     for a in arrays:
@@ -93,8 +94,7 @@ def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tens
 
 def kv_cache(call: KvCacheCall) -> None:
     """Run a validated ``kv_cache`` call on the NPU kernels (writes ``call.past``)."""
-    metadata = [np.asarray(a, dtype=np.int64) for a in (call.seq_len, call.read_start, call.write_start)]
-    seq_len, read_start, write_start = to_device(metadata, call.past.device)
+    seq_len, read_start, write_start = to_device([call.seq_len, call.read_start, call.write_start], call.past.device)
     getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv.contiguous(), call.past, call.layer_id, seq_len, read_start, write_start)
 
 
@@ -102,8 +102,9 @@ def paged_cache_load(call: PagedLoadCall) -> None:
     """Run a validated ``paged_cache_load`` call on the NPU kernels (writes ``call.key``, ``call.value``)."""
     batch = len(call.lens)
     host_table = np.asarray(call.block_table, dtype=np.int64).reshape(batch, call.table_columns)  # also batch 0
-    metadata = [np.asarray(a, dtype=np.int64) for a in (call.lens, call.out_start, call.first_column)]
-    table, lens, out_start, first_column = to_device([host_table, *metadata], call.key_cache.device)
+    table, lens, out_start, first_column = to_device(
+        [host_table, call.lens, call.out_start, call.first_column], call.key_cache.device
+    )
     getattr(torch.ops, NAMESPACE).paged_cache_load(
         call.key_cache, call.value_cache, call.key, call.value, table, lens, out_start, first_column,
         call.num_tokens, int(call.layout),
