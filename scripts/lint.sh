@@ -12,6 +12,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$tools" ]; then
   echo "$tools" > "$stamp"
 fi
 status=0
-"$python" -m ruff check ascend_kv cpu_fallback || status=1
+"$python" -m ruff check ascend_kv cpu_fallback tests scripts || status=1
 "$python" -m mypy || status=1   # files = ascend_kv, cpu_fallback (pyproject.toml)
 exit "$status"

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, random_bits
 
 import ascend_kv
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, random_bits
 
 Mutation = Callable[[Case], None]
 

@@ -166,7 +166,7 @@ def broken_backend_path(tmp_path: Path) -> dict[str, str]:
 
 
 def test_the_trap_is_real_for_plain_import_torch(broken_backend_path: dict[str, str]) -> None:
-    result = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", "import torch"], check=False, capture_output=True, text=True,
                             env=broken_backend_path)
     assert result.returncode != 0 and "Failed to load the backend extension: broken" in result.stderr
 
@@ -176,7 +176,7 @@ def test_import_ascend_kv_survives_a_broken_backend(broken_backend_path: dict[st
         "import os, ascend_kv, torch; from ascend_kv import autoload; "
         "print(autoload.failures); print(os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD'))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=broken_backend_path)
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=broken_backend_path)
     assert result.returncode == 0, result.stderr
     failures, switch = result.stdout.splitlines()
     assert failures == "{'broken': 'ImportError: libascendcl.so: cannot open shared object file'}"
@@ -185,9 +185,9 @@ def test_import_ascend_kv_survives_a_broken_backend(broken_backend_path: dict[st
 
 def test_the_users_autoload_choice_stands(broken_backend_path: dict[str, str]) -> None:
     env = {**broken_backend_path, autoload.AUTOLOAD_ENV: "1"}
-    result = subprocess.run([sys.executable, "-c", "import ascend_kv"], capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-c", "import ascend_kv"], check=False, capture_output=True, text=True, env=env)
     assert result.returncode != 0 and "Failed to load the backend extension: broken" in result.stderr
     env[autoload.AUTOLOAD_ENV] = "0"
     code = "import ascend_kv; from ascend_kv import autoload; print(autoload.failures)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
     assert result.returncode == 0 and result.stdout.strip() == "{}"

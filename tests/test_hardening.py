@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv import checks, reference
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 
 KV_ARGS = ("new_kv", "layer_id", "past", "token_offset", "seq_len")
 LOAD_ARGS = ("key_cache", "value_cache", "block_table", "context_lens", "kv_cache_cfg", "cumsum", "seq_starts",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import bits_equal, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_kv import nd_to_nz, nz_to_nd
 from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
-from cases import bits_equal, random_bits
 
 
 @given(dtype=st.sampled_from(CACHE_DTYPES), blocks=st.integers(0, 3), block_size=st.integers(1, 20),

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
 from hypothesis import given
 from torch._dynamo.utils import ReinplaceCounters
 from torch._inductor.utils import run_and_get_code
@@ -15,7 +16,6 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbol
 
 import ascend_kv
 from ascend_kv import ops, reference
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
 
 OPS = torch.ops.ascend_kv
 

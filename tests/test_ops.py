@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
 from hypothesis import given
 
 import ascend_kv
 from ascend_kv import reference
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
 
 
 def run_kv_cache(case: Case) -> None:

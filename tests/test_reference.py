@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from cases import ND, NZ
 
 from ascend_kv import reference
-from cases import ND, NZ
 
 
 def test_kv_cache_by_hand() -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from cases import ND, NZ, kv_cache_case, paged_case
 
 import ascend_kv
 from ascend_kv.backends import sim
-from cases import ND, NZ, kv_cache_case, paged_case
 
 MUTATIONS = {
     "kernels/kv_cache.cpp": ("static_cast<uint64_t>(readStart) + lo;", "static_cast<uint64_t>(readStart) + lo + 1;"),

@@ -48,7 +48,7 @@ def test_product_line_of_each_soc_name(soc: str, line: str | None) -> None:
 
 @pytest.mark.parametrize(("soc", "line"), [(s, line) for s, line in NAMES if s])
 @pytest.mark.parametrize("spell", [str.lower, str.upper, lambda s: f"  {s}\t", lambda s: f"\n{s.swapcase()} "])
-def test_odd_spellings_match_like_the_canonical_name(soc: str, line: str | None, spell) -> None:  # noqa: ANN001
+def test_odd_spellings_match_like_the_canonical_name(soc: str, line: str | None, spell) -> None:
     odd = spell(soc)
     found = support.product_line(odd)
     assert (found.id if found else None) == line

@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_torch_npu_with
 
 
 def test_every_entry_point_works_with_torch_npu_but_without_cann() -> None:
-    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(["bash", str(SCRIPT)], check=False, capture_output=True, text=True, timeout=1800)
     report = result.stdout
     assert result.returncode == 0, report[-6000:] + result.stderr[-3000:]
     for check in (
