@@ -45,7 +45,6 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
-_off_npu: dict[tuple[str, torch.device, str], Decision] = {}
 _off_npu_backends: dict[tuple[str, torch.device, str], ModuleType] = {}
 _loaded: dict[str, ModuleType] = {}
 
@@ -149,11 +148,8 @@ def _without_kernels(
 
 def _kernel_decision(op: str, dev: torch.device, requested: str, outside: Callable[[], str | None]) -> Decision:
     """The decision for ``auto`` or ``npu`` (``outside()``: why the kernels cannot take the inputs)."""
-    if not runtime.is_npu(dev):  # the same answer every time: remembered (calls on the host are hot)
-        key = (op, dev, requested)
-        if key not in _off_npu:
-            _off_npu[key] = _without_kernels(op, dev, requested, f"the tensors are on {dev}, not on an Ascend NPU")
-        return _off_npu[key]
+    if not runtime.is_npu(dev):
+        return _without_kernels(op, dev, requested, f"the tensors are on {dev}, not on an Ascend NPU")
 
     def without_kernels(why: str, soc: str | None = None, line: str | None = None) -> Decision:
         return _without_kernels(op, dev, requested, why, soc, line)

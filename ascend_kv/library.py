@@ -24,6 +24,10 @@ instead of two).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 
 from . import checks, ops
@@ -42,14 +46,26 @@ SCHEMAS = {
 }
 
 _LIB = torch.library.Library(NAMESPACE, "DEF")
+_Result = TypeVar("_Result")
+
+
+def _below_autograd(impl: Callable[..., _Result]) -> Callable[..., _Result]:
+    """``impl`` run below the autograd key: the operations are not differentiable, so autograd only
+    passes them through (``fallthrough_kernel``) and never records them."""
+
+    @functools.wraps(impl)
+    def run(*args: object, **kwargs: object) -> _Result:
+        with torch._C._AutoDispatchBelowAutograd():
+            return impl(*args, **kwargs)
+
+    return run
 
 
 def _kv_cache(
     new_kv: torch.Tensor, layer_id: int, past: torch.Tensor, token_offset: torch.Tensor, seq_len: torch.Tensor
 ) -> None:
     """``ascend_kv.kv_cache`` without a result (the schema returns nothing)."""
-    with torch._C._AutoDispatchBelowAutograd():
-        ops.kv_cache(new_kv, layer_id, past, token_offset, seq_len)
+    ops.kv_cache(new_kv, layer_id, past, token_offset, seq_len)
 
 
 def _paged_cache_load(
@@ -63,11 +79,9 @@ def _paged_cache_load(
     seq_starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``ascend_kv.paged_cache_load`` with new outputs."""
-    with torch._C._AutoDispatchBelowAutograd():
-        return ops.paged_cache_load(
-            key_cache, value_cache, block_table, context_lens,
-            kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts,
-        )
+    return ops.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts,
+    )
 
 
 def _paged_cache_load_into(
@@ -83,11 +97,10 @@ def _paged_cache_load_into(
     value: torch.Tensor,
 ) -> None:
     """``ascend_kv.paged_cache_load`` into the given outputs, without a result."""
-    with torch._C._AutoDispatchBelowAutograd():
-        ops.paged_cache_load(
-            key_cache, value_cache, block_table, context_lens,
-            kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts, key=key, value=value,
-        )
+    ops.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens,
+        kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts, key=key, value=value,
+    )
 
 
 def _paged_cache_load_fake(
@@ -120,9 +133,9 @@ for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
     _LIB.impl(_name, torch.library.fallthrough_kernel, "Autograd")
 
-_LIB.impl("kv_cache", _kv_cache, "CompositeExplicitAutograd")
-_LIB.impl("paged_cache_load", _paged_cache_load, "CompositeExplicitAutograd")
-_LIB.impl("paged_cache_load.into", _paged_cache_load_into, "CompositeExplicitAutograd")
+_LIB.impl("kv_cache", _below_autograd(_kv_cache), "CompositeExplicitAutograd")
+_LIB.impl("paged_cache_load", _below_autograd(_paged_cache_load), "CompositeExplicitAutograd")
+_LIB.impl("paged_cache_load.into", _below_autograd(_paged_cache_load_into), "CompositeExplicitAutograd")
 torch.library.register_fake(f"{NAMESPACE}::kv_cache", _returns_nothing, lib=_LIB)
 torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _paged_cache_load_fake, lib=_LIB)
 torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.into", _returns_nothing, lib=_LIB)
