@@ -1,14 +1,19 @@
 """``ascend-kv bench``: both operations on named workloads, against ``Tensor.copy_`` of the same bytes.
 
-For every workload, dtype and backend: the median time of the public call, the GB/s of bytes
+For every workload, dtype and backend: the time per call over a model's layers (one call per
+layer, each on its own layer's tensors, as a serving step makes them), the GB/s of bytes
 moved (read + write), the ratio to ``copy_`` of the same number of bytes (a contiguous tensor
-into a preallocated one) timed in the same rounds, and the speed-up over the literal reference
-(:mod:`ascend_kv.reference`). The op, ``copy_`` and the reference run interleaved, round by
-round, so a busy machine slows all of them alike, and each timed call starts with cold CPU
-caches (a sweep buffer is written first), as in a serving step, where the model's weights
-stream through the caches between two cache operations. For the fallback, also the copy
-alone: the backend on a call validated once, outside the timing. And the per-call time of a
-decode step against a bare ``index_copy_`` of the same rows with precomputed indices.
+into a preallocated one, over as many distinct buffers) timed in the same rounds, and the
+speed-up over the literal reference (:mod:`ascend_kv.reference`). A loop over the layers
+moves at least :data:`LOOP_BYTES`, so each call finds its data out of the CPU caches, while
+its code stays in them after the first layer. Also one call on its own (``single``): the
+latency of a call whose code and data are all out of the caches. The op, ``copy_`` and the
+reference run interleaved, round by round, so a busy machine slows all of them alike, and
+each timed loop or call starts after a sweep buffer is written, as in a serving step, where
+the model's weights stream through the caches between two layers' cache operations. For the
+fallback, also the copy alone: the backend on a call validated once, outside the timing.
+And the per-call time of a decode step against a bare ``index_copy_`` of the same rows with
+precomputed indices.
 
 Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--sweep-mb N]
 [--backends fallback,sim] [--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N]
@@ -47,6 +52,13 @@ PREVALIDATED = "fallback, prevalidated"
 
 #: Targets of issue 5, as a fraction of ``copy_`` throughput, by workload kind.
 TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5}
+
+#: Bytes a loop over the layers moves at least: twice the 32 MB L3 of the machine measured, so
+#: the data of each call is out of the CPU caches when it runs.
+LOOP_BYTES = 64 << 20
+#: The most layers in a loop (a model of 32 layers), and the most memory their tensors may take.
+MAX_LAYERS = 32
+LOOP_MEMORY_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -95,13 +107,15 @@ def workloads(tiny: bool = False) -> list[Workload]:
 
 @dataclass
 class Call:
-    """One workload built for one dtype: the public call, the reference and the bytes moved."""
+    """One workload built for one dtype over ``layers`` layers: the calls to time and the bytes moved."""
 
-    run: Callable[[], object]
-    reference: Callable[[], object]
-    bytes_moved: int          #: bytes read + bytes written
+    layers: int               #: layers in a loop, each with its own tensors
+    loop: Callable[[], object]       #: the public call once per layer, in layer order
+    single: Callable[[], object]     #: the public call on layer 0
+    reference: Callable[[], object]  #: the literal reference on layer 0
+    prevalidated: Callable[[], object]  #: the fallback on layer 0's call validated once, outside the timing
+    bytes_moved: int          #: bytes read + bytes written by one call
     path: str                 #: the fallback's path(s) for this call
-    prevalidated: Callable[[], object]  #: the fallback on a call validated once, outside the timing
 
 
 def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -110,55 +124,91 @@ def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> 
     return torch.randn(shape, generator=g).to(dtype)
 
 
+def layers_for(bytes_moved: int, layer_bytes: int) -> int:
+    """Layers in a loop: enough to move :data:`LOOP_BYTES`, within :data:`LOOP_MEMORY_BYTES`, 2 to :data:`MAX_LAYERS`.
+
+    ``bytes_moved`` is what one call moves, ``layer_bytes`` what one layer's tensors hold.
+    """
+    return max(2, min(MAX_LAYERS, -(-LOOP_BYTES // bytes_moved), LOOP_MEMORY_BYTES // layer_bytes))
+
+
 def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
-    """Tensors for workload ``w`` in ``dtype`` (the cache and the new rows / outputs)."""
+    """Tensors for workload ``w`` in ``dtype``, one set per layer (see :func:`layers_for`)."""
     g = torch.Generator().manual_seed(seed)
     return _kv_call(w, dtype, g) if w.op == "kv_cache" else _paged_call(w, dtype, g)
 
 
 def _kv_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """``past [layers, batch, max_seq_len, hidden]``, and each layer's own ``new_kv``."""
     hidden = w.heads * w.head_size_k
     max_seq_len = w.tokens if w.kind == "prefill" else 64
-    past = _payload((1, w.batch, max_seq_len, hidden), dtype, g)
-    new_kv = _payload((w.batch * w.tokens, hidden), dtype, g)
+    row_bytes = hidden * dtype.itemsize
+    bytes_moved = 2 * w.batch * w.tokens * row_bytes
+    layers = layers_for(bytes_moved, (w.batch * max_seq_len + w.batch * w.tokens) * row_bytes)
+    past = torch.zeros((layers, w.batch, max_seq_len, hidden), dtype=dtype)   # written: no page faults timed
+    new_kv = [_payload((w.batch * w.tokens, hidden), dtype, g) for _ in range(layers)]
     seq_len = torch.full((w.batch,), w.tokens, dtype=torch.int32)
     if w.kind == "prefill":
         offset = torch.full((w.batch,), w.tokens, dtype=torch.int32)
     else:
         offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
-    checked = checks.check_kv_cache(new_kv, 0, past, offset, seq_len)
+    checked = checks.check_kv_cache(new_kv[0], 0, past, offset, seq_len)
+
+    def loop() -> None:
+        for layer, rows in enumerate(new_kv):
+            kv_cache(rows, layer, past, offset, seq_len)
+
     return Call(
-        run=lambda: kv_cache(new_kv, 0, past, offset, seq_len),
-        reference=lambda: reference.kv_cache(new_kv, 0, past, offset, seq_len),
-        bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
-        path=kv_cache_path(checked),
+        layers=layers,
+        loop=loop,
+        single=lambda: kv_cache(new_kv[0], 0, past, offset, seq_len),
+        reference=lambda: reference.kv_cache(new_kv[0], 0, past, offset, seq_len),
         prevalidated=lambda: fallback.kv_cache(checked),
+        bytes_moved=bytes_moved,
+        path=kv_cache_path(checked),
     )
 
 
 def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """One block table (a serving step shares it across layers); each layer's own caches and outputs."""
     layout = ND if w.kind == "paged-nd" else NZ
     per_seq = -(-w.tokens // w.block_size)
     num_blocks = w.batch * per_seq
     table = torch.randperm(num_blocks, generator=g).view(w.batch, per_seq).to(torch.int32)
     lens = torch.full((w.batch,), w.tokens, dtype=torch.int32)
-    caches, outputs = [], []
-    for head_size in (w.head_size_k, w.head_size_v):
-        row = w.heads * head_size
-        e = 32 // dtype.itemsize
-        shape = (num_blocks, w.block_size, w.heads, head_size) if layout == ND else (num_blocks, row // e, w.block_size, e)
-        caches.append(_payload(shape, dtype, g))
-        outputs.append(torch.zeros((w.batch * w.tokens, w.heads, head_size) if layout == ND else (w.batch * w.tokens, row),
-                                   dtype=dtype))
-    (key_cache, value_cache), (key, value) = caches, outputs
+    e = 32 // dtype.itemsize
+    token_bytes = w.heads * (w.head_size_k + w.head_size_v) * dtype.itemsize  # key + value
+    out_bytes = w.batch * w.tokens * token_bytes
+    layers = layers_for(2 * out_bytes, out_bytes + num_blocks * w.block_size * token_bytes)
+    sets = []                                               # per layer: (key_cache, value_cache, key, value)
+    for _ in range(layers):
+        caches, outputs = [], []
+        for head_size in (w.head_size_k, w.head_size_v):
+            row = w.heads * head_size
+            shape = (num_blocks, w.block_size, w.heads, head_size) if layout == ND else (num_blocks, row // e, w.block_size, e)
+            caches.append(_payload(shape, dtype, g))
+            outputs.append(torch.zeros((w.batch * w.tokens, w.heads, head_size) if layout == ND
+                                       else (w.batch * w.tokens, row), dtype=dtype))
+        sets.append((*caches, *outputs))
+    key_cache, value_cache, key, value = sets[0]
     checked = checks.check_paged_cache_load(key_cache, value_cache, table, lens, layout, False, None, key, value)
+
+    def load(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
+
+    def loop() -> None:
+        for tensors in sets:
+            load(*tensors)
+
     return Call(
-        run=lambda: paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value),
+        layers=layers,
+        loop=loop,
+        single=lambda: load(*sets[0]),
         reference=lambda: reference.paged_cache_load(
             key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value),
-        bytes_moved=2 * sum(o.numel() * o.element_size() for o in outputs),
-        path="/".join(sorted(set(paged_paths(checked)))),
         prevalidated=lambda: fallback.paged_cache_load(checked),
+        bytes_moved=2 * out_bytes,
+        path="/".join(sorted(set(paged_paths(checked)))),
     )
 
 
@@ -189,26 +239,37 @@ def interleaved(
     return times
 
 
-def _copy_of(nbytes: int) -> Callable[[], object]:
-    """``copy_`` of a contiguous tensor moving ``nbytes`` (read + write) into a preallocated one."""
-    src = torch.ones(nbytes // 2, dtype=torch.uint8)
-    dst = torch.zeros_like(src)                                                  # touched: no page faults timed
-    return lambda: dst.copy_(src)
+def _copies_of(nbytes: int, count: int) -> Callable[[], object]:
+    """``copy_`` of ``count`` contiguous tensors, each moving ``nbytes`` (read + write), into preallocated ones."""
+    pairs = [(torch.ones(nbytes // 2, dtype=torch.uint8), torch.zeros(nbytes // 2, dtype=torch.uint8))
+             for _ in range(count)]                                              # touched: no page faults timed
+
+    def copies() -> None:
+        for src, dst in pairs:
+            dst.copy_(src)
+
+    return copies
 
 
 def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: int, repeats: int,
             reference_repeats: int, sweep: Callable[[], object] | None = None) -> list[dict[str, Any]]:
-    """One result row per backend for workload ``w`` in ``dtype`` (each timed call after ``sweep()``)."""
+    """One result row per backend for workload ``w`` in ``dtype`` (each timed loop or call after ``sweep()``).
+
+    Per backend, the loop over the layers (``median_s`` is per call) and the single call.
+    """
     call = build(w, dtype)
-    fns: dict[str, Callable[[], object]] = {"copy_": _copy_of(call.bytes_moved)}
+    fns: dict[str, Callable[[], object]] = {"copy_": _copies_of(call.bytes_moved, call.layers),
+                                            "single copy_": _copies_of(call.bytes_moved, 1)}
     unavailable = {}
     for name in backends:
-        fns[name] = _on_backend(name, call.run)
+        fns[name] = _on_backend(name, call.loop)
         try:
             fns[name]()
         except BackendUnavailableError as error:
             unavailable[name] = str(error)
             del fns[name]
+            continue
+        fns[f"single {name}"] = _on_backend(name, call.single)
     if "fallback" in fns:
         fns[PREVALIDATED] = call.prevalidated
     counts = {name: repeats for name in fns}
@@ -216,27 +277,31 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
         fns["reference"] = call.reference
         counts["reference"] = reference_repeats
     times = interleaved(fns, warmup, counts, sweep)
-    copy_s = statistics.median(times["copy_"])
+    copy_s = statistics.median(times["copy_"]) / call.layers
+    single_copy_s = statistics.median(times["single copy_"])
     ref_s = statistics.median(times["reference"]) if reference_repeats else None
     rows: list[dict[str, Any]] = [
         {"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "backend": name, "unavailable": why}
         for name, why in unavailable.items()
     ]
     for name in (n for n in backends if n in fns):
-        median = statistics.median(times[name])
+        median = statistics.median(times[name]) / call.layers
+        single = statistics.median(times[f"single {name}"])
         rows.append({
             "workload": w.name, "kind": w.kind, "op": w.op, "dtype": str(dtype).removeprefix("torch."),
             "backend": name, "path": call.path if name == "fallback" else None,
-            "bytes_moved": call.bytes_moved, "median_s": median, "min_s": min(times[name]),
-            "gb_per_s": call.bytes_moved / median / 1e9,
+            "bytes_moved": call.bytes_moved, "layers": call.layers,
+            "median_s": median, "min_s": min(times[name]) / call.layers, "gb_per_s": call.bytes_moved / median / 1e9,
             "copy_median_s": copy_s, "copy_gb_per_s": call.bytes_moved / copy_s / 1e9,
             "ratio_to_copy": copy_s / median, "target_ratio_to_copy": TARGETS.get(w.kind),
+            "single_median_s": single, "single_copy_median_s": single_copy_s,
+            "single_ratio_to_copy": single_copy_s / single,
             "reference_median_s": ref_s, "reference_repeats": reference_repeats,
-            "speedup_over_reference": None if ref_s is None else ref_s / median,
+            "speedup_over_reference": None if ref_s is None else ref_s / single,
         })
         if name == "fallback":
             prevalidated = statistics.median(times[PREVALIDATED])
-            rows[-1].update(prevalidated_median_s=prevalidated, prevalidated_ratio_to_copy=copy_s / prevalidated)
+            rows[-1].update(prevalidated_median_s=prevalidated, prevalidated_ratio_to_copy=single_copy_s / prevalidated)
     return rows
 
 
@@ -315,8 +380,8 @@ def machine() -> dict[str, Any]:
 
 def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) -> str:
     """The results as a fixed-width text table."""
-    head = f"{'workload':28} {'dtype':8} {'backend':9} {'path':14} {'median ms':>10} {'GB/s':>7} {'x copy_':>8} " \
-           f"{'target':>6} {'x ref':>8} {'no-checks x copy_':>18}"
+    head = f"{'workload':28} {'dtype':8} {'backend':9} {'path':13} {'layers':>6} {'ms/call':>8} {'GB/s':>6} " \
+           f"{'x copy_':>7} {'target':>6} {'single x copy_':>14} {'no-checks':>9} {'x ref':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
         if "unavailable" in r:
@@ -326,10 +391,13 @@ def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) ->
         speedup = f"{r['speedup_over_reference']:.1f}" if r["speedup_over_reference"] is not None else "-"
         prevalidated = f"{r['prevalidated_ratio_to_copy']:.2f}" if "prevalidated_ratio_to_copy" in r else "-"
         lines.append(
-            f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['path'] or '-':14} {r['median_s'] * 1e3:10.3f} "
-            f"{r['gb_per_s']:7.2f} {r['ratio_to_copy']:8.2f} {target:>6} {speedup:>8} {prevalidated:>18}"
+            f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['path'] or '-':13} {r['layers']:6} "
+            f"{r['median_s'] * 1e3:8.3f} {r['gb_per_s']:6.2f} {r['ratio_to_copy']:7.2f} {target:>6} "
+            f"{r['single_ratio_to_copy']:14.2f} {prevalidated:>9} {speedup:>7}"
         )
-    lines.append("no-checks: the fallback on a call validated once outside the timing (the copy alone)")
+    lines.append("ms/call, GB/s, x copy_: per call in a loop over the layers, each layer's tensors its own; single: one "
+                 "call on its own; no-checks: single, the fallback on a call validated once outside the timing; "
+                 "x ref: single")
     if overhead:
         per = overhead["per_call_s"]
         lines.append("")
@@ -360,9 +428,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     series: dict[str, dict[str, float]] = {}                                     # bar label -> row label -> ratio
     for r in rows:
         label = f"{r['workload']} {r['dtype']}"
-        series.setdefault(r["backend"], {})[label] = r["ratio_to_copy"]
+        series.setdefault(f"{r['backend']}, over the layers", {})[label] = r["ratio_to_copy"]
+        series.setdefault(f"{r['backend']}, one call on its own", {})[label] = r["single_ratio_to_copy"]
         if "prevalidated_ratio_to_copy" in r:
-            series.setdefault(f"{r['backend']}, without the checks", {})[label] = r["prevalidated_ratio_to_copy"]
+            series.setdefault(f"{r['backend']}, one call without the checks", {})[label] = r["prevalidated_ratio_to_copy"]
     fig, ax = plt.subplots(figsize=(10, 0.22 * len(labels) * len(series) + 1.5))
     height = 0.8 / len(series)
     for i, (name, ratio) in enumerate(series.items()):
@@ -386,8 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch.set_num_threads for the whole run (default: all logical CPUs)")
     parser.add_argument("--sweep-mb", type=int, default=64,
-                        help="MB written before every timed call to start it with cold CPU caches, as in a serving "
-                             "step; 0 times back to back (default 64)")
+                        help="MB written before every timed loop or call to start it with cold CPU caches, as in a "
+                             "serving step; 0 times back to back (default 64)")
     parser.add_argument("--backends", default="fallback",
                         help="comma-separated: fallback, sim (slow: a simulator), npu (default fallback)")
     parser.add_argument("--dtypes", default="float16,int8", help="comma-separated (default float16,int8)")
@@ -421,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [w for w in workloads(args.tiny) if args.only in w.name]
     print(f"ascend-kv bench: {len(chosen)} workloads x {len(dtypes)} dtypes, backends {', '.join(backends)}, "
           f"threads {torch.get_num_threads()}, warmup {args.warmup}, repeats {args.repeats} (median), "
-          f"sweep {args.sweep_mb} MB before each timed call, "
+          f"sweep {args.sweep_mb} MB before each timed loop or call, "
           f"reference {args.reference_repeats} rounds" + (" (tiny shapes)" if args.tiny else ""), flush=True)
     before = machine()
     sweep = sweeper(args.sweep_mb) if args.sweep_mb else None

@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ascend_kv import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_FIELDS = {
-    "workload", "kind", "op", "dtype", "backend", "path", "bytes_moved", "median_s", "min_s", "gb_per_s",
-    "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy", "reference_median_s",
-    "reference_repeats", "speedup_over_reference",
+    "workload", "kind", "op", "dtype", "backend", "path", "bytes_moved", "layers", "median_s", "min_s", "gb_per_s",
+    "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy", "single_median_s",
+    "single_copy_median_s", "single_ratio_to_copy", "reference_median_s", "reference_repeats", "speedup_over_reference",
 }
 
 
@@ -45,9 +46,14 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
         assert ROW_FIELDS <= row.keys()
         assert row["median_s"] > 0 and row["ratio_to_copy"] > 0 and row["speedup_over_reference"] > 0
         assert row["gb_per_s"] == pytest.approx(row["bytes_moved"] / row["median_s"] / 1e9)
+        assert row["ratio_to_copy"] == pytest.approx(row["copy_median_s"] / row["median_s"])
+        assert row["single_ratio_to_copy"] == pytest.approx(row["single_copy_median_s"] / row["single_median_s"])
+        assert row["speedup_over_reference"] == pytest.approx(row["reference_median_s"] / row["single_median_s"])
+        assert 2 <= row["layers"] <= bench.MAX_LAYERS
         assert row["path"] in {"native", "slices", "rows", "scatter", "gather"}
         assert row["prevalidated_median_s"] > 0
-        assert row["prevalidated_ratio_to_copy"] == pytest.approx(row["copy_median_s"] / row["prevalidated_median_s"])
+        assert row["prevalidated_ratio_to_copy"] == pytest.approx(
+            row["single_copy_median_s"] / row["prevalidated_median_s"])
     overhead = result["decode_overhead"]
     assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_"}
     assert overhead["ratio_to_index_copy"] > 0
@@ -94,3 +100,34 @@ def test_every_timed_call_follows_a_sweep() -> None:
     times = bench.interleaved(fns, warmup=1, repeats={"a": 2, "b": 1}, sweep=lambda: events.append("sweep"))
     assert events == ["a", "b", "sweep", "a", "sweep", "b", "sweep", "a"]
     assert [len(times["a"]), len(times["b"])] == [2, 1]
+
+
+@pytest.mark.parametrize("name", ["prefill 8x512 h1024", "decode 64x1 h1024", "paged ND 8x2048 8x128",
+                                  "paged NZ 8x2048 MLA 512+64"])
+def test_loop_calls_each_layer_once_on_its_own_tensors(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop makes one public call per layer, in layer order, each on tensors no other layer uses."""
+    seen: list[tuple[int, ...]] = []
+    monkeypatch.setattr(bench, "kv_cache", lambda new_kv, layer, past, *_: seen.append((layer, new_kv.data_ptr())))
+    monkeypatch.setattr(bench, "paged_cache_load", lambda k, v, *_, key, value, **__: seen.append(
+        tuple(t.data_ptr() for t in (k, v, key, value))))
+    w = next(w for w in bench.workloads(tiny=True) if w.name == name)
+    call = bench.build(w, torch.float16)
+    call.loop()
+    assert len(seen) == call.layers >= 2
+    if w.op == "kv_cache":
+        assert [layer for layer, _ in seen] == list(range(call.layers))
+    addresses = [ptr for call_tensors in seen for ptr in (call_tensors[1:] if w.op == "kv_cache" else call_tensors)]
+    assert len(set(addresses)) == len(addresses)
+    seen.clear()
+    call.single()
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("bytes_moved, layer_bytes, layers", [
+    (8 << 20, 12 << 20, 8),            # a 4 MB prefill write: 8 calls move 64 MB
+    (128 << 10, 8 << 20, 32),          # a decode step: at most 32 layers
+    (4 << 20, 128 << 20, 8),           # a decode step with a large cache: within 1 GB
+    (128 << 20, 192 << 20, 2),         # at least 2 layers, so every call but the first runs warm code
+])
+def test_layers_for(bytes_moved: int, layer_bytes: int, layers: int) -> None:
+    assert bench.layers_for(bytes_moved, layer_bytes) == layers
