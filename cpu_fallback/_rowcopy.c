@@ -4,14 +4,16 @@
  *           item, src_step, dst_step, pieces, src_piece, dst_piece[, stream_min_bytes])
  *
  * src, dst                       data addresses (torch.Tensor.data_ptr(), plus any offset).
- * src_index, dst_index, items    C-contiguous int64 buffers [n], one entry per run.
+ * src_index, dst_index, items    sequences of n ints (lists, as the fallback holds them), one per run.
  * Run r starts at   s = src + src_index[r] * src_index_step
  *                   d = dst + dst_index[r] * dst_index_step + r * dst_run_step
  * and for every piece p < pieces and every item i < items[r] copies `item` bytes
  *     from s + p * src_piece + i * src_step   to   d + p * dst_piece + i * dst_step.
  * (kv_cache: runs are batch entries, items rows; paged ND: runs are blocks, items token rows;
  * paged NZ: items are tokens and pieces their 32-byte fractal rows.) Indices and byte steps
- * let the caller pass its metadata arrays as they are, with no per-call arithmetic in Python.
+ * let the caller pass its metadata lists as they are, with no per-call arithmetic in Python; they
+ * are read into one C array here (measured with cold caches: 10-90 us less per call than building
+ * int64 buffers in Python first).
  *
  * item must be a positive multiple of 32 bytes (every row and NZ fractal row is). Bytes move in
  * 32-byte chunks: measured as fast as torch's copy_ and at least as fast as glibc memcpy on these
@@ -86,26 +88,58 @@ static void stream_items(const char *s, char *d, int64_t k, int64_t item, int64_
     }
 }
 
+/* The three run sequences as one malloc'ed int64 array [3][n] (free() it), or NULL with an exception set. */
+static int64_t *read_runs(PyObject *const sequences[3], Py_ssize_t *n) {
+    PyObject *fast[3] = {NULL, NULL, NULL};
+    int64_t *runs = NULL;
+    for (int k = 0; k < 3; ++k) {
+        fast[k] = PySequence_Fast(sequences[k], "copy_runs: src_index, dst_index and items must be sequences of ints");
+        if (fast[k] == NULL) goto done;
+    }
+    *n = PySequence_Fast_GET_SIZE(fast[0]);
+    if (PySequence_Fast_GET_SIZE(fast[1]) != *n || PySequence_Fast_GET_SIZE(fast[2]) != *n) {
+        PyErr_SetString(PyExc_ValueError, "copy_runs: src_index, dst_index and items must have one entry per run");
+        goto done;
+    }
+    runs = PyMem_Malloc(3 * (size_t)(*n > 0 ? *n : 1) * sizeof(int64_t));
+    if (runs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int k = 0; k < 3; ++k) {
+        PyObject **values = PySequence_Fast_ITEMS(fast[k]);
+        for (Py_ssize_t r = 0; r < *n; ++r) {
+            const long long value = PyLong_AsLongLong(values[r]);
+            if (value == -1 && PyErr_Occurred()) {
+                PyMem_Free(runs);
+                runs = NULL;
+                goto done;
+            }
+            runs[k * *n + r] = value;
+        }
+    }
+done:
+    for (int k = 0; k < 3; ++k) Py_XDECREF(fast[k]);
+    return runs;
+}
+
 static PyObject *copy_runs(PyObject *self, PyObject *args) {
     unsigned long long src_addr, dst_addr;
-    Py_buffer si, di, it;
+    PyObject *sequences[3];
     long long si_step, di_step, run_step, item, s_step, d_step, pieces, s_piece, d_piece, stream_min = LLONG_MAX;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKy*y*y*LLLLLLLLL|L", &src_addr, &dst_addr, &si, &di, &it, &si_step, &di_step,
-                          &run_step, &item, &s_step, &d_step, &pieces, &s_piece, &d_piece, &stream_min))
+    if (!PyArg_ParseTuple(args, "KKOOOLLLLLLLLL|L", &src_addr, &dst_addr, &sequences[0], &sequences[1], &sequences[2],
+                          &si_step, &di_step, &run_step, &item, &s_step, &d_step, &pieces, &s_piece, &d_piece,
+                          &stream_min))
         return NULL;
-    const Py_ssize_t n = it.len / (Py_ssize_t)sizeof(int64_t);
-    if (it.len % (Py_ssize_t)sizeof(int64_t) != 0 || si.len != it.len || di.len != it.len || item <= 0 ||
-        item % 32 != 0 || pieces <= 0) {
-        PyBuffer_Release(&si);
-        PyBuffer_Release(&di);
-        PyBuffer_Release(&it);
-        PyErr_SetString(PyExc_ValueError,
-                        "copy_runs: indices and items must be int64 [n]; item a positive multiple of 32; pieces positive");
+    if (item <= 0 || item % 32 != 0 || pieces <= 0) {
+        PyErr_SetString(PyExc_ValueError, "copy_runs: item must be a positive multiple of 32 and pieces positive");
         return NULL;
     }
-    const int64_t *src_index = (const int64_t *)si.buf, *dst_index = (const int64_t *)di.buf;
-    const int64_t *items = (const int64_t *)it.buf;
+    Py_ssize_t n;
+    int64_t *runs = read_runs(sequences, &n);
+    if (runs == NULL) return NULL;
+    const int64_t *src_index = runs, *dst_index = runs + n, *items = runs + 2 * n;
     const char *src = (const char *)(uintptr_t)src_addr;
     char *dst = (char *)(uintptr_t)dst_addr;
     const int back_to_back = pieces == 1 && s_step == item && d_step == item;
@@ -132,9 +166,7 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
     }
     if (stream) store_fence(); /* the non-temporal stores are done before the GIL is taken back */
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&si);
-    PyBuffer_Release(&di);
-    PyBuffer_Release(&it);
+    PyMem_Free(runs);
     return PyBool_FromLong(stream);
 }
 

@@ -8,7 +8,6 @@ tensors whose copied items are contiguous and whose destination rows do not over
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 
 import torch
@@ -84,11 +83,7 @@ def copy_runs(
         Whether the bytes were streamed past the caches.
     """
     return _copy_runs(
-        src, dst, _int64(src_index), _int64(dst_index), _int64(items), index_steps[0], index_steps[1], run_step,
+        src, dst, src_index, dst_index, items, index_steps[0], index_steps[1], run_step,
         item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1], stream_min_bytes,
     )
 
-
-def _int64(values: Sequence[int]) -> array:
-    """``values`` as a buffer of C ``long long`` (int64), without numpy: its first calls are slow on cold caches."""
-    return array("q", values)

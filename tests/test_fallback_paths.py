@@ -14,7 +14,6 @@ import shutil
 import sysconfig
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 import torch
 from cases import ND, NZ, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
@@ -49,12 +48,20 @@ def test_native_copier_is_built_where_a_compiler_is() -> None:
     assert native.AVAILABLE == (shutil.which(compiler) is not None)
 
 
-@pytest.mark.parametrize("lengths, item", [((1, 2, 1), 32), ((1, 1, 1), 16), ((1, 1, 1), 0)])
-def test_native_copier_rejects_inconsistent_runs(lengths: tuple[int, int, int], item: int) -> None:
+@pytest.mark.parametrize("runs, item, error, message", [
+    (([0], [0, 0], [1]), 32, ValueError, "one entry per run"),
+    (([0], [0], [1]), 16, ValueError, "multiple of 32"),
+    (([0], [0], [1]), 0, ValueError, "multiple of 32"),
+    (([0], [0], [1.0]), 32, TypeError, "integer"),
+    (([0], 0, [1]), 32, TypeError, "sequences of ints"),
+    (([0], [2**63], [1]), 32, OverflowError, "too big"),
+])
+def test_native_copier_rejects_inconsistent_runs(
+    runs: tuple[object, object, object], item: int, error: type[Exception], message: str
+) -> None:
     src, dst = torch.zeros(64, dtype=torch.int8), torch.zeros(64, dtype=torch.int8)
-    offsets, items = (np.zeros(n, dtype=np.int64) for n in lengths[:2]), np.ones(lengths[2], dtype=np.int64)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        native._copy_runs(src.data_ptr(), dst.data_ptr(), *offsets, items, 0, 0, 0, item, 32, 32, 1, 0, 0)
+    with pytest.raises(error, match=message):
+        native._copy_runs(src.data_ptr(), dst.data_ptr(), *runs, 0, 0, 0, item, 32, 32, 1, 0, 0)
     assert not dst.any()
 
 
