@@ -29,7 +29,8 @@
  * 1.15-1.35x torch's copy_ streamed, 0.9-1.0x through the chunk loop. A copy whose bytes stay in
  * the caches (a few MB, called in a loop) is 10-30% slower streamed, hence the threshold,
  * measured and set in cpu_fallback/native.py. Streamed NZ pieces go eight at a time, item by item
- * within the group (see stream_items). Elsewhere (e.g. aarch64 hosts) the chunk loop always runs.
+ * within the group (see stream_items). Elsewhere (e.g. aarch64 hosts), or built with -DROWCOPY_PORTABLE
+ * (how the tests run that build on x86-64), the chunk loop always runs.
  * copy_runs returns whether it streamed.
  *
  * The caller guarantees that every address is inside its tensor and that writes do not overlap
@@ -54,7 +55,7 @@ static void copy_items(const char *s, char *d, int64_t k, int64_t item, int64_t 
     for (int64_t i = 0; i < k; ++i) copy_chunks(d + i * d_step, s + i * s_step, item);
 }
 
-#if defined(__x86_64__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(ROWCOPY_PORTABLE)
 #include <emmintrin.h> /* SSE2: baseline on x86-64 */
 #define CAN_STREAM 1
 /* n bytes, n a multiple of 32, d 16-byte aligned: non-temporal stores (the caller fences). */

@@ -10,10 +10,16 @@ End to end, both operations with streaming forced must equal the reference bit f
 
 from __future__ import annotations
 
-import importlib
+import importlib.machinery
+import importlib.util
 import platform
+import shlex
+import subprocess
+import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
 from unittest import mock
 
 import numpy as np
@@ -215,10 +221,10 @@ def test_the_c_function_does_not_stream_without_a_threshold() -> None:
 
 
 @contextmanager
-def forced_streaming() -> Iterator[None]:
-    """The fallback with both operations' ``STREAM_MIN_BYTES = 0``; asserts that every copier call streamed
-    (x86-64)."""
-    copy, calls = native._copy_runs, []
+def forced_streaming(copy_runs: object = None, can_stream: bool = CAN_STREAM) -> Iterator[None]:
+    """The fallback with both operations' ``STREAM_MIN_BYTES = 0``, on the built copier or ``copy_runs``;
+    asserts that every copier call streamed exactly when ``can_stream``."""
+    copy, calls = copy_runs or native._copy_runs, []
 
     def spy(*args: object) -> bool:
         calls.append(copy(*args))
@@ -227,7 +233,34 @@ def forced_streaming() -> Iterator[None]:
     with ascend_kv.use_backend("fallback"), mock.patch.object(kv_cache_module, "STREAM_MIN_BYTES", ALWAYS), \
             mock.patch.object(paged_module, "STREAM_MIN_BYTES", ALWAYS), mock.patch.object(native, "_copy_runs", spy):
         yield
-    assert calls == [CAN_STREAM] * len(calls)                          # torch allocations are 64-byte aligned
+    assert calls == [can_stream] * len(calls)                          # torch allocations are 64-byte aligned
+
+
+@pytest.fixture(scope="module")
+def portable_copier(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """``_rowcopy.c`` built as on a CPU without streaming stores (``-DROWCOPY_PORTABLE``), e.g. aarch64."""
+    source = Path(native.__file__).with_name("_rowcopy.c")
+    if not source.exists():                                          # an installed wheel ships no C source
+        source = Path(__file__).resolve().parents[1] / "cpu_fallback" / "_rowcopy.c"
+    built = tmp_path_factory.mktemp("portable") / f"_rowcopy{sysconfig.get_config_var('EXT_SUFFIX')}"
+    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-DROWCOPY_PORTABLE", f"-I{sysconfig.get_paths()['include']}",
+                    str(source), "-o", str(built)], check=True)
+    loader = importlib.machinery.ExtensionFileLoader("_rowcopy", str(built))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("_rowcopy", loader))
+    loader.exec_module(module)
+    return module
+
+
+@given(case=st.one_of(kv_cache_cases().map(lambda case: ("kv_cache", case)),
+                      paged_cases().map(lambda case: ("paged", case))))
+def test_portable_build_matches_reference_and_never_streams(
+    portable_copier: ModuleType, case: tuple[str, Case]
+) -> None:
+    """Asked to stream every call, the build for CPUs without streaming stores runs its chunk loop instead."""
+    op, call = case
+    with forced_streaming(portable_copier.copy_runs, can_stream=False):
+        (run_kv_cache if op == "kv_cache" else run_paged)(call)
 
 
 @given(case=kv_cache_cases())
