@@ -78,6 +78,9 @@ class PagedLoadCall:
         ``[batch][columns]``: the block table's leading ``columns`` columns, as many as the
         furthest-reaching entry needs (columns no token needs are not read). Every entry a
         token needs is in ``[0, num_blocks)``.
+    blocks : list of int
+        ``[blocks read]``: the entries tokens need, in output order: for each batch entry
+        ``b`` in turn, ``block_table[b][first_column[b] : first_column[b] + ceil(lens[b] / block_size)]``.
     lens : list of int
         ``[batch]``, tokens gathered per batch entry.
     out_start : list of int
@@ -95,6 +98,7 @@ class PagedLoadCall:
     key: torch.Tensor
     value: torch.Tensor
     block_table: list[list[int]]
+    blocks: list[int]
     lens: list[int]
     out_start: list[int]
     first_column: list[int]

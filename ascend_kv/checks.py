@@ -368,8 +368,9 @@ def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tu
 
 def _needed_block_table(
     block_table: torch.Tensor, lens: list[int], first_column: list[int], block_size: int, num_blocks: int
-) -> list[list[int]]:
-    """The block table's columns up to the furthest one a token needs, as host ints ``[batch][columns]``.
+) -> tuple[list[list[int]], list[int]]:
+    """The block table's columns up to the furthest one a token needs, as host ints ``[batch][columns]``,
+    and the entries tokens need, in output order ``[blocks read]``.
 
     ``ValueError`` unless every entry a token needs exists and is a valid block id; entries no
     token needs are not read (``-1`` padding is fine).
@@ -393,7 +394,7 @@ def _needed_block_table(
         raise ValueError(
             f"block_table[{b}, {c}] = {rows[b][c]} is outside [0, {num_blocks}) (num_blocks = key_cache.shape[0])"
         )
-    return rows
+    return rows, needed
 
 
 def _output(
@@ -472,7 +473,7 @@ def check_paged_cache_load(
         raise ValueError(
             f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit {INT32_MAX}"
         )
-    rows_needed = _needed_block_table(table, lens, first_column, block_size, num_blocks)
+    rows_needed, blocks = _needed_block_table(table, lens, first_column, block_size, num_blocks)
     key_out = _output("key", key, key_cache, key_row, end_row)
     value_out = _output("value", value, value_cache, value_row, end_row)
     caches = {"key_cache": key_cache, "value_cache": value_cache}
@@ -486,6 +487,7 @@ def check_paged_cache_load(
         key=key_out,
         value=value_out,
         block_table=rows_needed,
+        blocks=blocks,
         lens=lens,
         out_start=out_start,
         first_column=first_column,

@@ -32,7 +32,7 @@ class KvRuns(NamedTuple):
 class BlockRuns(NamedTuple):
     """The (batch entry, cache block) pieces of a ``paged_cache_load`` call, each ``[runs]``."""
 
-    block: list[int]         #: cache block read, from slot 0
+    block: list[int]         #: cache block read, from slot 0 (the call's ``blocks``, checked)
     out_start: list[int]     #: first output row written
     rows: list[int]          #: tokens in the run, ``1 .. block_size``
 
@@ -46,17 +46,17 @@ def kv_runs(call: KvCacheCall) -> KvRuns:
 
 
 def block_runs(call: PagedLoadCall) -> BlockRuns:
-    """The runs of a ``paged_cache_load`` call, in output-row order."""
+    """The runs of a ``paged_cache_load`` call, in output-row order: one per block in ``call.blocks``."""
     size = call.block_size
-    runs = BlockRuns([], [], [])
-    for table_row, first, start, n in zip(call.block_table, call.first_column, call.out_start, call.lens):
+    runs = BlockRuns(call.blocks, [], [])
+    for start, n in zip(call.out_start, call.lens):
         if n == 0:
             continue
-        blocks = -(-n // size)
-        runs.block.extend(table_row[first : first + blocks])
+        full_blocks, rest = divmod(n, size)
         runs.out_start.extend(range(start, start + n, size))
-        runs.rows.extend([size] * (blocks - 1))
-        runs.rows.append(n - (blocks - 1) * size)                                # the last block may be partial
+        runs.rows.extend([size] * full_blocks)
+        if rest:
+            runs.rows.append(rest)                                               # the last block may be partial
     return runs
 
 

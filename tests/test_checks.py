@@ -181,6 +181,16 @@ def test_unneeded_block_table_entries_are_ignored() -> None:
     ascend_kv.paged_cache_load(*case.args, **case.kwargs)
 
 
+def test_call_holds_the_blocks_tokens_read_in_output_order() -> None:
+    """Entry 0 reads columns 1..2 (seq_starts 4, block 4, 6 tokens), entry 1 nothing, entry 2 columns 0..1."""
+    cache = torch.zeros((10, 4, 1, 16), dtype=torch.float16)
+    table = torch.tensor([[5, 1, 2, -1], [3, 0, -1, -1], [7, 6, 4, 9]], dtype=torch.int32)
+    call = ascend_kv.checks.check_paged_cache_load(
+        cache, cache.clone(), table, torch.tensor([6, 0, 5]), ND, False, torch.tensor([4, 0, 0]), None, None)
+    assert call.blocks == [1, 2, 7, 6]
+    assert call.block_table == [row[:3] for row in table.tolist()]              # up to the furthest column needed
+
+
 def test_num_tokens_must_fit_int32() -> None:
     case = paged_case(ND, [0, 0], cumsum_base=0)
     case.args = (*case.args[:3], torch.tensor([2**31 - 1, 2**31 - 1, 2**31], dtype=torch.int64))
