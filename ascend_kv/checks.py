@@ -109,24 +109,56 @@ def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), tensor.data_ptr() + (last_element + 1) * tensor.element_size()
 
 
+def _row_interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are rows one byte step apart whose bytes sit at different offsets
+    within each step, so they share no byte (e.g. ``buf[:, 0]`` and ``buf[:, 1]`` of one
+    ``[n, 2, h]`` buffer, or the two column ranges of one ``[n, k + v]`` buffer)."""
+    if a.dim() == 0 or b.dim() == 0:
+        return False
+    step = a.stride(0) * a.element_size()
+    if step <= 0 or step != b.stride(0) * b.element_size():
+        return False
+    spans = [(sum((n - 1) * s for n, s in zip(t.shape[1:], t.stride()[1:])) + 1) * t.element_size() for t in (a, b)]
+    if max(spans) > step:
+        return False
+    a_at, b_at = a.data_ptr() % step, b.data_ptr() % step                      # every row's first byte, modulo step
+    return (b_at - a_at) % step >= spans[0] and (a_at - b_at) % step >= spans[1]
+
+
+def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two non-empty tensors on one device may share a byte: their address ranges meet, and
+    they are not rows interleaved apart. Rarer views that share no byte may still answer True."""
+    a_first, a_end = _memory_span(a)
+    b_first, b_end = _memory_span(b)
+    return a_first < b_end and b_first < a_end and not _row_interleaved_apart(a, b)
+
+
 def require_apart(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
     """``ValueError`` when output ``out`` may share memory with a tensor the call reads while writing.
 
-    The test is on address ranges, so it also rejects the rare views that interleave without
-    sharing an element; what would run instead is a read of half-written data.
+    The test is on address ranges and interleaved rows (:func:`_may_share_memory`), so it may
+    also reject rarer views that share no element; what would run instead is a read of
+    half-written data.
     """
     if out.numel() == 0:
         return
-    out_first, out_end = _memory_span(out)
     for input_name, tensor in inputs.items():
         if tensor.numel() == 0 or tensor.device != out.device:  # addresses of two devices never meet
             continue
-        first, end = _memory_span(tensor)
-        if first < out_end and out_first < end:
+        if _may_share_memory(out, tensor):
             raise ValueError(
                 f"{name} shares memory with {input_name}, which the operation reads while it writes {name}: "
                 f"pass tensors in separate memory (e.g. {input_name}.clone())"
             )
+
+
+def require_separate_outputs(first_name: str, first: torch.Tensor, name: str, out: torch.Tensor) -> None:
+    """``ValueError`` when two outputs may share memory: which of the two writes lands would be undefined."""
+    if first.numel() and out.numel() and first.device == out.device and _may_share_memory(first, out):
+        raise ValueError(
+            f"{name} shares memory with {first_name}, and the operation writes both (the NPU kernels in "
+            f"parallel), so which write lands would be undefined: pass separate tensors"
+        )
 
 
 def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
@@ -480,6 +512,8 @@ def check_paged_cache_load(
     for name, given, out in (("key", key, key_out), ("value", value, value_out)):
         if given is not None:
             require_apart(name, out, caches)
+    if key is not None and value is not None:
+        require_separate_outputs("key", key_out, "value", value_out)
     return PagedLoadCall(
         layout=layout,
         key_cache=key_cache,

@@ -112,7 +112,9 @@ def paged_cache_load(
     key, value : torch.Tensor, optional
         Outputs to write in place: ND ``[rows, num_heads, head_size_{k,v}]``, NZ
         ``[rows, num_heads * head_size_{k,v}]``, the caches' dtypes, ``rows >= num_tokens``
-        (rows past those written are untouched). Allocated zero-filled when omitted.
+        (rows past those written are untouched). Allocated zero-filled when omitted. Each
+        must be apart from the caches and from the other: two views of one buffer may be
+        given when they split its rows (``buf[:, 0]`` and ``buf[:, 1]``, or two column ranges).
 
     Returns
     -------

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, random_bits
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ascend_kv
 
@@ -232,3 +234,36 @@ def test_mixed_devices_name_the_odd_argument() -> None:
     assert require_same_device({"past": cpu, "seq_len": cpu}) == torch.device("cpu")  # type: ignore[dict-item]
     with pytest.raises(ValueError, match=r"seq_len is on meta but past is on cpu"):
         require_same_device({"past": cpu, "seq_len": npu})  # type: ignore[dict-item]
+
+
+@st.composite
+def views_of_one_buffer(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two strided views ``[rows, columns]`` (or ``[rows, 1, columns]``) of one ``[n, w]`` buffer whose
+    elements hold their own index."""
+    n, w = draw(st.integers(1, 8)), draw(st.integers(1, 12))
+    buffer = torch.arange(n * w, dtype=torch.int64).view(n, w)
+    views = []
+    for _ in range(2):
+        r0, c0 = draw(st.integers(0, n - 1)), draw(st.integers(0, w - 1))
+        view = buffer[r0 : draw(st.integers(r0 + 1, n)) : draw(st.integers(1, 3)),
+                      c0 : draw(st.integers(c0 + 1, w)) : draw(st.integers(1, 3))]
+        views.append(view.unsqueeze(1) if draw(st.booleans()) else view)
+    return views[0], views[1]
+
+
+@given(views=views_of_one_buffer())
+def test_memory_sharing_is_never_missed(views: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Any two views that share an element are reported as possibly sharing memory."""
+    a, b = views
+    if set(a.flatten().tolist()) & set(b.flatten().tolist()):
+        assert ascend_kv.checks._may_share_memory(a, b) and ascend_kv.checks._may_share_memory(b, a)
+
+
+@given(rows=st.integers(1, 8), width=st.integers(2, 12), data=st.data())
+def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.DataObject) -> None:
+    """Two disjoint column ranges of one ``[rows, width]`` buffer (interleaved rows) share no memory."""
+    buffer = torch.zeros(rows, width, dtype=torch.float16)
+    split = data.draw(st.integers(1, width - 1))
+    left, right = buffer[:, data.draw(st.integers(0, split - 1)) : split], buffer[:, split:]
+    assert not ascend_kv.checks._may_share_memory(left, right)
+    assert not ascend_kv.checks._may_share_memory(right, left)

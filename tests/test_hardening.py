@@ -144,6 +144,27 @@ def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:
         assert isinstance(error, ValueError) and "shares memory with key_cache" in str(error)
 
 
+def test_outputs_sharing_memory_with_each_other_are_rejected() -> None:
+    """key and value are both written: if they meet, which write lands is undefined."""
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=21)
+    load = (cache, cache.clone(), torch.tensor([[1, 0], [2, 3]]), torch.tensor([20, 12]))
+    buffer = torch.zeros(64, 1, 64, dtype=torch.float16)
+    for key, value in ((buffer[:32], buffer[:32]), (buffer[:32], buffer[16:48]), (buffer[:32], buffer[31:63])):
+        error = judge_paged_cache_load(*load, kv_cache_cfg=ND, key=key, value=value)
+        assert isinstance(error, ValueError) and str(error).startswith("value shares memory with key")
+
+
+def test_outputs_interleaved_in_one_buffer_are_accepted() -> None:
+    """Rows of one buffer split between key and value share no byte: accepted, and bit-exact."""
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=22)
+    load = (cache, cache.clone(), torch.tensor([[1, 0], [2, 3]]), torch.tensor([20, 12]))
+    pairs = torch.zeros(32, 2, 1, 64, dtype=torch.float16)                          # [tokens, K or V, heads, head]
+    assert judge_paged_cache_load(*load, kv_cache_cfg=ND, key=pairs[:, 0], value=pairs[:, 1]) is None
+    mla = random_bits((4, 16, 1, 512), torch.float16, seed=23), random_bits((4, 16, 1, 64), torch.float16, seed=24)
+    rows = torch.zeros(32, 1, 576, dtype=torch.float16)                             # [tokens, 1, K 512 + V 64]
+    assert judge_paged_cache_load(*mla, *load[2:], kv_cache_cfg=ND, key=rows[..., :512], value=rows[..., 512:]) is None
+
+
 @pytest.mark.parametrize("strided", [False, True])
 def test_inference_tensors_are_written_inside_inference_mode_only(strided: bool) -> None:
     """Outside inference mode PyTorch forbids in-place updates of inference tensors: a ValueError on every path."""
