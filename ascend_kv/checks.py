@@ -110,9 +110,10 @@ def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def _row_interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` are rows one byte step apart whose bytes sit at different offsets
-    within each step, so they share no byte (e.g. ``buf[:, 0]`` and ``buf[:, 1]`` of one
-    ``[n, 2, h]`` buffer, or the two column ranges of one ``[n, k + v]`` buffer)."""
+    """Whether ``a`` and ``b`` share no byte because their rows (dimension 0) start the same number
+    of bytes apart in both, and within that step each one's rows cover bytes the other's do not
+    (e.g. ``buf[:, 0]`` and ``buf[:, 1]`` of one ``[n, 2, h]`` buffer, or the two column ranges
+    of one ``[n, k + v]`` buffer)."""
     if a.dim() == 0 or b.dim() == 0:
         return False
     step = a.stride(0) * a.element_size()
