@@ -118,3 +118,61 @@ class PagedLoadCall:
     def first_row(self) -> int:
         """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
         return self.out_start[0] if self.out_start else 0
+
+
+@dataclass(frozen=True)
+class KvCacheArgs:
+    """A ``kv_cache`` call whose types, dtypes, shapes, devices and aliasing were checked, but whose
+    index values may not have been (they may live on the device). The kernels, the sim and the
+    device fallback take this form and skip any token whose position falls outside the tensors.
+
+    Attributes
+    ----------
+    new_kv : torch.Tensor
+        ``[ntokens, hidden]`` (a 4-D ``new_kv`` is given as its flat view), ``past.dtype``.
+    past : torch.Tensor
+        ``[layers, batch, max_seq_len, hidden]``, written in place.
+    layer_id : int or torch.Tensor
+        The layer written: an int, or a one-element int32/int64 tensor (host or device).
+    token_offset, seq_len : torch.Tensor
+        ``[batch]`` int32/int64, on the host or on ``past``'s device.
+    """
+
+    new_kv: torch.Tensor
+    past: torch.Tensor
+    layer_id: int | torch.Tensor
+    token_offset: torch.Tensor
+    seq_len: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PagedLoadArgs:
+    """A ``paged_cache_load`` call in the form of :class:`KvCacheArgs`: structure checked, values maybe not.
+
+    Attributes
+    ----------
+    layout : KvCacheCfg
+        ND or NZ (see :class:`PagedLoadCall`).
+    key_cache, value_cache : torch.Tensor
+        The paged caches (read only).
+    block_table : torch.Tensor
+        ``[batch, max_blocks]`` int32/int64.
+    context_lens : torch.Tensor
+        ``[batch]`` lengths, or ``[batch + 1]`` cumulative lengths when ``cumsum``; int32/int64.
+    seq_starts : torch.Tensor or None
+        ``[batch]`` int32/int64 token offsets into each block-table row.
+    cumsum : bool
+        ``context_lens`` holds cumulative lengths.
+    key, value : torch.Tensor
+        The outputs, written in place: ND ``[rows, num_heads, head_size]``, NZ ``[rows, T]``.
+    """
+
+    layout: KvCacheCfg
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_table: torch.Tensor
+    context_lens: torch.Tensor
+    seq_starts: torch.Tensor | None
+    cumsum: bool
+    key: torch.Tensor
+    value: torch.Tensor

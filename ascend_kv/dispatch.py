@@ -37,6 +37,7 @@ from . import device as runtime
 from . import support
 from .backends import kernel_domain, npu
 from .calls import KvCacheCall, PagedLoadCall
+from .errors import BackendUnavailableError, FallbackWarning
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
@@ -47,14 +48,6 @@ _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_
 _warned: set[str] = set()
 _off_npu_backends: dict[tuple[str, torch.device, str], ModuleType] = {}
 _loaded: dict[str, ModuleType] = {}
-
-
-class BackendUnavailableError(RuntimeError):
-    """An explicitly chosen backend cannot run here; the message says why."""
-
-
-class FallbackWarning(UserWarning):
-    """A call on an NPU runs on the vectorized fallback, not the kernels (issued once per reason)."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..calls import KvCacheCall, PagedLoadCall
-from ..dispatch import BackendUnavailableError
+from ..errors import BackendUnavailableError
 
 NAME = "sim"
 
