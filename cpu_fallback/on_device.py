@@ -1,0 +1,192 @@
+"""The device fallback: both operations as torch operations on the tensors' own device, with no host reads.
+
+Index tensors may live on the device, so nothing here reads an index value back to the host
+(no ``.item()``, ``.tolist()``, ``nonzero`` or boolean-mask indexing): every size comes from a
+shape, and index values are only ever operands of tensor operations. Index values nobody
+checked follow the safe semantics of docs/semantics.md ("Index values nobody checked"):
+anything out of range is skipped and nothing outside the given tensors is read or written.
+Index arithmetic is exact (as with Python ints): where an int64 sum or difference could wrap,
+the bound is tested without forming it, so a wrapped value never lands in range.
+
+Temporary memory is proportional to the tokens written or the output rows, never to a cache:
+a few int64 index vectors of ``ntokens`` (``kv_cache``) or ``rows`` (``paged_cache_load``)
+elements, and two row buffers of the same length per written tensor.
+
+Every copy moves integer views of the data (same width), so NaN payloads and every other bit
+pattern arrive unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.params import KvCacheCfg
+
+_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def kv_cache(args: KvCacheArgs) -> None:
+    """Write ``args.new_kv`` into ``args.past[layer_id]`` in place, skipping out-of-range tokens.
+
+    Source row ``src`` of ``new_kv`` ``[ntokens, hidden]`` belongs to the batch entry whose
+    share of the (clamped) ``seq_len`` prefix sums covers it, and goes to
+    ``past[layer_id, b, token_offset[b] - seq_len[b] + j]`` (``j`` its place in the entry) when
+    that position and ``layer_id`` are in range.
+
+    One ``index_put_`` writes all ``ntokens`` rows, so it is race-free by construction: distinct
+    written tokens have distinct destinations (distinct entries, or distinct ``j``), and every
+    skipped token is redirected to rewrite the first written token's destination with that
+    token's own row, so duplicate destinations always carry identical bits. When no token is
+    written, every write puts back the current bits of ``past[layer, 0, 0]`` (gathered first),
+    which nothing else writes.
+    """
+    past, new_kv = _bits(args.past), _bits(args.new_kv)
+    layers, batch, max_seq_len, _ = past.shape
+    ntokens = new_kv.shape[0]
+    if ntokens == 0 or past.numel() == 0:
+        return
+    device = past.device
+    layer = _layer(args.layer_id, device)                                        # [1]
+    layer_ok = (layer >= 0) & (layer < layers)
+    layer = layer.clamp(0, layers - 1)
+    seq_len, token_offset = args.seq_len.long(), args.token_offset.long()
+
+    lengths = seq_len.clamp(0, ntokens)                                          # [batch] tokens read per entry
+    ends = lengths.cumsum(0)                                                     # [batch] first row after each entry
+    src = torch.arange(ntokens, device=device)                                   # [ntokens]
+    entry = torch.searchsorted(ends, src, right=True)                            # batch when no entry covers src
+    covered = entry < batch
+    entry = entry.clamp(max=batch - 1)
+    j = src - (ends[entry] - lengths[entry])                                     # place within the entry
+    back = seq_len[entry] - j                                                    # >= 1 where covered: no wrap
+    offset = token_offset[entry]
+    # dst = offset - back; test 0 <= dst < max_seq_len without forming a wrapping difference.
+    position_ok = (offset >= back) & (offset - back < max_seq_len)
+    written = covered & position_ok & layer_ok                                   # [ntokens]
+    position = offset - back
+
+    first = torch.argmax(written.to(torch.int8)).reshape(1)                      # a written token, if any
+    any_written = written.index_select(0, first)                                 # [1]
+    src = torch.where(written, src, first)
+    entry = torch.where(written, entry, torch.where(any_written, entry.index_select(0, first), 0))
+    position = torch.where(written, position, torch.where(any_written, position.index_select(0, first), 0))
+    layers_index = layer.expand(ntokens)
+
+    kept = past[layer, 0, 0]                                                     # [1, hidden] bits nothing writes
+    rows = torch.where((written | any_written).unsqueeze(1), new_kv.index_select(0, src), kept)
+    past.index_put_((layers_index, entry, position), rows)
+
+
+def paged_cache_load(args: PagedLoadArgs) -> None:
+    """Gather every requested token into ``args.key`` and ``args.value`` in place, skipping out-of-range ones.
+
+    Works output row by output row: row ``r`` finds its writer (batch entry ``b`` and token
+    ``j``), the block-table column ``seq_starts[b] // block_size + j // block_size`` and the
+    block id there; a row whose writer, column or block is out of range keeps its bits. Every
+    output element is written exactly once (``torch.where`` of the gathered token and its own
+    bits), so there is nothing to race.
+
+    In cumsum mode a decreasing ``context_lens`` makes entries' row ranges overlap. A row then
+    takes the token of the entry that reaches furthest among those starting at or before it
+    (ties: one of them); if that token's column or block is out of range the row keeps its bits,
+    even when another covering entry's token was in range. Rows with a single covering entry,
+    which is every row when ``context_lens`` does not decrease, get exactly that entry's token.
+    """
+    key_rows, value_rows = args.key.shape[0], args.value.shape[0]
+    rows = max(key_rows, value_rows)
+    batch, columns = args.block_table.shape
+    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
+    num_blocks = args.key_cache.shape[0]
+    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    if rows == 0 or batch == 0 or columns == 0 or num_blocks == 0 or block_size == 0:
+        return
+    device = args.key.device
+    lengths, first_rows = _entry_rows(args.context_lens.long(), args.cumsum, rows)
+    row = torch.arange(rows, device=device)                                      # [rows]
+    entry, covered = _writer(first_rows, lengths, row)
+    j = row - first_rows[entry]                                                  # token within its entry
+    first_column = (
+        torch.div(args.seq_starts.long(), block_size, rounding_mode="floor")[entry]
+        if args.seq_starts is not None else torch.zeros_like(j)
+    )
+    column = first_column + torch.div(j, block_size, rounding_mode="floor")      # wraps only above columns
+    column_ok = (column >= 0) & (column < columns)
+    block = args.block_table[entry, column.clamp(0, columns - 1)].long()
+    valid = covered & column_ok & (block >= 0) & (block < num_blocks)            # [rows]
+    block = torch.where(valid, block, 0)
+    slot = torch.where(valid, j, 0) % block_size
+    for cache, out in ((args.key_cache, args.key), (args.value_cache, args.value)):
+        n = out.shape[0]
+        _gather_into(nd, cache, out, block[:n], slot[:n], valid[:n])
+
+
+def output_rows(context_lens: torch.Tensor, cumsum: bool) -> torch.Tensor:
+    """Rows of the outputs an allocating ``paged_cache_load`` creates, as a 0-d int64 tensor on ``context_lens``' device.
+
+    ``sum(context_lens)``, or ``context_lens[-1]`` in cumsum mode, never below 0; reading it
+    (``.item()``) is the allocating form's one host read. In default mode each length counts
+    at most ``(2**63 - 1) // batch``, so the sum cannot wrap: it is exact whenever no length is
+    larger, and otherwise at least that bound, more rows than any allocation can hold.
+    """
+    lens = context_lens.long()
+    if cumsum:
+        return lens[-1].clamp(min=0)
+    return lens.clamp(0, (2**63 - 1) // max(lens.shape[0], 1)).sum()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed as integers of its element width (same memory, same strides)."""
+    return t.view(_SAME_WIDTH_INT[t.element_size()])
+
+
+def _layer(layer_id: int | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``layer_id`` as a ``[1]`` int64 tensor on ``device`` (a tensor is reshaped, never read)."""
+    if isinstance(layer_id, torch.Tensor):
+        return layer_id.reshape(1).long()
+    return torch.full((1,), layer_id, dtype=torch.int64, device=device)
+
+
+def _entry_rows(context_lens: torch.Tensor, cumsum: bool, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each batch entry's token count and first output row, ``[batch]`` int64 each.
+
+    Counts are clamped to ``[0, rows]``. First rows are clamped to ``[-rows - 1, rows]``, which
+    changes no covered row in ``[0, rows)`` and keeps ``first + count`` from wrapping.
+    """
+    if cumsum:
+        low, high = context_lens[:-1], context_lens[1:]
+        difference = high - low                                                  # negative here: wrapped, > rows
+        lengths = torch.where(high > low, torch.where(difference < 0, rows, difference.clamp(max=rows)), 0)
+        first_rows = low
+    else:
+        lengths = context_lens.clamp(0, rows)
+        first_rows = lengths.cumsum(0) - lengths
+    return lengths, first_rows.clamp(-rows - 1, rows)
+
+
+def _writer(first_rows: torch.Tensor, lengths: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each output row, an entry whose range ``[first, first + length)`` covers it, and whether one does.
+
+    Entries sorted by first row; among those starting at or before the row, the one that
+    reaches furthest (a running maximum) covers it if any does. Returns ``[rows]`` entry
+    indices (0 where uncovered) and the ``[rows]`` covered mask.
+    """
+    order = torch.argsort(first_rows, stable=True)                               # [batch]
+    reach, reacher = torch.cummax((first_rows + lengths)[order], 0)              # furthest end so far, and whose
+    started = torch.searchsorted(first_rows[order], row, right=True) - 1         # last sorted entry starting <= row
+    at = started.clamp(min=0)
+    covered = (started >= 0) & (reach[at] > row)
+    return torch.where(covered, order[reacher[at]], 0), covered
+
+
+def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,
+                 valid: torch.Tensor) -> None:
+    """``out[r] = token(cache, block[r], slot[r])`` where ``valid[r]``; other rows keep their bits.
+
+    ``out`` ``[n, heads, head_size]`` (ND) or ``[n, T]`` (NZ, from ``[num_blocks, T // E,
+    block_size, E]``); ``block``, ``slot``, ``valid`` ``[n]``.
+    """
+    cache, target = _bits(cache), _bits(out)
+    tokens = cache[block, slot] if nd else cache[block, :, slot, :].reshape(out.shape[0], -1)
+    mask = valid.reshape(-1, *([1] * (out.dim() - 1)))
+    target.copy_(torch.where(mask, tokens, target))
