@@ -1,0 +1,440 @@
+"""The device fallback (cpu_fallback/on_device.py): bit-exact, in place, and never a host read.
+
+Every call runs on host tensors inside :func:`sync_guard.no_host_reads`, which raises on any
+operation that would read device values back to the host, so passing here proves the code
+would not synchronise on a device. In-domain calls must match ascend_kv/reference.py;
+garbage index values must match tests/safe_reference.py (the safe semantics); tensors that
+are views of wider buffers must change nowhere but in their own elements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import safe_reference
+import torch
+from cases import ND, NZ, Case, bits, bits_equal, kv_cache_cases, paged_cases, random_bits
+from hypothesis import given
+from hypothesis import strategies as st
+from sync_guard import HostReadError, no_host_reads
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ascend_kv import reference
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.cpu_fallback import on_device
+from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
+from ascend_kv.params import KvCacheCfg
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Index values nobody checked: small ones (in range or just outside), padding, and the int32/int64 limits.
+EXTREMES = [-1, -2, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1, 2**62, -(2**62), 2**31 - 1, -(2**31), 2**32]
+
+
+def garbage(index_dtype: torch.dtype) -> st.SearchStrategy[int]:
+    """Any index value ``index_dtype`` holds, weighted to small values and to the limits."""
+    info = torch.iinfo(index_dtype)
+    return st.one_of(st.integers(-3, 40), st.sampled_from([v for v in EXTREMES if info.min <= v <= info.max]),
+                     st.integers(info.min, info.max))
+
+
+def scattered(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a non-contiguous view (every element two apart)."""
+    return torch.stack([t, torch.full_like(t, 7)], -1)[..., 0]
+
+
+def guarded(fn: Callable[[Any], None], args: Any) -> None:
+    with no_host_reads():
+        fn(args)
+
+
+# ----------------------------------------------------------------------------- in domain: the reference
+
+
+def kv_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> KvCacheArgs:
+    """The case's :class:`KvCacheArgs`, index tensors passed through ``view``."""
+    new_kv, layer_id, past, token_offset, seq_len = case.args
+    layer = view(layer_id) if isinstance(layer_id, torch.Tensor) else layer_id
+    return KvCacheArgs(new_kv.reshape(-1, past.shape[-1]), past, layer, view(token_offset), view(seq_len))
+
+
+def paged_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> PagedLoadArgs:
+    """The case's :class:`PagedLoadArgs`; outputs not given are allocated as the reference does."""
+    key_cache, value_cache, block_table, context_lens = case.args
+    kw = case.kwargs
+    layout = KvCacheCfg(kw["kv_cache_cfg"])
+    cumsum = kw.get("cumsum", False)
+    key, value = kw.get("key"), kw.get("value")
+    if key is None or value is None:
+        rows = int(on_device.output_rows(context_lens, cumsum).item())          # the allocating form's one read
+        key, value = (torch.zeros((rows, *_row_shape(layout, c)), dtype=c.dtype) for c in (key_cache, value_cache))
+    starts = kw.get("seq_starts")
+    return PagedLoadArgs(layout, key_cache, value_cache, view(block_table), view(context_lens),
+                         None if starts is None else view(starts), cumsum, key, value)
+
+
+def _row_shape(layout: KvCacheCfg, cache: torch.Tensor) -> tuple[int, ...]:
+    return tuple(cache.shape[2:]) if layout == ND else (cache.shape[1] * cache.shape[3],)
+
+
+@given(case=kv_cache_cases(), noncontiguous=st.booleans())
+def test_kv_cache_matches_reference(case: Case, noncontiguous: bool) -> None:
+    args = kv_args(case.cloned(), scattered if noncontiguous else lambda t: t)
+    guarded(on_device.kv_cache, args)
+    assert bits_equal(args.past, reference.kv_cache(*case.cloned().args))
+
+
+@given(case=paged_cases(), noncontiguous=st.booleans())
+def test_paged_cache_load_matches_reference(case: Case, noncontiguous: bool) -> None:
+    args = paged_args(case.cloned(), scattered if noncontiguous else lambda t: t)
+    guarded(on_device.paged_cache_load, args)
+    expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
+    assert bits_equal(args.key, expected[0]) and bits_equal(args.value, expected[1])
+
+
+def test_nz_int8_keys_with_16_bit_values_match_reference() -> None:
+    from cases import paged_case
+    for value_dtype in (torch.float16, torch.bfloat16):
+        case = paged_case(NZ, [5, 40, 0, 17], key_dtype=torch.int8, value_dtype=value_dtype, block_size=16,
+                          give_outputs=True, extra_rows=3, seed=3)
+        args = paged_args(case.cloned())
+        guarded(on_device.paged_cache_load, args)
+        expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
+        assert bits_equal(args.key, expected[0]) and bits_equal(args.value, expected[1])
+
+
+@given(lens=st.lists(st.integers(0, 2**40), max_size=4), cumsum=st.booleans(), index_dtype=st.sampled_from([torch.int32, torch.int64]))
+def test_output_rows_is_the_reference_row_count(lens: list[int], cumsum: bool, index_dtype: torch.dtype) -> None:
+    if index_dtype == torch.int32:
+        lens = [n % 2**20 for n in lens]
+    values = [sum(lens[:i]) for i in range(len(lens) + 1)] if cumsum else lens
+    context_lens = torch.tensor(values, dtype=index_dtype)
+    with no_host_reads():
+        rows = on_device.output_rows(context_lens, cumsum)
+    assert rows.dtype == torch.int64 and rows.dim() == 0
+    assert int(rows) == sum(lens)
+
+
+@given(values=st.lists(garbage(torch.int64), min_size=1, max_size=5), cumsum=st.booleans())
+def test_output_rows_of_garbage_is_never_negative_nor_wrapped(values: list[int], cumsum: bool) -> None:
+    with no_host_reads():
+        rows = on_device.output_rows(torch.tensor(values), cumsum)
+    if cumsum:
+        assert int(rows) == max(values[-1], 0)
+    else:
+        bound = INT64_MAX // len(values)
+        lengths = [max(v, 0) for v in values]
+        if max(lengths) <= bound:
+            assert int(rows) == sum(lengths)
+        else:
+            assert int(rows) >= bound
+
+
+# ----------------------------------------------------------------------------- out of domain: the safe semantics
+
+
+def _index(values: list[int], dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+@st.composite
+def garbage_kv_args(draw: st.DrawFn) -> KvCacheArgs:
+    """A structurally valid ``kv_cache`` call whose index values are anything their dtype holds."""
+    dtype = draw(st.sampled_from(CACHE_DTYPES))
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    layers, batch, max_seq_len = draw(st.integers(1, 3)), draw(st.integers(0, 4)), draw(st.integers(1, 10))
+    hidden = nz_elements(dtype) * draw(st.integers(1, 2))
+    ntokens = draw(st.integers(0, 12))
+    seed = draw(st.integers(0, 2**31))
+    past = random_bits((layers, batch, max_seq_len, hidden), dtype, seed)
+    new_kv = random_bits((ntokens, hidden), dtype, seed + 1)
+    # Lengths mostly plausible so that many tokens land, offsets anything.
+    seq_len = draw(st.lists(st.one_of(st.integers(-2, 6), garbage(index_dtype)), min_size=batch, max_size=batch))
+    token_offset = draw(st.lists(st.one_of(st.integers(-2, 14), garbage(index_dtype)), min_size=batch, max_size=batch))
+    layer_value = draw(st.one_of(st.integers(-1, layers), garbage(index_dtype)))
+    layer_id: int | torch.Tensor = layer_value
+    if draw(st.booleans()):
+        layer_id = torch.tensor([layer_value], dtype=index_dtype)
+    return KvCacheArgs(new_kv, past, layer_id, _index(token_offset, index_dtype), _index(seq_len, index_dtype))
+
+
+def _cloned(args: Any) -> Any:
+    return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
+
+
+@given(args=garbage_kv_args())
+def test_kv_cache_garbage_indices_follow_safe_semantics(args: KvCacheArgs) -> None:
+    expected = _cloned(args)
+    safe_reference.kv_cache(expected)
+    guarded(on_device.kv_cache, args)
+    assert bits_equal(args.past, expected.past)
+
+
+def test_kv_cache_offsets_near_int64_limits_do_not_wrap_into_range() -> None:
+    # token_offset - seq_len + j wraps to 1 + j in int64: the exact value is far below 0, so nothing lands.
+    past = random_bits((1, 2, 8, 16), torch.float16, 0)
+    args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), 0,
+                       torch.tensor([INT64_MIN, INT64_MAX]), torch.tensor([INT64_MAX, INT64_MIN]))
+    guarded(on_device.kv_cache, args)
+    assert bits_equal(args.past, past)
+
+
+@st.composite
+def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
+    """A structurally valid ``paged_cache_load`` call with given outputs and index values of any kind."""
+    layout = draw(st.sampled_from([ND, NZ]))
+    key_dtype, value_dtype = draw(st.sampled_from(
+        [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if (k == v if layout == ND else nz_dtype_pair_allowed(k, v))]))
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    block_size = draw(st.sampled_from([1, 2, 5, 16] if layout == ND else [16, 32]))
+    num_blocks, batch, columns = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    num_heads = draw(st.sampled_from([1, 2]))
+    unit = max(nz_elements(key_dtype), nz_elements(value_dtype)) // math.gcd(
+        max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
+    head_k, head_v = unit * draw(st.integers(1, 2)), unit * draw(st.integers(1, 2))
+    seed = draw(st.integers(0, 2**31))
+    if layout == ND:
+        key_cache = random_bits((num_blocks, block_size, num_heads, head_k), key_dtype, seed)
+        value_cache = random_bits((num_blocks, block_size, num_heads, head_v), value_dtype, seed + 1)
+    else:
+        tk, tv = num_heads * head_k, num_heads * head_v
+        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
+        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed)
+        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 1)
+    key_rows, value_rows = draw(st.integers(0, 40)), draw(st.integers(0, 40))
+    key = random_bits((key_rows, *_row_shape(layout, key_cache)), key_dtype, seed + 2)
+    value = random_bits((value_rows, *_row_shape(layout, value_cache)), value_dtype, seed + 3)
+    blocks = st.one_of(st.integers(-1, num_blocks), garbage(index_dtype))
+    table = draw(st.lists(blocks, min_size=batch * columns, max_size=batch * columns))
+    cumsum = draw(st.booleans())
+    lens = st.one_of(st.integers(-3, 3 * block_size), garbage(index_dtype))
+    context_lens = draw(st.lists(lens, min_size=batch + cumsum, max_size=batch + cumsum))
+    if cumsum and draw(st.booleans()):                                           # mostly non-decreasing: unique writers
+        context_lens = sorted(context_lens)
+    starts = draw(st.none() | st.lists(st.one_of(st.integers(-2 * block_size, 3 * block_size), garbage(index_dtype)),
+                                       min_size=batch, max_size=batch))
+    return PagedLoadArgs(layout, key_cache, value_cache, _index(table, index_dtype).reshape(batch, columns),
+                         _index(context_lens, index_dtype), None if starts is None else _index(starts, index_dtype),
+                         cumsum, key, value)
+
+
+def _entry(args: PagedLoadArgs, b: int, key: torch.Tensor, value: torch.Tensor) -> PagedLoadArgs:
+    """Batch entry ``b`` of a cumsum-mode call alone (its rows do not depend on the others), into ``key``/``value``."""
+    starts = None if args.seq_starts is None else args.seq_starts[b:b + 1]
+    return PagedLoadArgs(args.layout, args.key_cache, args.value_cache, args.block_table[b:b + 1],
+                         args.context_lens[b:b + 2], starts, True, key, value)
+
+
+def _writes(args: PagedLoadArgs, b: int, out: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which rows of output ``out`` entry ``b`` writes under the safe semantics ``[rows]`` bool, and with what."""
+    blank = getattr(args, out)
+    results = []
+    for fill in (torch.zeros_like(bits(blank)), torch.full_like(bits(blank), -1)):  # every bit differs
+        key, value = args.key.clone(), args.value.clone()
+        target = key if out == "key" else value
+        bits(target).copy_(fill)
+        safe_reference.paged_cache_load(_entry(args, b, key, value))
+        results.append(target)
+    same = (bits(results[0]) == bits(results[1])).reshape(blank.shape[0], -1).all(1)
+    return same, results[0]
+
+
+def assert_safe_paged(before: PagedLoadArgs, after: PagedLoadArgs) -> None:
+    """``after``'s outputs follow the safe semantics from ``before``'s.
+
+    Default mode: exactly the safe reference. Cumsum mode: a row one entry writes holds that
+    entry's token, a row several entries write holds one of theirs, other rows keep their bits.
+    """
+    if not before.cumsum:
+        expected = _cloned(before)
+        safe_reference.paged_cache_load(expected)
+        assert bits_equal(after.key, expected.key) and bits_equal(after.value, expected.value)
+        return
+    for out in ("key", "value"):
+        got, original = bits(getattr(after, out)), bits(getattr(before, out))
+        rows = got.shape[0]
+        writes = [_writes(before, b, out) for b in range(before.block_table.shape[0])]
+        for r in range(rows):
+            tokens = [bits(token[r]) for written, token in writes if written[r]]
+            choices = tokens or [original[r]]
+            assert any(torch.equal(got[r], t) for t in choices), f"{out} row {r}: {len(tokens)} writers, none matches"
+
+
+@given(args=garbage_paged_args())
+def test_paged_garbage_indices_follow_safe_semantics(args: PagedLoadArgs) -> None:
+    before = _cloned(args)
+    guarded(on_device.paged_cache_load, args)
+    assert_safe_paged(before, args)
+    assert bits_equal(args.key_cache, before.key_cache) and bits_equal(args.value_cache, before.value_cache)
+
+
+def test_paged_cumsum_overlap_takes_one_writer_and_unique_rows_exactly() -> None:
+    # context_lens [0, 6, 2, 9]: entry 0 rows 0..5, entry 1 none (decreasing), entry 2 rows 2..8 (rows 2..5 twice).
+    key_cache = random_bits((4, 4, 1, 16), torch.float16, 0)
+    value_cache = random_bits((4, 4, 1, 16), torch.float16, 1)
+    table = torch.tensor([[0, 1], [2, 3], [3, 2]])
+    args = PagedLoadArgs(ND, key_cache, value_cache, table, torch.tensor([0, 6, 2, 9]), None, True,
+                         random_bits((10, 1, 16), torch.float16, 2), random_bits((10, 1, 16), torch.float16, 3))
+    before = _cloned(args)
+    guarded(on_device.paged_cache_load, args)
+    assert_safe_paged(before, args)
+    assert bits_equal(args.key[9], before.key[9])                                # no writer: kept
+    assert bits_equal(args.key[8], key_cache[2, 2])                              # entry 2 alone: j = 6
+
+
+# ----------------------------------------------------------------------------- strides: views of wider buffers
+
+
+def embedded(t: torch.Tensor, before: int, after: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random-bits buffer with ``before``/``after`` extra last-dim elements, and the view holding ``t``."""
+    buffer = random_bits((*t.shape[:-1], before + t.shape[-1] + after), t.dtype, seed)
+    view = buffer[..., before:before + t.shape[-1]]
+    view.copy_(t)
+    return buffer, view
+
+
+def expected_buffer(buffer: torch.Tensor, before: int, result: torch.Tensor) -> torch.Tensor:
+    """``buffer`` as it was, with the view at ``before`` replaced by ``result``: only the view may change."""
+    expected = buffer.clone()
+    expected[..., before:before + result.shape[-1]] = result
+    return expected
+
+
+@given(case=kv_cache_cases(), pad=st.tuples(st.integers(0, 3), st.integers(0, 3)), strided_new=st.booleans())
+def test_kv_cache_into_a_column_slice_changes_nothing_else(case: Case, pad: tuple[int, int], strided_new: bool) -> None:
+    new_kv, layer_id, past, token_offset, seq_len = case.cloned().args
+    buffer, view = embedded(past, *pad, seed=11)
+    original = buffer.clone()
+    flat_new = new_kv.reshape(-1, past.shape[-1])
+    if strided_new:
+        flat_new = embedded(flat_new, 1, 2, seed=12)[1]
+    guarded(on_device.kv_cache, KvCacheArgs(flat_new, view, layer_id, token_offset, seq_len))
+    assert bits_equal(buffer, expected_buffer(original, pad[0], reference.kv_cache(*case.cloned().args)))
+
+
+@given(args=garbage_kv_args(), half=st.integers(0, 1))
+def test_kv_cache_garbage_into_one_half_of_a_kv_buffer_changes_nothing_else(args: KvCacheArgs, half: int) -> None:
+    both = torch.stack([args.past, random_bits(args.past.shape, args.past.dtype, 5)], 1)   # [L, 2, B, S, H]
+    both = both if half == 0 else both.flip(1)
+    original = both.clone()
+    expected = _cloned(args)
+    safe_reference.kv_cache(expected)
+    guarded(on_device.kv_cache, KvCacheArgs(args.new_kv, both[:, half], args.layer_id, args.token_offset, args.seq_len))
+    original[:, half] = expected.past
+    assert bits_equal(both, original)
+
+
+def test_paged_mla_column_slices_of_one_cache_buffer() -> None:
+    # One [num_blocks, block_size, 1, 576] buffer: keys are columns 0..511, values 512..575.
+    buffer = random_bits((6, 16, 1, 576), torch.bfloat16, 0)
+    original = buffer.clone()
+    key_cache, value_cache = buffer[..., :512], buffer[..., 512:]
+    table = torch.tensor([[3, 0, -1], [5, 2, 1]], dtype=torch.int32)
+    lens = torch.tensor([20, 40], dtype=torch.int32)
+    key = random_bits((60, 1, 512), torch.bfloat16, 1)
+    value_buffer = random_bits((60, 1, 80), torch.bfloat16, 2)                   # value rows 64 of 80 apart
+    args = PagedLoadArgs(ND, key_cache, value_cache, table, lens, None, False, key, value_buffer[..., 8:72])
+    expected = reference.paged_cache_load(key_cache.clone(), value_cache.clone(), table, lens, kv_cache_cfg=ND)
+    value_before = value_buffer.clone()
+    guarded(on_device.paged_cache_load, args)
+    assert bits_equal(key, expected[0])
+    assert bits_equal(value_buffer, expected_buffer(value_before, 8, expected[1]))
+    assert bits_equal(buffer, original)
+
+
+@given(args=garbage_paged_args(), pads=st.tuples(st.integers(0, 2), st.integers(0, 2)))
+def test_paged_strided_caches_and_outputs_change_nothing_else(args: PagedLoadArgs, pads: tuple[int, int]) -> None:
+    # Key and value caches block by block in one buffer when they have one shape and dtype (else each in its own
+    # wider buffer), and outputs that are column slices of wider rows with random bits in the gaps.
+    before = _cloned(args)
+    if args.key_cache.shape == args.value_cache.shape and args.key_cache.dtype == args.value_cache.dtype:
+        caches = torch.stack([args.key_cache, args.value_cache], 1)              # [num_blocks, 2, ...]
+        key_cache, value_cache = caches[:, 0], caches[:, 1]
+    else:
+        key_cache, value_cache = embedded(args.key_cache, 1, 0, 7)[1], embedded(args.value_cache, 0, 2, 8)[1]
+    key_buffer, key = embedded(args.key, pads[0], 1, 9)
+    value_buffer, value = embedded(args.value, 1, pads[1], 10)
+    key_original, value_original = key_buffer.clone(), value_buffer.clone()
+    strided = PagedLoadArgs(args.layout, key_cache, value_cache, args.block_table, args.context_lens,
+                            args.seq_starts, args.cumsum, key, value)
+    guarded(on_device.paged_cache_load, strided)
+    assert_safe_paged(before, strided)
+    assert bits_equal(key_buffer, expected_buffer(key_original, pads[0], key))
+    assert bits_equal(value_buffer, expected_buffer(value_original, 1, value))
+    assert bits_equal(key_cache, before.key_cache) and bits_equal(value_cache, before.value_cache)
+
+
+# ----------------------------------------------------------------------------- race freedom of the one index_put_
+
+
+class _IndexPutRecorder(TorchDispatchMode):
+    """Records the (indices, values) of every ``index_put_`` call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
+            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
+        return func(*args, **(kwargs or {}))
+
+
+@given(args=garbage_kv_args())
+def test_kv_cache_duplicate_destinations_carry_identical_rows(args: KvCacheArgs) -> None:
+    # index_put_ on a parallel device leaves duplicate indices with different values undefined.
+    recorder = _IndexPutRecorder()
+    with recorder:
+        on_device.kv_cache(args)
+    assert len(recorder.calls) <= 1
+    for indices, values in recorder.calls:
+        destinations: dict[tuple[int, ...], torch.Tensor] = {}
+        for t, destination in enumerate(zip(*(i.tolist() for i in indices))):
+            row = bits(values[t])
+            assert torch.equal(destinations.setdefault(destination, row), row), f"{destination} written twice, differently"
+
+
+# ----------------------------------------------------------------------------- the guard itself
+
+
+@pytest.mark.parametrize("read", [
+    lambda x: x[0].item(), lambda x: int(x[1]), lambda x: bool(x[0]), lambda x: x.tolist(), lambda x: x.numpy(),
+    lambda x: x[x > 2], lambda x: x.clone().__setitem__(x > 2, 0), lambda x: torch.nonzero(x),
+    lambda x: torch.where(x > 2), lambda x: torch.masked_select(x, x > 2), lambda x: torch.unique(x),
+    lambda x: torch.repeat_interleave(x), lambda x: torch.equal(x, x), lambda x: x[torch.tensor(1)],
+    lambda x: torch.empty(2, device="meta").to("cpu"),
+], ids=["item", "int", "bool", "tolist", "numpy", "mask-index", "mask-assign", "nonzero", "where-1", "masked_select",
+        "unique", "repeat_interleave", "equal", "0-d-index", "cross-device-copy"])
+def test_guard_catches_host_reads(read: Callable[[torch.Tensor], Any]) -> None:
+    with pytest.raises(HostReadError), no_host_reads():
+        read(torch.arange(6))
+
+
+def test_guard_lets_value_free_ops_through_and_restores_methods() -> None:
+    x = torch.arange(6)
+    with no_host_reads():
+        torch.repeat_interleave(x, output_size=15)
+        torch.where(x > 2, x, 0).cumsum(0)
+    assert x.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_guard_catches_a_planted_item_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(on_device, "_layer", lambda layer_id, device: torch.tensor([int(layer_id)], device=device))
+    args = KvCacheArgs(torch.zeros(2, 16), torch.zeros(2, 1, 4, 16), torch.tensor([1]), torch.tensor([2]),
+                       torch.tensor([2]))
+    with pytest.raises(HostReadError):
+        guarded(on_device.kv_cache, args)
+
+
+def test_guard_catches_a_planted_boolean_mask_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def masked(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,
+               valid: torch.Tensor) -> None:
+        out[valid] = cache[block, slot][valid]
+
+    monkeypatch.setattr(on_device, "_gather_into", masked)
+    args = paged_args(Case((torch.zeros(2, 4, 1, 16), torch.zeros(2, 4, 1, 16), torch.tensor([[1]]),
+                            torch.tensor([3])), {"kv_cache_cfg": ND}))
+    with pytest.raises(HostReadError):
+        guarded(on_device.paged_cache_load, args)
