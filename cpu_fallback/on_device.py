@@ -187,6 +187,6 @@ def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.
     block_size, E]``); ``block``, ``slot``, ``valid`` ``[n]``.
     """
     cache, target = _bits(cache), _bits(out)
-    tokens = cache[block, slot] if nd else cache[block, :, slot, :].reshape(out.shape[0], -1)
+    tokens = cache[block, slot] if nd else cache[block, :, slot, :].reshape(out.shape)
     mask = valid.reshape(-1, *([1] * (out.dim() - 1)))
     target.copy_(torch.where(mask, tokens, target))
