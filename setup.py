@@ -43,7 +43,9 @@ class BuildPyWithNpuLibrary(build_py):
         if configure.returncode != 0 or "ascend_kv: building the NPU kernels" not in configure.stdout:
             print("ascend_kv: NPU library not built (see the 'ascend_kv:' lines above); installing without it")
             return
-        subprocess.run(["cmake", "--build", str(build), "--target", "ascend_kv_npu", "-j"], check=True)
+        # A bare -j starts unbounded jobs; one per CPU is enough for a handful of sources.
+        jobs = str(os.cpu_count() or 1)
+        subprocess.run(["cmake", "--build", str(build), "--target", "ascend_kv_npu", "-j", jobs], check=True)
         # Editable installs import from the source tree; others from build_lib.
         package = ROOT / "ascend_kv" if self.editable_mode else Path(self.build_lib) / "ascend_kv"
         (package / "lib").mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,13 @@
 /*
- * Tiling of the two kernels: computed on the host (ascendc/host/tiling.cpp), copied to device
- * memory, read by the kernels (ascendc/kernels/). Shared by the NPU build and the host build.
+ * Tiling of the two kernels: computed on the host from shapes, byte strides, the vector-core
+ * count and the UB size (ascendc/host/tiling.cpp), read by the kernels (ascendc/kernels/).
+ * Shared by the NPU build and the host build.
  *
- * Plain data only: every field is a uint64_t, so the struct has no padding, the same layout on
- * every compiler, and a kernel reads it as an array of 64-bit words.
- * Sizes are in bytes unless a name says otherwise. All tensors are addressed as bytes: a row
- * is a whole number of 32-byte blocks (validated before launch), so the kernels are
- * dtype-agnostic copies.
+ * Each struct is generated from one field list (an X-macro): the struct, the host's printout
+ * and everything else that walks the fields follow from it. Every field is a uint64_t, so the
+ * struct has no padding, one layout on every compiler, and a kernel reads it as 64-bit words.
+ * Sizes and strides are in bytes. The tiling never depends on index values: the kernels read
+ * the raw index tensors themselves (int32 or int64 each, as the *ElemBytes fields say).
  */
 #ifndef ASCEND_KV_TILING_H
 #define ASCEND_KV_TILING_H
@@ -15,75 +16,107 @@
 
 namespace ascend_kv {
 
-/// Bytes in one hardware data block (the unit of DataCopy lengths and gaps).
+/// Bytes in one hardware data block (the unit of DataCopy lengths and UB addresses).
 constexpr uint64_t kBlockBytes = 32;
-/// Largest blockCount of one DataCopyParams copy (12 bits).
+/// Largest blockCount of one DataCopy / DataCopyPad (12 bits).
 constexpr uint64_t kMaxBlockCount = 4095;
-/// Largest srcStride (gap, in 32-byte blocks) of one DataCopyParams copy (16 bits).
-constexpr uint64_t kMaxGapBlocks = 65535;
-/// Buffers in the copy queue: 2 = double buffering (MTE2 of chunk i+1 overlaps MTE3 of chunk i).
+/// Largest GM-side gap of one DataCopyPad, in bytes (32-bit field).
+constexpr uint64_t kMaxPadGapBytes = 0xFFFFFFFFull;
+/// UB buffers of the copy queue: 2 = double buffering (MTE2 of chunk i+1 overlaps MTE3 of chunk i).
 constexpr uint64_t kCopyBuffers = 2;
+/// Bytes of one staged window of an index tensor, at most: well below the 16-bit limits some
+/// of AscendC's own checks put on a copy length.
+constexpr uint64_t kMaxStageBytes = 16 * 1024;
 
 /// Paged cache layouts, the values of ascend_kv.KvCacheCfg.
 constexpr uint64_t kLayoutNz = 0;
 constexpr uint64_t kLayoutNd = 1;
 
-/**
- * KV cache write: token j of batch entry b (0 <= j < seq_len[b]) is row read_start[b] + j of
- * new_kv [ntokens, rowBytes] and goes to past[layerId, b, write_start[b] + j] of
- * past [layers, batch, maxSeqLen, rowBytes].
- *
- * Work split: the tokens, numbered in batch order (t = seq_len[0] + ... + seq_len[b-1] + j),
- * are split evenly over usedCores cores: core c takes [c * tokensPerCore + min(c, remainder),
- * ...) with tokensPerCore + (c < remainder) tokens. Each core copies its runs of contiguous
- * rows through UB in chunks of at most chunkBytes, double-buffered.
+/*
+ * kv_cache: for each batch entry b, n = clamp(seq_len[b], 0, ntokens) tokens; token j is row
+ * prefix_b + j of new_kv (prefix_b = n_0 + ... + n_{b-1}) and goes to
+ * past[layer, b, token_offset[b] - seq_len[b] + j]; tokens outside either tensor are skipped.
+ * The token number prefix_b + j is the new_kv row, so the kernel splits the rows [0, ntokens)
+ * evenly over usedCores cores (the first ntokens % usedCores cores take one more).
  */
+#define ASCEND_KV_KV_CACHE_TILING_FIELDS(FIELD)                                                  \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(ntokens, "rows of new_kv")                                                             \
+    FIELD(rowBytes, "bytes of one token row (hidden * itemsize), a multiple of 32")              \
+    FIELD(newKvRowStride, "bytes between new_kv rows")                                           \
+    FIELD(newKvSpan, "bytes from new_kv's first element to the end of its last")                 \
+    FIELD(layers, "past.shape[0]")                                                               \
+    FIELD(batch, "past.shape[1]: entries of token_offset and seq_len")                           \
+    FIELD(maxSeqLen, "past.shape[2]")                                                            \
+    FIELD(pastLayerStride, "bytes between past layers")                                          \
+    FIELD(pastBatchStride, "bytes between past batch entries")                                   \
+    FIELD(pastSeqStride, "bytes between past positions")                                         \
+    FIELD(pastSpan, "bytes from past's first element to the end of its last")                   \
+    FIELD(layerId, "the layer written (two's complement) when there is no layer tensor")         \
+    FIELD(layerElemBytes, "element size of the layer tensor (4 or 8), 0: no layer tensor")       \
+    FIELD(offsetElemBytes, "element size of token_offset (4 or 8)")                              \
+    FIELD(seqLenElemBytes, "element size of seq_len (4 or 8)")                                   \
+    FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+
+/*
+ * paged_cache_load: for each batch entry b, n_b = clamp(lens_b, 0, R) tokens (R = max(keyRows,
+ * valueRows); lens_b = context_lens[b], or context_lens[b+1] - context_lens[b] in cumsum mode);
+ * token j sits in block block_table[b, floor(seq_starts[b] / blockSize) + j / blockSize] at slot
+ * j % blockSize and goes to output row first_b + j (first_b: the running sum of n, or
+ * context_lens[b] in cumsum mode); out-of-range columns, blocks and rows are skipped. Every core
+ * scans the lengths for the total and splits it evenly over usedCores cores itself.
+ * Cache token (blk, slot): ND rows at blk * blockStride + slot * slotStride (a row is
+ * contiguous); NZ 32-byte pieces p at blk * blockStride + p * pieceStride + slot * slotStride.
+ */
+#define ASCEND_KV_PAGED_LOAD_TILING_FIELDS(FIELD)                                                \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(layout, "kLayoutNd or kLayoutNz")                                                      \
+    FIELD(cumsum, "1: context_lens holds batch + 1 cumulative lengths")                          \
+    FIELD(batch, "block_table.shape[0]")                                                         \
+    FIELD(maxBlocks, "block_table.shape[1]")                                                     \
+    FIELD(numBlocks, "cache blocks (key_cache and value_cache alike)")                           \
+    FIELD(blockSize, "token slots per cache block")                                              \
+    FIELD(tableElemBytes, "element size of block_table (4 or 8)")                                \
+    FIELD(lensElemBytes, "element size of context_lens (4 or 8)")                                \
+    FIELD(startsElemBytes, "element size of seq_starts (4 or 8), 0: no seq_starts")              \
+    FIELD(keyRowBytes, "bytes of one key token row, a multiple of 32")                           \
+    FIELD(keyBlockStride, "bytes between key_cache blocks")                                      \
+    FIELD(keySlotStride, "bytes between key_cache slots of a block")                             \
+    FIELD(keyPieceStride, "NZ: bytes between the 32-byte pieces of a key token (ND: 0)")         \
+    FIELD(keyCacheSpan, "bytes from key_cache's first element to the end of its last")           \
+    FIELD(keyRows, "rows of the key output")                                                     \
+    FIELD(keyRowStride, "bytes between key output rows")                                         \
+    FIELD(keySpan, "bytes from key's first element to the end of its last")                      \
+    FIELD(valueRowBytes, "bytes of one value token row, a multiple of 32")                       \
+    FIELD(valueBlockStride, "bytes between value_cache blocks")                                  \
+    FIELD(valueSlotStride, "bytes between value_cache slots of a block")                         \
+    FIELD(valuePieceStride, "NZ: bytes between the 32-byte pieces of a value token (ND: 0)")     \
+    FIELD(valueCacheSpan, "bytes from value_cache's first element to the end of its last")       \
+    FIELD(valueRows, "rows of the value output")                                                 \
+    FIELD(valueRowStride, "bytes between value output rows")                                     \
+    FIELD(valueSpan, "bytes from value's first element to the end of its last")                  \
+    FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+
+#define ASCEND_KV_TILING_DECLARE_FIELD(name, doc) uint64_t name;
+
 struct KvCacheTiling {
-    uint64_t usedCores;      ///< cores to launch (0: nothing to do, launch nothing)
-    uint64_t ntokens;        ///< rows of new_kv
-    uint64_t rowBytes;       ///< bytes of one token row (hidden * itemsize), a multiple of 32
-    uint64_t layers;         ///< past.shape[0]
-    uint64_t batch;          ///< past.shape[1], and the length of each metadata array
-    uint64_t maxSeqLen;      ///< past.shape[2]
-    uint64_t layerId;        ///< the layer written
-    uint64_t tokensPerCore;  ///< floor(ntokens / usedCores)
-    uint64_t remainder;      ///< ntokens % usedCores: the first `remainder` cores take one more
-    uint64_t chunkBytes;     ///< bytes of each of the kCopyBuffers UB copy buffers, a multiple of 32
-    uint64_t metaWindow;     ///< int64 entries of each metadata array staged in UB at once (multiple of 4)
+    ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
-/**
- * Paged cache load: token j of batch entry b (0 <= j < lens[b]) sits in block
- * block_table[b, first_column[b] + j / blockSize] at slot j % blockSize and goes to output row
- * out_start[b] + j, for the key and the value cache alike.
- *
- * Work split as for KvCacheTiling, over the tokens numbered in batch order. A core copies runs
- * of tokens that share a block: ND runs are contiguous rows (large copies); NZ tokens are
- * gathered piece by piece (blockCount = row blocks, blockLen = 1, gap = blockSize - 1, at most
- * gatherBlocks pieces per copy) into UB, several tokens per buffer, then stored contiguously.
- */
 struct PagedLoadTiling {
-    uint64_t usedCores;      ///< cores to launch (0: nothing to do, launch nothing)
-    uint64_t numTokens;      ///< tokens gathered (sum of lens)
-    uint64_t layout;         ///< kLayoutNd or kLayoutNz
-    uint64_t batch;          ///< block_table.shape[0], and the length of lens/out_start/first_column
-    uint64_t maxBlocks;      ///< block_table.shape[1] (columns)
-    uint64_t numBlocks;      ///< cache blocks (key_cache.shape[0] == value_cache.shape[0])
-    uint64_t blockSize;      ///< token slots per cache block
-    uint64_t keyRowBytes;    ///< bytes of one key token row, a multiple of 32
-    uint64_t valueRowBytes;  ///< bytes of one value token row, a multiple of 32
-    uint64_t keyRows;        ///< rows of the key output
-    uint64_t valueRows;      ///< rows of the value output
-    uint64_t tokensPerCore;  ///< floor(numTokens / usedCores)
-    uint64_t remainder;      ///< numTokens % usedCores: the first `remainder` cores take one more
-    uint64_t chunkBytes;     ///< bytes of each of the kCopyBuffers UB copy buffers, a multiple of 32
-    uint64_t metaWindow;     ///< int64 entries of each per-batch array staged in UB at once (multiple of 4)
-    uint64_t tableWindow;    ///< int64 block-table entries staged in UB at once (multiple of 4)
-    uint64_t gatherBlocks;   ///< NZ: most 32-byte pieces per gather copy (4095, or 1 if blockSize - 1 > 65535)
+    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
-static_assert(sizeof(KvCacheTiling) == 11 * sizeof(uint64_t), "KvCacheTiling must be uint64_t fields only");
-static_assert(sizeof(PagedLoadTiling) == 17 * sizeof(uint64_t), "PagedLoadTiling must be uint64_t fields only");
+#undef ASCEND_KV_TILING_DECLARE_FIELD
+
+#define ASCEND_KV_TILING_COUNT_FIELD(name, doc) +1
+static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "KvCacheTiling must be uint64_t fields only");
+static_assert(sizeof(PagedLoadTiling) == (0 ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "PagedLoadTiling must be uint64_t fields only");
+#undef ASCEND_KV_TILING_COUNT_FIELD
 
 }  // namespace ascend_kv
 

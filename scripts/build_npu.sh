@@ -3,7 +3,8 @@
 # PyTorch op library libascend_kv_npu.so, copied to ascend_kv/lib/ (where the package looks for
 # it; ASCEND_KV_NPU_LIB can point elsewhere). Then `ascend-kv info` shows what will run.
 #
-# Settings (environment): PYTHON (default: python3 on PATH, the one with torch_npu),
+# Settings (environment): PYTHON (default: python3 on PATH, the one with torch_npu), JOBS (parallel
+# compile jobs, default: the number of CPUs),
 # SOC_VERSION (default: detected from NPU 0), BUILD_DIR (default: build/npu), ASCEND_HOME_PATH
 # (default: found by sourcing CANN's set_env.sh from its usual install folders).
 set -euo pipefail
@@ -33,7 +34,7 @@ if ! grep -q "ascend_kv: building the NPU kernels" "$build/configure.log"; then
   echo "build_npu.sh: CMake skipped the NPU targets; the reason is in the lines starting 'ascend_kv:' above" >&2
   exit 1
 fi
-cmake --build "$build" --target ascend_kv_npu -j "$(nproc)"
+cmake --build "$build" --target ascend_kv_npu -j "${JOBS:-$(nproc)}"
 install -D -m 755 "$build/lib/libascend_kv_npu.so" "$root/ascend_kv/lib/libascend_kv_npu.so"
 echo "build_npu.sh: installed $root/ascend_kv/lib/libascend_kv_npu.so"
 "$python" -m ascend_kv info

@@ -1,77 +1,41 @@
-"""The ``sim`` backend: the AscendC kernels of ``ascendc/`` compiled for the host and run there.
+"""The ``sim`` backend: the AscendC kernels of ``ascendc/`` built for the host and run there.
 
-The kernel sources are built with the system C++ compiler against the host model of the
-AscendC API (``ascendc/sim/include/kernel_operator.h``) into a shared library, on first use,
-and cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``) by a hash of the
-sources and the build command, so an edited source is rebuilt. It is a test instrument: never
-chosen automatically, CPU tensors only (the dispatcher sees to that), and an error reported by the host model (a kernel
-breaking an API rule) is a bug, raised as ``RuntimeError`` with the model's message.
+The host build (CMake target ``ascend_kv_host``: the kernel sources against the host model of
+the AscendC API, the tiling and the shared op binding) is built on first use with CMake and
+cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), keyed by a hash of every
+source file and the build settings, so an edited source is rebuilt. The library registers
+``torch.ops.ascend_kv_host.kv_cache`` and ``.paged_cache_load`` for CPU and PrivateUse1; this
+module loads it and calls them. It is a test instrument: a kernel breaking an API rule (the
+host model's message) or an access outside the tensors is a ``RuntimeError``.
 
-Settings, read on every call:
-
-- ``ASCEND_KV_SIM_CORES``: vector cores simulated (default 40, Ascend910B3).
-- ``ASCEND_KV_SIM_UB_BYTES``: usable UB bytes per core (default 192 KB - 256 B - 8 KB).
-- ``CXX``: the compiler (default ``g++``).
+Settings, read by the library on every call: ``ASCEND_KV_SIM_CORES`` (vector cores, default
+40) and ``ASCEND_KV_SIM_UB_BYTES`` (usable UB per core, default 192 KB - 256 B - 8 KB). The
+build uses ``cmake`` from PATH (or next to the Python executable) and CMake's usual ``CXX``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
-import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ..calls import KvCacheCall, PagedLoadCall
+from ..calls import KvCacheArgs, PagedLoadArgs
 from ..errors import BackendUnavailableError
+from . import kernel_domain
 
 NAME = "sim"
 
-DEFAULT_CORES = 40
-DEFAULT_UB_BYTES = 192 * 1024 - 256 - 8 * 1024
-_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread")
-_MESSAGE_BYTES = 4096
-# Return codes of the C entry points (ascendc/sim/launch_sim.cpp).
-_OK, _TILING_ERROR, _MODEL_ERROR = 0, 1, 2
-
-_u64 = ctypes.c_uint64
-_ptr = ctypes.c_void_p
+_TARGET = "ascend_kv_host"
+_BUILD_JOBS = 2
 _lock = threading.Lock()
-_library: ctypes.CDLL | None = None
-
-
-# ----------------------------------------------------------------------------- settings
-
-
-def _setting(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-    return value
-
-
-def cores() -> int:
-    """Vector cores the kernels run on: ``ASCEND_KV_SIM_CORES``, default 40."""
-    return _setting("ASCEND_KV_SIM_CORES", DEFAULT_CORES, 1)
-
-
-def ub_bytes() -> int:
-    """Usable UB bytes per core: ``ASCEND_KV_SIM_UB_BYTES``, default 192 KB - 256 B - 8 KB."""
-    return _setting("ASCEND_KV_SIM_UB_BYTES", DEFAULT_UB_BYTES, 1)
+_loaded: Path | None = None
 
 
 # ----------------------------------------------------------------------------- build
@@ -81,31 +45,21 @@ def source_root() -> Path:
     """The ``ascendc/`` sources: in the repository (editable install) or shipped in the wheel."""
     here = Path(__file__).resolve()
     for root in (here.parents[2] / "ascendc", here.parents[1] / "_ascendc"):
-        if (root / "sim" / "launch_sim.cpp").is_file():
+        if (root / "CMakeLists.txt").is_file() and (root / "cmake" / "host.cmake").is_file():
             return root
     raise BackendUnavailableError(
         f"backend 'sim' is not available: the AscendC sources were not found next to {here.parents[1]}"
     )
 
 
-def _sources(root: Path) -> tuple[list[Path], list[Path]]:
-    """``(translation units, every file the build reads)``, in a stable order."""
-    units = sorted(root.glob("kernels/*.cpp")) + [root / "host" / "tiling.cpp", root / "sim" / "launch_sim.cpp"]
-    headers = sorted(
-        p for pattern in ("*.h", "kernels/*.h", "host/*.h", "sim/*.h", "sim/include/**/*.h") for p in root.glob(pattern)
-    )
-    return units, units + headers
-
-
-def _compiler() -> str:
-    name = os.environ.get("CXX", "").strip() or "g++"
-    found = shutil.which(shlex.split(name)[0]) if name else None
+def _cmake() -> str:
+    found = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
     if found is None:
         raise BackendUnavailableError(
-            f"backend 'sim' is not available: it compiles the AscendC kernels for the host with a C++17 "
-            f"compiler, and {name!r} was not found (install g++ or set CXX)"
+            "backend 'sim' is not available: it builds the AscendC kernels for the host with CMake, and "
+            "'cmake' was not found (install it, e.g. `pip install cmake`)"
         )
-    return name
+    return found
 
 
 def _cache_dir() -> Path:
@@ -113,130 +67,110 @@ def _cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "ascend_kv"
 
 
-def _build_plan() -> tuple[list[str], list[Path], Path]:
-    """``(compile command without sources and output, translation units, cached library path)``."""
+def _settings() -> list[str]:
+    """Everything besides the sources that changes the library: CMake, compiler, torch."""
+    return [_cmake(), os.environ.get("CXX", ""), torch.__version__, torch.utils.cmake_prefix_path, sys.version]
+
+
+def _sources(root: Path) -> list[Path]:
+    """Every file the build reads, in a stable order (the model's own test driver excluded)."""
+    patterns = ("CMakeLists.txt", "**/*.cmake", "**/*.h", "**/*.cpp")
+    return sorted({p for pattern in patterns for p in root.glob(pattern) if "tests" not in p.relative_to(root).parts})
+
+
+def _cached_path() -> Path:
     root = source_root()
-    units, inputs = _sources(root)
-    command = [*shlex.split(_compiler()), *_FLAGS, f"-I{root / 'sim' / 'include'}", f"-I{root}"]
-    digest = hashlib.sha256("\0".join(command).encode())
-    for path in inputs:
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return command, units, _cache_dir() / f"libascend_kv_sim-{digest.hexdigest()[:20]}.so"
+    digest = hashlib.sha256("\0".join(_settings()).encode())
+    for path in _sources(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return _cache_dir() / f"libascend_kv_host-{digest.hexdigest()[:20]}.so"
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr)[-4000:]
+        raise BackendUnavailableError(
+            f"backend 'sim' is not available: {what} failed ({' '.join(command)}):\n{tail}"
+        )
+
+
+def _build(target: Path) -> None:
+    """Configure and build the host target in a private folder, then rename the library into
+    place: a concurrent build or load never sees a partial file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as work:
+        build = Path(work) / "build"
+        cmake = _cmake()
+        _run([cmake, "-S", str(source_root()), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+              f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"], "configuring the host build")
+        _run([cmake, "--build", str(build), "--target", _TARGET, "-j", str(_BUILD_JOBS)],
+             "compiling the AscendC kernels for the host")
+        (built,) = build.rglob(f"lib{_TARGET}.so")
+        partial = Path(work) / target.name
+        shutil.copy2(built, partial)
+        os.replace(partial, target)
 
 
 def library_path() -> Path:
-    """Where the build of the current sources and command is (or will be) cached."""
-    return _build_plan()[2]
-
-
-def build() -> Path:
-    """Compile the host library unless a build of the same sources and command is cached."""
-    command, units, target = _build_plan()
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build under a private name, then rename: a concurrent build or load never sees a partial file.
-    fd, partial = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [*command, *map(str, units), "-o", partial], capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            raise BackendUnavailableError(
-                f"backend 'sim' is not available: compiling the AscendC kernels for the host failed "
-                f"({' '.join(command)} ...):\n{result.stderr[-4000:]}"
-            )
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+    """The host library of the current sources and settings, built first if it is not cached."""
+    target = _cached_path()
+    if not target.is_file():
+        _build(target)
     return target
 
 
-def library() -> ctypes.CDLL:
-    """The loaded host library (built on first use)."""
-    global _library
+def load() -> None:
+    """Load the host library into this process (once; it registers ``torch.ops.ascend_kv_host``)."""
+    global _loaded
     with _lock:
-        if _library is None:
-            lib = ctypes.CDLL(str(build()))
-            lib.ascend_kv_sim_kv_cache.restype = ctypes.c_int
-            lib.ascend_kv_sim_kv_cache.argtypes = [_ptr] * 5 + [_u64] * 8 + [ctypes.c_char_p, _u64]
-            lib.ascend_kv_sim_paged_cache_load.restype = ctypes.c_int
-            lib.ascend_kv_sim_paged_cache_load.argtypes = [_ptr] * 8 + [_u64] * 12 + [ctypes.c_char_p, _u64]
-            for name in ("ascend_kv_sim_kv_cache_tiling", "ascend_kv_sim_paged_load_tiling"):
-                getattr(lib, name).restype = ctypes.c_int
-                getattr(lib, name).argtypes = [ctypes.POINTER(_u64), _u64, _u64, ctypes.POINTER(_u64)]
-            _library = lib
-        return _library
+        if _loaded is None:
+            path = library_path()
+            torch.ops.load_library(str(path))
+            _loaded = path
 
 
 # ----------------------------------------------------------------------------- calls
 
 
-def _int64(values: Sequence[int] | Sequence[Sequence[int]]) -> np.ndarray:
-    return np.ascontiguousarray(values, dtype=np.int64)
+def _in_domain(args: KvCacheArgs | PagedLoadArgs) -> dict[str, torch.Tensor]:
+    """Each data tensor itself when the kernels take it in place, else a contiguous copy."""
+    return {name: tensor if kernel_domain.dense_from(tensor, first_dim) else tensor.contiguous()
+            for name, (tensor, first_dim, _) in kernel_domain.row_rules(args).items()}
 
 
-def _address(array: np.ndarray | torch.Tensor) -> int | None:
-    return array.ctypes.data if isinstance(array, np.ndarray) else array.data_ptr()
+def _write_back(given: torch.Tensor, ran: torch.Tensor) -> None:
+    if ran is not given:
+        given.copy_(ran)
 
 
-def _row_bytes(rows: torch.Tensor) -> int:
-    """Bytes of one row (``rows[i]``) of a ``[rows, ...]`` tensor."""
-    return int(np.prod(rows.shape[1:])) * rows.element_size()
+def kv_cache(args: KvCacheArgs) -> None:
+    """Run ``kv_cache_kernel`` on the host; writes ``args.past`` in place.
 
-
-def _run(entry: str, *args: object) -> None:
-    message = ctypes.create_string_buffer(_MESSAGE_BYTES)
-    status = getattr(library(), entry)(*args, message, _MESSAGE_BYTES)
-    if status == _TILING_ERROR:
-        raise RuntimeError(
-            f"sim: cannot tile the call for {cores()} cores and {ub_bytes()} UB bytes: {message.value.decode()}"
-        )
-    if status != _OK:
-        raise RuntimeError(f"sim: the host model of the AscendC API stopped the kernel: {message.value.decode()}")
-
-
-def kv_cache(call: KvCacheCall) -> None:
-    """Run ``kv_cache_kernel`` on the host; writes ``call.past`` in place.
-
-    Strided tensors run on contiguous copies (the result is copied back into ``call.past``).
+    Index values are not checked: out-of-range tokens are skipped. Tensors outside the kernels'
+    domain (:func:`kernel_domain.outside_reason`) run on contiguous copies.
     """
-    past = call.past if call.past.is_contiguous() else call.past.contiguous()
-    new_kv = call.new_kv.contiguous()
-    layers, batch, max_seq_len, hidden = past.shape
-    meta = [_int64(a) for a in (call.seq_len, call.read_start, call.write_start)]
-    _run(
-        "ascend_kv_sim_kv_cache",
-        _address(new_kv), _address(past), *map(_address, meta),
-        new_kv.shape[0], hidden * past.element_size(), layers, batch, max_seq_len, call.layer_id,
-        cores(), ub_bytes(),
-    )
-    if past is not call.past:
-        call.past.copy_(past)
+    load()
+    t = _in_domain(args)
+    layer = args.layer_id
+    layer_tensor = layer.contiguous() if isinstance(layer, torch.Tensor) else None
+    layer_id = 0 if isinstance(layer, torch.Tensor) else int(layer)
+    torch.ops.ascend_kv_host.kv_cache(t["new_kv"], t["past"], args.token_offset.contiguous(),
+                                      args.seq_len.contiguous(), layer_tensor, layer_id)
+    _write_back(args.past, t["past"])
 
 
-def paged_cache_load(call: PagedLoadCall) -> None:
-    """Run ``paged_cache_load_kernel`` on the host; writes ``call.key`` and ``call.value`` in place.
+def paged_cache_load(args: PagedLoadArgs) -> None:
+    """Run ``paged_cache_load_kernel`` on the host; writes ``args.key`` and ``args.value`` in place.
 
-    Strided tensors run on contiguous copies (results are copied back into the outputs).
+    Index values are not checked: out-of-range blocks, columns and rows are skipped. Tensors
+    outside the kernels' domain run on contiguous copies (outputs copied back).
     """
-    key_cache, value_cache = call.key_cache.contiguous(), call.value_cache.contiguous()
-    key = call.key if call.key.is_contiguous() else call.key.contiguous()
-    value = call.value if call.value.is_contiguous() else call.value.contiguous()
-    batch, max_blocks = len(call.lens), call.table_columns
-    table = _int64(call.block_table).reshape(batch, max_blocks)                 # also for an empty batch
-    meta = [_int64(a) for a in (call.lens, call.out_start, call.first_column)]
-    num_blocks = key_cache.shape[0]
-    _run(
-        "ascend_kv_sim_paged_cache_load",
-        _address(key_cache), _address(value_cache), _address(table), *map(_address, meta),
-        _address(key), _address(value),
-        int(call.layout), call.num_tokens, batch, max_blocks, num_blocks, call.block_size,
-        _row_bytes(key), _row_bytes(value),
-        key.shape[0], value.shape[0], cores(), ub_bytes(),
-    )
-    for given, ran in ((call.key, key), (call.value, value)):
-        if ran is not given:
-            given.copy_(ran)
+    load()
+    t = _in_domain(args)
+    seq_starts = args.seq_starts.contiguous() if args.seq_starts is not None else None
+    torch.ops.ascend_kv_host.paged_cache_load(t["key_cache"], t["value_cache"], args.block_table.contiguous(),
+                                              args.context_lens.contiguous(), seq_starts, t["key"], t["value"],
+                                              int(args.layout), bool(args.cumsum))
+    _write_back(args.key, t["key"])
+    _write_back(args.value, t["value"])

@@ -1,38 +1,41 @@
 /*
- * Host-side launchers of the two kernels in ascendc/kernels/.
- *
- * CANN's ascendc_library() (legacy CMake) and find_package(ASC) builds generate, for every
- * `extern "C" __global__ __aicore__` kernel, a launcher named aclrtlaunch_<kernel> taking the
- * core count, the stream and the kernel's arguments in order (GM pointers as void*). These are
- * our own declarations of the two we call, so the binding compiles without the generated
- * headers; the signatures must follow the kernels' parameter lists exactly.
- * Each returns 0 when the launch was queued.
+ * What the shared op binding (torch_binding.cpp) needs from the platform it is built for, one
+ * implementation per build:
+ *   host/launch_npu.cpp   NPU build: queries the device, uploads the tiling, queues the kernels
+ *                         on the current NPU stream;
+ *   sim/launch_host.cpp   host build: settings from the environment, the kernels run on the host
+ *                         model of the AscendC API, core by core.
+ * Tensors arrive checked: on one device, index tensors contiguous, inside the kernels' domain.
  */
 #ifndef ASCEND_KV_HOST_KERNEL_LAUNCH_H
 #define ASCEND_KV_HOST_KERNEL_LAUNCH_H
 
 #include <cstdint>
 
-#include "acl/acl_base.h"  // aclrtStream
+#include <ATen/ATen.h>
 
-extern "C" {
+#include "tiling.h"
 
-/// ascendc/kernels/kv_cache.cpp: kv_cache_kernel(newKv, past, seqLen, readStart, writeStart, tiling).
-///   newKv      [ntokens, rowBytes] bytes          past       [layers, batch, maxSeqLen, rowBytes] bytes
-///   seqLen     [batch] int64                      readStart  [batch] int64
-///   writeStart [batch] int64                      tiling     one ascend_kv::KvCacheTiling
-uint32_t aclrtlaunch_kv_cache_kernel(uint32_t blockDim, aclrtStream stream, void* newKv, void* past, void* seqLen,
-                                     void* readStart, void* writeStart, void* tiling);
+namespace ascend_kv {
 
-/// ascendc/kernels/paged_cache_load.cpp: paged_cache_load_kernel(keyCache, valueCache, blockTable,
-/// lens, outStart, firstColumn, key, value, tiling).
-///   keyCache, valueCache  ND [numBlocks, blockSize, rowBytes] / NZ [numBlocks, rowBytes/32, blockSize, 32] bytes
-///   blockTable [batch, maxBlocks] int64            lens, outStart, firstColumn  [batch] int64
-///   key [keyRows, keyRowBytes] bytes               value [valueRows, valueRowBytes] bytes
-///   tiling     one ascend_kv::PagedLoadTiling
-uint32_t aclrtlaunch_paged_cache_load_kernel(uint32_t blockDim, aclrtStream stream, void* keyCache, void* valueCache,
-                                             void* blockTable, void* lens, void* outStart, void* firstColumn,
-                                             void* key, void* value, void* tiling);
-}
+/// Vector cores the kernels may use on `device`.
+uint64_t VectorCoreCount(const at::Device& device);
+
+/// Usable Unified Buffer bytes per vector core on `device`.
+uint64_t UsableUbBytes(const at::Device& device);
+
+/// Reject a tensor whose bytes are not in its logical layout (a private NPU storage format).
+void CheckStorageFormat(const at::Tensor& tensor, const char* op, const char* name);
+
+/// Run kv_cache_kernel on tiling.usedCores cores (> 0); `layer` may be undefined (absent).
+void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                   const at::Tensor& seqLen, const at::Tensor& layer, const KvCacheTiling& tiling);
+
+/// Run paged_cache_load_kernel on tiling.usedCores cores (> 0); `seqStarts` may be undefined.
+void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                     const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                     const at::Tensor& value, const PagedLoadTiling& tiling);
+
+}  // namespace ascend_kv
 
 #endif  // ASCEND_KV_HOST_KERNEL_LAUNCH_H

@@ -1,35 +1,36 @@
 /*
- * Host-side tiling: how many cores, how many tokens each, and how UB is divided between staged
- * metadata and the double-buffered copy queue.
+ * Host-side tiling: how many cores, how UB is divided between the staged index windows and the
+ * double-buffered copy queue, and the byte geometry the kernels address.
  *
  * UB plan per core (all buffers 32-byte multiples):
- *   metadata: three int64 per-batch arrays, each a window of metaWindow entries, together at
- *             most 1/8 of UB (the whole arrays when they fit, which is the common case);
- *   block table (paged load only): a window of tableWindow int64 entries, at most 1/8 of UB;
- *   copy queue: the rest, split into kCopyBuffers equal buffers of chunkBytes (a multiple of
- *               512 bytes once they are at least 1 KB).
- * Tokens are split evenly over min(coreCount, tokens) cores.
+ *   index windows: one per staged index tensor (2 for kv_cache, 2 or 3 for paged_cache_load),
+ *                  each stageBytes: the whole tensor when it fits, capped at kMaxStageBytes and
+ *                  at a quarter of UB over all windows;
+ *   copy queue:    the rest, split into kCopyBuffers equal buffers of chunkBytes (a multiple of
+ *                  512 bytes once they are at least 1 KB).
+ * Cores: as many as there are rows that can be written (new_kv rows, output rows), at most
+ * coreCount; each kernel splits its tokens over them itself.
  */
 #include "tiling.h"
+
+#include <sstream>
 
 namespace ascend_kv {
 namespace {
 
-constexpr uint64_t kInt64Bytes = 8;
-constexpr uint64_t kInt64PerBlock = kBlockBytes / kInt64Bytes;
-constexpr uint64_t kMetaArrays = 3;
-constexpr uint64_t kMetaShareDivisor = 8;  // each staged-metadata kind gets at most ubBytes / 8
-constexpr uint64_t kGmBurstBytes = 512;    // GM accesses aligned to 512 B are faster on A2
+constexpr uint64_t kIndexShareDivisor = 4;  // the index windows together get at most ubBytes / 4
+constexpr uint64_t kGmBurstBytes = 512;     // GM accesses aligned to 512 B are faster on A2
 
 uint64_t RoundUp(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 uint64_t RoundDown(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
+uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+uint64_t Max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/// Entries of a staged int64 window: all `needed` entries when they fit the share, at least one block.
-uint64_t StageWindow(uint64_t needed, uint64_t arrays, uint64_t ubBytes)
+/// Bytes of each of `windows` staged index windows, when the largest tensor has `needed` bytes.
+uint64_t StageBytes(uint64_t needed, uint64_t windows, uint64_t ubBytes)
 {
-    const uint64_t share = RoundDown(ubBytes / kMetaShareDivisor / arrays / kInt64Bytes, kInt64PerBlock);
-    const uint64_t window = needed < share ? RoundUp(needed, kInt64PerBlock) : share;
-    return window < kInt64PerBlock ? kInt64PerBlock : window;
+    const uint64_t share = Min(RoundDown(ubBytes / kIndexShareDivisor / windows, kBlockBytes), kMaxStageBytes);
+    return Max(Min(RoundUp(needed, kBlockBytes), share), kBlockBytes);
 }
 
 /// Bytes of each copy buffer once `reserved` bytes are taken, or 0 if not even 32 bytes remain.
@@ -46,15 +47,42 @@ uint64_t ChunkBytes(uint64_t ubBytes, uint64_t reserved)
 
 bool RowOk(uint64_t rowBytes) { return rowBytes > 0 && rowBytes % kBlockBytes == 0; }
 
-/// Even split of `tokens` over at most coreCount cores.
-void SplitTokens(uint64_t tokens, uint64_t coreCount, uint64_t& used, uint64_t& perCore, uint64_t& remainder)
+bool IndexOk(const TensorGeom& index) { return index.elemBytes == 4 || index.elemBytes == 8; }
+
+uint64_t Size(const TensorGeom& t, int dim) { return static_cast<uint64_t>(t.sizes[dim]); }
+uint64_t Stride(const TensorGeom& t, int dim) { return static_cast<uint64_t>(t.strides[dim]); }
+uint64_t Numel(const TensorGeom& t)
 {
-    used = tokens < coreCount ? tokens : coreCount;
-    perCore = used == 0 ? 0 : tokens / used;
-    remainder = used == 0 ? 0 : tokens % used;
+    uint64_t n = 1;
+    for (int d = 0; d < t.dims; ++d) {
+        n *= Size(t, d);
+    }
+    return n;
+}
+
+/// Bytes of one row made of dims [firstDim, dims) (dense).
+uint64_t RowBytes(const TensorGeom& t, int firstDim)
+{
+    uint64_t elements = 1;
+    for (int d = firstDim; d < t.dims; ++d) {
+        elements *= Size(t, d);
+    }
+    return elements * t.elemBytes;
 }
 
 }  // namespace
+
+uint64_t SpanBytes(const TensorGeom& tensor)
+{
+    if (!tensor.present || Numel(tensor) == 0) {
+        return 0;
+    }
+    uint64_t last = 0;
+    for (int d = 0; d < tensor.dims; ++d) {
+        last += (Size(tensor, d) - 1) * Stride(tensor, d);
+    }
+    return last + tensor.elemBytes;
+}
 
 const char* TilingStatusMessage(int status)
 {
@@ -64,72 +92,139 @@ const char* TilingStatusMessage(int status)
         case kTilingNoCores:
             return "the core count must be at least 1";
         case kTilingUbTooSmall:
-            return "the UB size leaves no room for the staged metadata and two 32-byte copy buffers";
+            return "the UB size leaves no room for the staged index windows and two 32-byte copy buffers";
         case kTilingBadShape:
-            return "a row size is not a positive multiple of 32 bytes, the block size is 0, or the layout is unknown";
+            return "a row size is not a positive multiple of 32 bytes, the layout is unknown, or an index "
+                   "tensor's elements are not 4 or 8 bytes";
         default:
             return "unknown tiling status";
     }
 }
 
-int ComputeKvCacheTiling(const KvCacheShape& shape, uint64_t coreCount, uint64_t ubBytes, KvCacheTiling* tiling)
+int ComputeKvCacheTiling(const KvCacheGeometry& call, uint64_t coreCount, uint64_t ubBytes, KvCacheTiling* tiling)
 {
     if (coreCount == 0) {
         return kTilingNoCores;
     }
-    if (!RowOk(shape.rowBytes)) {
+    const TensorGeom& past = call.past;
+    KvCacheTiling t{};
+    t.rowBytes = RowBytes(past, 3);
+    if (!RowOk(t.rowBytes) || !IndexOk(call.tokenOffset) || !IndexOk(call.seqLen) ||
+        (call.layer.present && !IndexOk(call.layer))) {
         return kTilingBadShape;
     }
-    KvCacheTiling t{};
-    t.ntokens = shape.ntokens;
-    t.rowBytes = shape.rowBytes;
-    t.layers = shape.layers;
-    t.batch = shape.batch;
-    t.maxSeqLen = shape.maxSeqLen;
-    t.layerId = shape.layerId;
-    t.metaWindow = StageWindow(shape.batch, kMetaArrays, ubBytes);
-    t.chunkBytes = ChunkBytes(ubBytes, kMetaArrays * t.metaWindow * kInt64Bytes);
+    t.ntokens = Size(call.newKv, 0);
+    t.newKvRowStride = Stride(call.newKv, 0);
+    t.newKvSpan = SpanBytes(call.newKv);
+    t.layers = Size(past, 0);
+    t.batch = Size(past, 1);
+    t.maxSeqLen = Size(past, 2);
+    t.pastLayerStride = Stride(past, 0);
+    t.pastBatchStride = Stride(past, 1);
+    t.pastSeqStride = Stride(past, 2);
+    t.pastSpan = SpanBytes(past);
+    t.layerId = static_cast<uint64_t>(call.layerId);
+    t.layerElemBytes = call.layer.present ? call.layer.elemBytes : 0;
+    t.offsetElemBytes = call.tokenOffset.elemBytes;
+    t.seqLenElemBytes = call.seqLen.elemBytes;
+    constexpr uint64_t windows = 2;
+    t.stageBytes = StageBytes(t.batch * Max(t.offsetElemBytes, t.seqLenElemBytes), windows, ubBytes);
+    t.chunkBytes = ChunkBytes(ubBytes, windows * t.stageBytes);
     if (t.chunkBytes < kBlockBytes) {
         return kTilingUbTooSmall;
     }
-    SplitTokens(shape.ntokens, coreCount, t.usedCores, t.tokensPerCore, t.remainder);
+    const bool nowhere = t.layers == 0 || t.batch == 0 || t.maxSeqLen == 0;
+    t.usedCores = nowhere ? 0 : Min(coreCount, t.ntokens);
     *tiling = t;
     return kTilingOk;
 }
 
-int ComputePagedLoadTiling(const PagedLoadShape& shape, uint64_t coreCount, uint64_t ubBytes,
+int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, uint64_t ubBytes,
                            PagedLoadTiling* tiling)
 {
     if (coreCount == 0) {
         return kTilingNoCores;
     }
-    const bool layoutOk = shape.layout == kLayoutNd || shape.layout == kLayoutNz;
-    if (!layoutOk || !RowOk(shape.keyRowBytes) || !RowOk(shape.valueRowBytes) ||
-        (shape.blockSize == 0 && shape.numTokens > 0)) {
+    const bool nd = call.layout == kLayoutNd;
+    if ((!nd && call.layout != kLayoutNz) || !IndexOk(call.blockTable) || !IndexOk(call.contextLens) ||
+        (call.seqStarts.present && !IndexOk(call.seqStarts))) {
         return kTilingBadShape;
     }
     PagedLoadTiling t{};
-    t.numTokens = shape.numTokens;
-    t.layout = shape.layout;
-    t.batch = shape.batch;
-    t.maxBlocks = shape.maxBlocks;
-    t.numBlocks = shape.numBlocks;
-    t.blockSize = shape.blockSize;
-    t.keyRowBytes = shape.keyRowBytes;
-    t.valueRowBytes = shape.valueRowBytes;
-    t.keyRows = shape.keyRows;
-    t.valueRows = shape.valueRows;
-    t.metaWindow = StageWindow(shape.batch, kMetaArrays, ubBytes);
-    t.tableWindow = StageWindow(shape.batch * shape.maxBlocks, 1, ubBytes);
-    t.chunkBytes = ChunkBytes(ubBytes, (kMetaArrays * t.metaWindow + t.tableWindow) * kInt64Bytes);
+    t.layout = call.layout;
+    t.cumsum = call.cumsum ? 1 : 0;
+    t.batch = Size(call.blockTable, 0);
+    t.maxBlocks = Size(call.blockTable, 1);
+    t.numBlocks = Size(call.keyCache, 0);
+    t.blockSize = Size(call.keyCache, nd ? 1 : 2);
+    t.tableElemBytes = call.blockTable.elemBytes;
+    t.lensElemBytes = call.contextLens.elemBytes;
+    t.startsElemBytes = call.seqStarts.present ? call.seqStarts.elemBytes : 0;
+    // ND: [nb, bs, heads, hs] (block, slot); NZ: [nb, T/E, bs, E] (block, piece, slot).
+    const TensorGeom& kc = call.keyCache;
+    const TensorGeom& vc = call.valueCache;
+    t.keyRowBytes = nd ? RowBytes(kc, 2) : Size(kc, 1) * Size(kc, 3) * kc.elemBytes;
+    t.keyBlockStride = Stride(kc, 0);
+    t.keySlotStride = Stride(kc, nd ? 1 : 2);
+    t.keyPieceStride = nd ? 0 : Stride(kc, 1);
+    t.keyCacheSpan = SpanBytes(kc);
+    t.keyRows = Size(call.key, 0);
+    t.keyRowStride = Stride(call.key, 0);
+    t.keySpan = SpanBytes(call.key);
+    t.valueRowBytes = nd ? RowBytes(vc, 2) : Size(vc, 1) * Size(vc, 3) * vc.elemBytes;
+    t.valueBlockStride = Stride(vc, 0);
+    t.valueSlotStride = Stride(vc, nd ? 1 : 2);
+    t.valuePieceStride = nd ? 0 : Stride(vc, 1);
+    t.valueCacheSpan = SpanBytes(vc);
+    t.valueRows = Size(call.value, 0);
+    t.valueRowStride = Stride(call.value, 0);
+    t.valueSpan = SpanBytes(call.value);
+    if (!RowOk(t.keyRowBytes) || !RowOk(t.valueRowBytes)) {
+        return kTilingBadShape;
+    }
+    const uint64_t windows = call.seqStarts.present ? 3 : 2;
+    const uint64_t needed = Max(Max((t.batch + t.cumsum) * t.lensElemBytes, t.batch * t.startsElemBytes),
+                                t.batch * t.maxBlocks * t.tableElemBytes);
+    t.stageBytes = StageBytes(needed, windows, ubBytes);
+    t.chunkBytes = ChunkBytes(ubBytes, windows * t.stageBytes);
     if (t.chunkBytes < kBlockBytes) {
         return kTilingUbTooSmall;
     }
-    // A gather copy's gap is 16 bits; with a larger block the pieces move one per copy.
-    t.gatherBlocks = shape.blockSize - 1 <= kMaxGapBlocks ? kMaxBlockCount : 1;
-    SplitTokens(shape.numTokens, coreCount, t.usedCores, t.tokensPerCore, t.remainder);
+    const uint64_t rows = Max(t.keyRows, t.valueRows);
+    const bool nothing = t.batch == 0 || rows == 0 || t.maxBlocks == 0 || t.numBlocks == 0 || t.blockSize == 0;
+    t.usedCores = nothing ? 0 : Min(coreCount, rows);
     *tiling = t;
     return kTilingOk;
 }
+
+namespace {
+
+void Field(std::ostringstream& out, const char* name, uint64_t value)
+{
+    if (out.tellp() > 0) {
+        out << ' ';
+    }
+    out << name << '=' << value;
+}
+
+}  // namespace
+
+#define ASCEND_KV_DESCRIBE_FIELD(name, doc) Field(out, #name, tiling.name);
+
+std::string DescribeTiling(const KvCacheTiling& tiling)
+{
+    std::ostringstream out;
+    ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+    return out.str();
+}
+
+std::string DescribeTiling(const PagedLoadTiling& tiling)
+{
+    std::ostringstream out;
+    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+    return out.str();
+}
+
+#undef ASCEND_KV_DESCRIBE_FIELD
 
 }  // namespace ascend_kv

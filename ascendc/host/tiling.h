@@ -1,62 +1,73 @@
 /*
- * Host-side tiling of the two kernels: from the call's shapes, the number of vector cores and
- * the usable UB bytes per core to the tiling struct of ../tiling.h. Used by the NPU binding and
- * by the host (sim) build alike. Plain C++17, no CANN headers.
+ * Host-side tiling of the two kernels: from the call's tensor geometry (shapes, byte strides,
+ * element sizes), the number of vector cores and the usable UB bytes per core to the tiling
+ * structs of ../tiling.h. Never from index values. Used by the NPU build and the host build
+ * alike; plain C++17, no torch or CANN headers.
  */
 #ifndef ASCEND_KV_HOST_TILING_H
 #define ASCEND_KV_HOST_TILING_H
 
 #include <cstdint>
+#include <string>
 
 #include "../tiling.h"
 
 namespace ascend_kv {
 
-/// Shapes of a validated kv_cache call (ascend_kv.calls.KvCacheCall), rows in bytes.
-struct KvCacheShape {
-    uint64_t ntokens;    ///< rows of new_kv
-    uint64_t rowBytes;   ///< hidden * itemsize, a positive multiple of 32
-    uint64_t layers;     ///< past.shape[0]
-    uint64_t batch;      ///< past.shape[1]
-    uint64_t maxSeqLen;  ///< past.shape[2]
-    uint64_t layerId;    ///< the layer written
+/// Most dimensions of a tensor the kernels take.
+constexpr int kMaxDims = 4;
+
+/// The geometry of one tensor: absent (an optional tensor not given), or sizes and byte strides.
+struct TensorGeom {
+    bool present = false;
+    int dims = 0;
+    int64_t sizes[kMaxDims] = {};
+    int64_t strides[kMaxDims] = {};  ///< bytes
+    uint64_t elemBytes = 0;
 };
 
-/// Shapes of a validated paged_cache_load call (ascend_kv.calls.PagedLoadCall), rows in bytes.
-struct PagedLoadShape {
-    uint64_t layout;         ///< kLayoutNd or kLayoutNz
-    uint64_t numTokens;      ///< sum of lens
-    uint64_t batch;          ///< block_table.shape[0]
-    uint64_t maxBlocks;      ///< block_table.shape[1]
-    uint64_t numBlocks;      ///< key_cache.shape[0]
-    uint64_t blockSize;      ///< token slots per block
-    uint64_t keyRowBytes;    ///< a positive multiple of 32
-    uint64_t valueRowBytes;  ///< a positive multiple of 32
-    uint64_t keyRows;        ///< key.shape[0]
-    uint64_t valueRows;      ///< value.shape[0]
+/// kv_cache: new_kv [ntokens, hidden], past [layers, batch, max_seq_len, hidden], token_offset and
+/// seq_len [batch], layer [1] or absent (then layerId).
+struct KvCacheGeometry {
+    TensorGeom newKv, past, tokenOffset, seqLen, layer;
+    int64_t layerId = 0;
+};
+
+/// paged_cache_load: caches ND [nb, bs, heads, hs] / NZ [nb, T/E, bs, E]; block_table [batch,
+/// max_blocks]; context_lens [batch] (or [batch + 1] with cumsum); seq_starts [batch] or absent;
+/// outputs ND [rows, heads, hs] / NZ [rows, T].
+struct PagedLoadGeometry {
+    uint64_t layout = kLayoutNd;
+    bool cumsum = false;
+    TensorGeom keyCache, valueCache, blockTable, contextLens, seqStarts, key, value;
 };
 
 /// Result of a tiling computation.
 enum TilingStatus : int {
     kTilingOk = 0,
     kTilingNoCores = 1,     ///< coreCount == 0
-    kTilingUbTooSmall = 2,  ///< ubBytes leaves no room for one 32-byte copy buffer per queue slot
-    kTilingBadShape = 3,    ///< a row size that is not a positive multiple of 32, a zero block size
-                            ///< with tokens to load, or an unknown layout
+    kTilingUbTooSmall = 2,  ///< ubBytes leaves no room for the staged windows and two 32-byte copy buffers
+    kTilingBadShape = 3,    ///< a row that is not a positive multiple of 32 bytes, a zero block size
+                            ///< with tokens to load, an unknown layout or an index element size not 4 or 8
 };
 
 /// A sentence describing a TilingStatus.
 const char* TilingStatusMessage(int status);
 
-/**
- * Tiling of kv_cache_kernel. coreCount: vector cores available; ubBytes: usable UB per core.
- * Launch tiling->usedCores cores (none when it is 0).
- */
-int ComputeKvCacheTiling(const KvCacheShape& shape, uint64_t coreCount, uint64_t ubBytes, KvCacheTiling* tiling);
+/// Bytes from a tensor's first element to the end of its last (0 when it has no element).
+uint64_t SpanBytes(const TensorGeom& tensor);
+
+/// Tiling of kv_cache_kernel. coreCount: vector cores available; ubBytes: usable UB per core.
+/// Launch tiling->usedCores cores (none when it is 0).
+int ComputeKvCacheTiling(const KvCacheGeometry& call, uint64_t coreCount, uint64_t ubBytes, KvCacheTiling* tiling);
 
 /// Tiling of paged_cache_load_kernel; as ComputeKvCacheTiling.
-int ComputePagedLoadTiling(const PagedLoadShape& shape, uint64_t coreCount, uint64_t ubBytes,
+int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, uint64_t ubBytes,
                            PagedLoadTiling* tiling);
+
+/// "name=value" for every field, in order, separated by spaces.
+std::string DescribeTiling(const KvCacheTiling& tiling);
+std::string DescribeTiling(const PagedLoadTiling& tiling);
 
 }  // namespace ascend_kv
 

@@ -1,210 +1,312 @@
 /*
- * PyTorch op library of the NPU kernels: torch.ops.ascend_kv_npu.kv_cache / .paged_cache_load
- * for PrivateUse1 (the device torch_npu registers as "npu").
- *
- * Python (ascend_kv/backends/npu.py) calls these with a call already validated by
- * ascend_kv/checks.py and its int64 metadata already on the device, so the checks here only
- * guard memory safety. Per call: tiling on the host (tiling.h, from shapes, the device's vector
- * core count and the usable UB), one host-to-device copy of the tiling struct, and one kernel
- * launch queued through torch_npu's task queue (OpCommand) on the current NPU stream, so it is
- * ordered with every other operation on that stream. Tensors are captured by value in the
- * queued task: their memory stays allocated until the launch is issued.
- *
+ * The op library of the kernels: torch.ops.<ns>.kv_cache / .paged_cache_load (and the tiling
+ * each would run, as text: .kv_cache_tiling / .paged_cache_load_tiling). One source for both
+ * builds, compiled with
+ *   ASCEND_KV_OP_NAMESPACE=ascend_kv_npu   the NPU build: PrivateUse1 (torch_npu's "npu");
+ *   ASCEND_KV_OP_NAMESPACE=ascend_kv_host  the host build: CPU and PrivateUse1 (a device whose
+ *                                          tensors hold host memory), kernels on the host model.
  * Schemas:
- *   kv_cache(Tensor new_kv, Tensor(a!) past, int layer_id, Tensor seq_len, Tensor read_start,
- *            Tensor write_start) -> ()
- *   paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor(a!) key, Tensor(b!) value,
- *                    Tensor block_table, Tensor lens, Tensor out_start, Tensor first_column,
- *                    int num_tokens, int layout) -> ()
+ *   kv_cache(Tensor new_kv, Tensor(a!) past, Tensor token_offset, Tensor seq_len,
+ *            Tensor? layer_tensor, int layer_id) -> ()
+ *   paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens,
+ *                    Tensor? seq_starts, Tensor(a!) key, Tensor(b!) value, int layout, bool cumsum) -> ()
+ * layout: 0 NZ, 1 ND (ascend_kv.KvCacheCfg). With layer_tensor the kernel reads the layer from it
+ * and layer_id is ignored.
+ *
+ * The ops can be called directly, so every tensor the kernels index is checked here (device,
+ * dtype, rank, consistent shapes, strides inside the kernels' domain), with messages naming the
+ * tensor. Index values are never read on the host: the kernels read the index tensors and skip
+ * whatever falls outside the tensors. Tiling from shapes, byte strides, the vector-core count
+ * and the UB size (kernel_launch.h says where those come from in each build).
  */
 #include <cstdint>
-#include <cstring>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "acl/acl.h"
-#include "torch_npu/csrc/core/npu/NPUGuard.h"
-#include "torch_npu/csrc/core/npu/NPUStream.h"
-#include "torch_npu/csrc/framework/OpCommand.h"
-
 #include "kernel_launch.h"
 #include "tiling.h"
 
+#ifndef ASCEND_KV_OP_NAMESPACE
+#error "define ASCEND_KV_OP_NAMESPACE (ascend_kv_npu or ascend_kv_host)"
+#endif
+#define ASCEND_KV_STRINGIFY_(x) #x
+#define ASCEND_KV_STRINGIFY(x) ASCEND_KV_STRINGIFY_(x)
+
 namespace {
 
-/// Usable Unified Buffer per vector core on A2/A3: 192 KB, less 256 B, less the 8 KB the
-/// toolchain reserves by default (HARDWARE.md).
-constexpr uint64_t kUsableUbBytes = 192 * 1024 - 256 - 8 * 1024;
+constexpr const char* kNamespace = ASCEND_KV_STRINGIFY(ASCEND_KV_OP_NAMESPACE);
 
-/// Vector cores of NPU `index`, asked once per device (counts vary per part: 40 on Ascend910B3).
-uint64_t VectorCores(c10::DeviceIndex index)
+/// Prefix of every message: "<namespace>.<op>: ".
+std::string Where(const char* op) { return std::string(kNamespace) + "." + op + ": "; }
+
+void CheckDevice(const char* op, const at::Tensor& tensor, const char* name, const at::Device& device)
 {
-    static std::mutex mutex;
-    static std::unordered_map<int, uint64_t> cores;
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = cores.find(index);
-    if (found != cores.end()) {
-        return found->second;
+    TORCH_CHECK(tensor.device() == device, Where(op), name, " is on ", tensor.device(), ", expected ", device,
+                " (the device of the data tensors)");
+    ascend_kv::CheckStorageFormat(tensor, op, name);
+}
+
+/// An index tensor: int32 or int64, contiguous, on `device`, `numel` entries.
+void CheckIndex(const char* op, const at::Tensor& tensor, const char* name, const at::Device& device, int64_t numel)
+{
+    CheckDevice(op, tensor, name, device);
+    TORCH_CHECK(tensor.scalar_type() == at::kInt || tensor.scalar_type() == at::kLong, Where(op), name,
+                " must be int32 or int64, got ", tensor.scalar_type());
+    TORCH_CHECK(tensor.is_contiguous(), Where(op), name, " must be contiguous (pass .contiguous()), got strides ",
+                tensor.strides());
+    TORCH_CHECK(tensor.numel() == numel, Where(op), name, " must have ", numel, " entries, got ", tensor.numel(),
+                " (shape ", tensor.sizes(), ")");
+}
+
+/// Are dims [firstDim, dim) of `tensor` dense (row-major, size-1 dims ignored)?
+bool DenseFrom(const at::Tensor& tensor, int64_t firstDim)
+{
+    int64_t expected = 1;
+    for (int64_t d = tensor.dim() - 1; d >= firstDim; --d) {
+        if (tensor.size(d) != 1 && tensor.stride(d) != expected) {
+            return false;
+        }
+        expected *= tensor.size(d);
     }
-    int64_t count = 0;
-    const aclError error = aclGetDeviceCapability(static_cast<uint32_t>(index), ACL_DEVICE_INFO_VECTOR_CORE_NUM, &count);
-    TORCH_CHECK(error == ACL_SUCCESS && count > 0, "ascend_kv_npu: aclGetDeviceCapability(", index,
-                ", ACL_DEVICE_INFO_VECTOR_CORE_NUM) failed: error ", error, ", count ", count);
-    cores.emplace(index, static_cast<uint64_t>(count));
-    return static_cast<uint64_t>(count);
+    return true;
 }
 
-void CheckOnDevice(const at::Tensor& tensor, const char* name, const at::Device& device)
+void CheckDenseFrom(const char* op, const at::Tensor& tensor, const char* name, int64_t firstDim, const char* what)
 {
-    TORCH_CHECK(tensor.device() == device, "ascend_kv_npu: ", name, " is on ", tensor.device(), ", expected ", device);
-    TORCH_CHECK(tensor.is_contiguous(), "ascend_kv_npu: ", name, " must be contiguous");
+    TORCH_CHECK(DenseFrom(tensor, firstDim), Where(op), name, "'s ", what,
+                " must be contiguous (the kernels copy whole rows), got sizes ", tensor.sizes(), " and strides ",
+                tensor.strides());
 }
 
-void CheckMetadata(const at::Tensor& tensor, const char* name, const at::Device& device, int64_t numel)
+void CheckRank(const char* op, const at::Tensor& tensor, const char* name, int64_t dims, const char* shape)
 {
-    CheckOnDevice(tensor, name, device);
-    TORCH_CHECK(tensor.scalar_type() == at::kLong, "ascend_kv_npu: ", name, " must be int64, got ", tensor.scalar_type());
-    TORCH_CHECK(tensor.numel() == numel, "ascend_kv_npu: ", name, " must have ", numel, " entries, got ", tensor.numel());
+    TORCH_CHECK(tensor.dim() == dims, Where(op), name, " must be ", dims, "-D ", shape, ", got shape ",
+                tensor.sizes());
 }
 
-uint64_t RowBytes(const at::Tensor& tensor, int64_t firstDim)
+void CheckRowBytes(const char* op, const char* name, int64_t rowBytes)
 {
-    uint64_t elements = 1;
-    for (int64_t d = firstDim; d < tensor.dim(); ++d) {
-        elements *= static_cast<uint64_t>(tensor.size(d));
+    TORCH_CHECK(rowBytes > 0 && rowBytes % static_cast<int64_t>(ascend_kv::kBlockBytes) == 0, Where(op), name,
+                " rows must be a positive multiple of 32 bytes, got ", rowBytes, " bytes");
+}
+
+ascend_kv::TensorGeom Geometry(const at::Tensor& tensor)
+{
+    ascend_kv::TensorGeom g;
+    if (!tensor.defined()) {
+        return g;
     }
-    return elements * static_cast<uint64_t>(tensor.element_size());
+    TORCH_CHECK(tensor.dim() <= ascend_kv::kMaxDims, "tensor of ", tensor.dim(), " dimensions");
+    g.present = true;
+    g.dims = static_cast<int>(tensor.dim());
+    g.elemBytes = static_cast<uint64_t>(tensor.element_size());
+    for (int d = 0; d < g.dims; ++d) {
+        g.sizes[d] = tensor.size(d);
+        g.strides[d] = tensor.stride(d) * tensor.element_size();
+    }
+    return g;
 }
 
-/// A copy of the tiling struct in device memory (a uint8 tensor), stream-ordered.
 template <typename Tiling>
-at::Tensor TilingOnDevice(const Tiling& tiling, const at::Device& device)
+Tiling Checked(const char* op, int status, const Tiling& tiling)
 {
-    at::Tensor host = at::empty({static_cast<int64_t>(sizeof(Tiling))}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(host.data_ptr(), &tiling, sizeof(Tiling));
-    return host.to(device);
+    TORCH_CHECK(status == ascend_kv::kTilingOk, Where(op), "tiling failed: ", ascend_kv::TilingStatusMessage(status));
+    return tiling;
 }
 
-/// Queue `launch` on the current stream of `device` through torch_npu's task queue.
-template <typename Launch>
-void Queue(const std::string& name, Launch launch)
-{
-    at_npu::native::OpCommand command;
-    command.Name(name);
-    command.SetCustomHandler(launch);
-    command.Run();
-}
+// ---------------------------------------------------------------------------------- kv_cache
 
-/// Check the tiling of op `op`, copy it to `device` and queue `kernel(blockDim, stream, tiling in
-/// device memory)` on the current stream; nothing is launched when the tiling uses no core.
-template <typename Tiling, typename Kernel>
-void LaunchTiled(const char* op, const at::Device& device, int status, const Tiling& tiling, Kernel kernel)
-{
-    TORCH_CHECK(status == ascend_kv::kTilingOk, "ascend_kv_npu.", op, ": tiling failed: ",
-                ascend_kv::TilingStatusMessage(status));
-    if (tiling.usedCores == 0) {
-        return;
-    }
-    const at::Tensor tilingDevice = TilingOnDevice(tiling, device);
-    const uint32_t blockDim = static_cast<uint32_t>(tiling.usedCores);
-    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
-    Queue(std::string("ascend_kv_") + op, [=]() -> int {
-        return static_cast<int>(kernel(blockDim, stream, tilingDevice.data_ptr()));
-    });
-}
-
-void KvCache(const at::Tensor& newKv, const at::Tensor& past, int64_t layerId, const at::Tensor& seqLen,
-             const at::Tensor& readStart, const at::Tensor& writeStart)
+ascend_kv::KvCacheTiling KvCachePlan(const char* op, const at::Tensor& newKv, const at::Tensor& past,
+                                     const at::Tensor& tokenOffset, const at::Tensor& seqLen, const at::Tensor& layer,
+                                     int64_t layerId)
 {
     const at::Device device = past.device();
-    TORCH_CHECK(past.dim() == 4 && newKv.dim() == 2, "ascend_kv_npu.kv_cache: past must be 4-D and new_kv 2-D");
-    TORCH_CHECK(newKv.scalar_type() == past.scalar_type(), "ascend_kv_npu.kv_cache: new_kv and past dtypes differ");
-    CheckOnDevice(newKv, "new_kv", device);
-    CheckOnDevice(past, "past", device);
+    CheckRank(op, past, "past", 4, "[layers, batch, max_seq_len, hidden]");
+    CheckRank(op, newKv, "new_kv", 2, "[ntokens, hidden]");
+    TORCH_CHECK(newKv.scalar_type() == past.scalar_type(), Where(op), "new_kv has dtype ", newKv.scalar_type(),
+                ", past has ", past.scalar_type(), "; they must match");
+    TORCH_CHECK(newKv.size(1) == past.size(3), Where(op), "new_kv rows have ", newKv.size(1),
+                " elements, past rows (past.shape[3]) ", past.size(3));
+    CheckRowBytes(op, "past", past.size(3) * past.element_size());
+    CheckDevice(op, past, "past", device);
+    CheckDevice(op, newKv, "new_kv", device);
+    CheckDenseFrom(op, newKv, "new_kv", 1, "rows");
+    CheckDenseFrom(op, past, "past", 3, "rows (dim 3)");
     const int64_t batch = past.size(1);
-    CheckMetadata(seqLen, "seq_len", device, batch);
-    CheckMetadata(readStart, "read_start", device, batch);
-    CheckMetadata(writeStart, "write_start", device, batch);
-    TORCH_CHECK(RowBytes(newKv, 1) == RowBytes(past, 3), "ascend_kv_npu.kv_cache: new_kv and past rows differ");
-    TORCH_CHECK(layerId >= 0 && layerId < past.size(0), "ascend_kv_npu.kv_cache: layer_id out of range");
-
-    c10_npu::NPUGuard guard(device);
-    ascend_kv::KvCacheShape shape{};
-    shape.ntokens = static_cast<uint64_t>(newKv.size(0));
-    shape.rowBytes = RowBytes(past, 3);
-    shape.layers = static_cast<uint64_t>(past.size(0));
-    shape.batch = static_cast<uint64_t>(batch);
-    shape.maxSeqLen = static_cast<uint64_t>(past.size(2));
-    shape.layerId = static_cast<uint64_t>(layerId);
+    CheckIndex(op, tokenOffset, "token_offset", device, batch);
+    CheckIndex(op, seqLen, "seq_len", device, batch);
+    if (layer.defined()) {
+        CheckIndex(op, layer, "layer_tensor", device, 1);
+    }
+    ascend_kv::KvCacheGeometry call;
+    call.newKv = Geometry(newKv);
+    call.past = Geometry(past);
+    call.tokenOffset = Geometry(tokenOffset);
+    call.seqLen = Geometry(seqLen);
+    call.layer = Geometry(layer);
+    call.layerId = layerId;
     ascend_kv::KvCacheTiling tiling{};
-    const int status = ascend_kv::ComputeKvCacheTiling(shape, VectorCores(device.index()), kUsableUbBytes, &tiling);
-    LaunchTiled("kv_cache", device, status, tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
-        return aclrtlaunch_kv_cache_kernel(blockDim, stream, newKv.data_ptr(), past.data_ptr(), seqLen.data_ptr(),
-                                           readStart.data_ptr(), writeStart.data_ptr(), tilingGm);
-    });
+    const int status = ascend_kv::ComputeKvCacheTiling(call, ascend_kv::VectorCoreCount(device),
+                                                       ascend_kv::UsableUbBytes(device), &tiling);
+    return Checked(op, status, tiling);
 }
 
-void PagedCacheLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& key,
-                    const at::Tensor& value, const at::Tensor& blockTable, const at::Tensor& lens,
-                    const at::Tensor& outStart, const at::Tensor& firstColumn, int64_t numTokens, int64_t layout)
+void KvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset, const at::Tensor& seqLen,
+             const c10::optional<at::Tensor>& layerTensor, int64_t layerId)
 {
-    const at::Device device = keyCache.device();
-    TORCH_CHECK(layout == static_cast<int64_t>(ascend_kv::kLayoutNd) || layout == static_cast<int64_t>(ascend_kv::kLayoutNz),
-                "ascend_kv_npu.paged_cache_load: layout must be 0 (NZ) or 1 (ND), got ", layout);
-    TORCH_CHECK(keyCache.dim() == 4 && valueCache.dim() == 4 && blockTable.dim() == 2,
-                "ascend_kv_npu.paged_cache_load: caches must be 4-D and block_table 2-D");
-    const at::Tensor* tensors[] = {&keyCache, &valueCache, &key, &value};
-    const char* names[] = {"key_cache", "value_cache", "key", "value"};
-    for (int i = 0; i < 4; ++i) {
-        CheckOnDevice(*tensors[i], names[i], device);
+    const at::Tensor layer = layerTensor.has_value() ? *layerTensor : at::Tensor();
+    const auto tiling = KvCachePlan("kv_cache", newKv, past, tokenOffset, seqLen, layer, layerId);
+    if (tiling.usedCores > 0) {
+        ascend_kv::LaunchKvCache(newKv, past, tokenOffset, seqLen, layer, tiling);
     }
-    const int64_t batch = blockTable.size(0);
-    CheckMetadata(blockTable, "block_table", device, batch * blockTable.size(1));
-    CheckMetadata(lens, "lens", device, batch);
-    CheckMetadata(outStart, "out_start", device, batch);
-    CheckMetadata(firstColumn, "first_column", device, batch);
+}
 
+std::string KvCacheTilingText(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                              const at::Tensor& seqLen, const c10::optional<at::Tensor>& layerTensor, int64_t layerId)
+{
+    const at::Tensor layer = layerTensor.has_value() ? *layerTensor : at::Tensor();
+    return ascend_kv::DescribeTiling(KvCachePlan("kv_cache_tiling", newKv, past, tokenOffset, seqLen, layer, layerId));
+}
+
+// -------------------------------------------------------------------------- paged_cache_load
+
+void CheckCacheAndOutput(const char* op, bool nd, const at::Tensor& cache, const char* cacheName,
+                         const at::Tensor& out, const char* outName, const at::Device& device)
+{
+    CheckRank(op, cache, cacheName, 4, nd ? "[num_blocks, block_size, num_heads, head_size]"
+                                          : "[num_blocks, T // E, block_size, E]");
+    CheckRank(op, out, outName, nd ? 3 : 2, nd ? "[rows, num_heads, head_size]" : "[rows, T]");
+    CheckDevice(op, cache, cacheName, device);
+    CheckDevice(op, out, outName, device);
+    TORCH_CHECK(out.scalar_type() == cache.scalar_type(), Where(op), outName, " has dtype ", out.scalar_type(), ", ",
+                cacheName, " has ", cache.scalar_type(), "; they must match");
+    const int64_t cacheRow = nd ? cache.size(2) * cache.size(3) : cache.size(1) * cache.size(3);
+    const bool sameRow = nd ? (out.size(1) == cache.size(2) && out.size(2) == cache.size(3)) : out.size(1) == cacheRow;
+    TORCH_CHECK(sameRow, Where(op), outName, " rows ", out.sizes().slice(1), " do not match the token rows of ",
+                cacheName, " (shape ", cache.sizes(), ")");
+    if (!nd) {
+        TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
+                    cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
+                    cache.element_size(), " bytes");
+    }
+    CheckRowBytes(op, cacheName, cacheRow * cache.element_size());
+    CheckDenseFrom(op, cache, cacheName, nd ? 2 : 3, nd ? "token rows (dims 2, 3)" : "32-byte pieces (dim 3)");
+    CheckDenseFrom(op, out, outName, 1, "rows");
+}
+
+ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                         const at::Tensor& blockTable, const at::Tensor& contextLens,
+                                         const at::Tensor& seqStarts, const at::Tensor& key, const at::Tensor& value,
+                                         int64_t layout, bool cumsum)
+{
+    TORCH_CHECK(layout == static_cast<int64_t>(ascend_kv::kLayoutNd) ||
+                    layout == static_cast<int64_t>(ascend_kv::kLayoutNz),
+                Where(op), "layout must be 0 (NZ) or 1 (ND), got ", layout);
     const bool nd = layout == static_cast<int64_t>(ascend_kv::kLayoutNd);
-    c10_npu::NPUGuard guard(device);
-    ascend_kv::PagedLoadShape shape{};
-    shape.layout = static_cast<uint64_t>(layout);
-    TORCH_CHECK(numTokens >= 0, "ascend_kv_npu.paged_cache_load: num_tokens must be >= 0, got ", numTokens);
-    shape.numTokens = static_cast<uint64_t>(numTokens);  // sum(lens), known on the host: no device sync
-    shape.batch = static_cast<uint64_t>(batch);
-    shape.maxBlocks = static_cast<uint64_t>(blockTable.size(1));
-    shape.numBlocks = static_cast<uint64_t>(keyCache.size(0));
-    shape.blockSize = static_cast<uint64_t>(nd ? keyCache.size(1) : keyCache.size(2));
-    shape.keyRowBytes = nd ? RowBytes(keyCache, 2) : RowBytes(keyCache, 1) / shape.blockSize;
-    shape.valueRowBytes = nd ? RowBytes(valueCache, 2) : RowBytes(valueCache, 1) / shape.blockSize;
-    shape.keyRows = static_cast<uint64_t>(key.size(0));
-    shape.valueRows = static_cast<uint64_t>(value.size(0));
-    TORCH_CHECK(RowBytes(key, 1) == shape.keyRowBytes && RowBytes(value, 1) == shape.valueRowBytes,
-                "ascend_kv_npu.paged_cache_load: output rows differ from cache rows");
+    const at::Device device = keyCache.device();
+    CheckCacheAndOutput(op, nd, keyCache, "key_cache", key, "key", device);
+    CheckCacheAndOutput(op, nd, valueCache, "value_cache", value, "value", device);
+    const int slotDim = nd ? 1 : 2;
+    TORCH_CHECK(valueCache.size(0) == keyCache.size(0) && valueCache.size(slotDim) == keyCache.size(slotDim),
+                Where(op), "value_cache has ", valueCache.size(0), " blocks of ", valueCache.size(slotDim),
+                " slots, key_cache ", keyCache.size(0), " of ", keyCache.size(slotDim), "; they must match");
+    CheckRank(op, blockTable, "block_table", 2, "[batch, max_blocks]");
+    const int64_t batch = blockTable.size(0);
+    CheckIndex(op, blockTable, "block_table", device, blockTable.numel());
+    CheckIndex(op, contextLens, "context_lens", device, batch + (cumsum ? 1 : 0));
+    if (seqStarts.defined()) {
+        CheckIndex(op, seqStarts, "seq_starts", device, batch);
+    }
+    ascend_kv::PagedLoadGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.cumsum = cumsum;
+    call.keyCache = Geometry(keyCache);
+    call.valueCache = Geometry(valueCache);
+    call.blockTable = Geometry(blockTable);
+    call.contextLens = Geometry(contextLens);
+    call.seqStarts = Geometry(seqStarts);
+    call.key = Geometry(key);
+    call.value = Geometry(value);
     ascend_kv::PagedLoadTiling tiling{};
-    const int status = ascend_kv::ComputePagedLoadTiling(shape, VectorCores(device.index()), kUsableUbBytes, &tiling);
-    LaunchTiled("paged_cache_load", device, status, tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
-        return aclrtlaunch_paged_cache_load_kernel(blockDim, stream, keyCache.data_ptr(), valueCache.data_ptr(),
-                                                   blockTable.data_ptr(), lens.data_ptr(), outStart.data_ptr(),
-                                                   firstColumn.data_ptr(), key.data_ptr(), value.data_ptr(), tilingGm);
-    });
+    const int status = ascend_kv::ComputePagedLoadTiling(call, ascend_kv::VectorCoreCount(device),
+                                                         ascend_kv::UsableUbBytes(device), &tiling);
+    return Checked(op, status, tiling);
+}
+
+void PagedCacheLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                    const at::Tensor& contextLens, const c10::optional<at::Tensor>& seqStarts, const at::Tensor& key,
+                    const at::Tensor& value, int64_t layout, bool cumsum)
+{
+    const at::Tensor starts = seqStarts.has_value() ? *seqStarts : at::Tensor();
+    const auto tiling = PagedLoadPlan("paged_cache_load", keyCache, valueCache, blockTable, contextLens, starts, key,
+                                      value, layout, cumsum);
+    if (tiling.usedCores > 0) {
+        ascend_kv::LaunchPagedLoad(keyCache, valueCache, blockTable, contextLens, starts, key, value, tiling);
+    }
+}
+
+std::string PagedCacheLoadTilingText(const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                     const at::Tensor& blockTable, const at::Tensor& contextLens,
+                                     const c10::optional<at::Tensor>& seqStarts, const at::Tensor& key,
+                                     const at::Tensor& value, int64_t layout, bool cumsum)
+{
+    const at::Tensor starts = seqStarts.has_value() ? *seqStarts : at::Tensor();
+    return ascend_kv::DescribeTiling(PagedLoadPlan("paged_cache_load_tiling", keyCache, valueCache, blockTable,
+                                                   contextLens, starts, key, value, layout, cumsum));
+}
+
+// The ops return nothing: under torch.compile / torchair tracing they only mark their outputs written.
+void KvCacheMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 const c10::optional<at::Tensor>&, int64_t)
+{
+}
+
+void PagedCacheLoadMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                        const c10::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, int64_t, bool)
+{
+}
+
+void Define(torch::Library& m)
+{
+    m.def("kv_cache(Tensor new_kv, Tensor(a!) past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
+          "int layer_id) -> ()");
+    m.def("paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, "
+          "Tensor? seq_starts, Tensor(a!) key, Tensor(b!) value, int layout, bool cumsum) -> ()");
+    m.def("kv_cache_tiling(Tensor new_kv, Tensor past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
+          "int layer_id) -> str");
+    m.def("paged_cache_load_tiling(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, "
+          "Tensor? seq_starts, Tensor key, Tensor value, int layout, bool cumsum) -> str");
+}
+
+void Implement(torch::Library& m)
+{
+    m.impl("kv_cache", &KvCache);
+    m.impl("paged_cache_load", &PagedCacheLoad);
+    m.impl("kv_cache_tiling", &KvCacheTilingText);
+    m.impl("paged_cache_load_tiling", &PagedCacheLoadTilingText);
+}
+
+void ImplementMeta(torch::Library& m)
+{
+    m.impl("kv_cache", &KvCacheMeta);
+    m.impl("paged_cache_load", &PagedCacheLoadMeta);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(ascend_kv_npu, m)
-{
-    m.def("kv_cache(Tensor new_kv, Tensor(a!) past, int layer_id, Tensor seq_len, Tensor read_start, "
-          "Tensor write_start) -> ()");
-    m.def("paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor(a!) key, Tensor(b!) value, "
-          "Tensor block_table, Tensor lens, Tensor out_start, Tensor first_column, int num_tokens, int layout) -> ()");
-}
+// TORCH_LIBRARY pastes its namespace argument, so the macro is expanded one level up.
+#define ASCEND_KV_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define ASCEND_KV_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
 
-TORCH_LIBRARY_IMPL(ascend_kv_npu, PrivateUse1, m)
-{
-    m.impl("kv_cache", &KvCache);
-    m.impl("paged_cache_load", &PagedCacheLoad);
-}
+ASCEND_KV_LIBRARY(ASCEND_KV_OP_NAMESPACE, m) { Define(m); }
+
+ASCEND_KV_LIBRARY_IMPL(ASCEND_KV_OP_NAMESPACE, PrivateUse1, m) { Implement(m); }
+
+ASCEND_KV_LIBRARY_IMPL(ASCEND_KV_OP_NAMESPACE, Meta, m) { ImplementMeta(m); }
+
+#ifdef ASCEND_KV_HOST_BUILD
+// The host build also serves CPU tensors: the kernels run on the host model over their memory.
+ASCEND_KV_LIBRARY_IMPL(ASCEND_KV_OP_NAMESPACE, CPU, m) { Implement(m); }
+#endif

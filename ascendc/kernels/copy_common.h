@@ -1,10 +1,10 @@
 /*
  * Pieces shared by the two copy kernels (kv_cache.cpp, paged_cache_load.cpp): reading the
- * tiling, splitting the tokens over the cores, staging int64 metadata into UB, clipping runs of
- * tokens to the tensors' bounds, and the double-buffered contiguous copy through UB.
+ * tiling, index arithmetic that never leaves the tensors, int32/int64 index tensors staged into
+ * UB, and copies of rows (contiguous or strided) through a double-buffered UB queue.
  *
  * Device code only: the same file is compiled by CANN for the NPU and by g++ against the host
- * model of the AscendC API for the sim backend.
+ * model of the AscendC API (ascendc/sim/include) for the host build.
  */
 #ifndef ASCEND_KV_COPY_COMMON_H
 #define ASCEND_KV_COPY_COMMON_H
@@ -30,111 +30,152 @@ __aicore__ inline void LoadTiling(GM_ADDR tilingGm, Tiling& tiling)
 __aicore__ inline uint64_t MinU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 __aicore__ inline uint64_t MaxU64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/// A length read from metadata as a token count in [0, limit] (negative counts as 0).
-__aicore__ inline uint64_t ClampCount(int64_t value, uint64_t limit)
+/// a - b with two's-complement wrapping (index arithmetic is int64 and wraps, never traps).
+__aicore__ inline int64_t WrappingSub(int64_t a, int64_t b)
 {
-    if (value <= 0) {
-        return 0;
-    }
-    return MinU64(static_cast<uint64_t>(value), limit);
+    return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
 }
 
-/// The tokens [begin, end) (numbered in batch order) that core `core` copies.
-struct TokenRange {
+/// floor(value / divisor) for divisor > 0.
+__aicore__ inline int64_t FloorDiv(int64_t value, uint64_t divisor)
+{
+    const int64_t d = static_cast<int64_t>(divisor);
+    const int64_t q = value / d;
+    return (value % d != 0 && value < 0) ? q - 1 : q;
+}
+
+/// A length read from an index tensor as a token count in [0, limit] (negative counts as 0).
+__aicore__ inline uint64_t ClampCount(int64_t value, uint64_t limit)
+{
+    return value <= 0 ? 0 : MinU64(static_cast<uint64_t>(value), limit);
+}
+
+/// A half-open range [begin, end) of unsigned positions.
+struct Range {
     uint64_t begin;
     uint64_t end;
 };
 
-__aicore__ inline TokenRange CoreTokens(uint64_t core, uint64_t tokensPerCore, uint64_t remainder)
+/// The tokens [begin, end) of `total` that core `core` of `cores` takes: an even split.
+__aicore__ inline Range CoreShare(uint64_t total, uint64_t core, uint64_t cores)
 {
-    TokenRange range;
-    range.begin = core * tokensPerCore + MinU64(core, remainder);
-    range.end = range.begin + tokensPerCore + (core < remainder ? 1 : 0);
+    const uint64_t perCore = total / cores;
+    const uint64_t remainder = total % cores;
+    Range range;
+    range.begin = core * perCore + MinU64(core, remainder);
+    range.end = range.begin + perCore + (core < remainder ? 1 : 0);
     return range;
 }
 
-/// Narrow [lo, hi) to the j with 0 <= start + j < limit (an empty range stays empty: lo >= hi).
-__aicore__ inline void ClipRun(uint64_t& lo, uint64_t& hi, int64_t start, uint64_t limit)
+/// Rows base + j (0 <= j < count) that fall inside [0, limit), as a range of rows (maybe empty).
+__aicore__ inline Range RowsInside(int64_t base, uint64_t count, uint64_t limit)
 {
-    if (start >= 0) {
-        const uint64_t s = static_cast<uint64_t>(start);
-        hi = (s >= limit) ? lo : MinU64(hi, limit - s);
+    Range rows{0, 0};
+    if (base >= 0) {
+        const uint64_t first = static_cast<uint64_t>(base);
+        if (first < limit) {
+            rows.begin = first;
+            rows.end = first + MinU64(count, limit - first);
+        }
     } else {
-        const uint64_t below = static_cast<uint64_t>(-(start + 1)) + 1;  // -start, without overflow
-        if (below >= hi) {
-            hi = lo;
-        } else {
-            lo = MaxU64(lo, below);
-            hi = MinU64(hi, limit + below);
+        const uint64_t below = static_cast<uint64_t>(-(base + 1)) + 1;  // -base, without overflow
+        if (count > below) {
+            rows.end = MinU64(count - below, limit);
         }
     }
+    return rows;
 }
 
 /// base + k if 0 <= base + k < limit; otherwise false.
 __aicore__ inline bool IndexInRange(int64_t base, uint64_t k, uint64_t limit, uint64_t& index)
 {
-    uint64_t lo = k;
-    uint64_t hi = k + 1;
-    ClipRun(lo, hi, base, limit);
-    if (lo >= hi) {
+    const Range one = RowsInside(base, k + 1, limit);
+    if (one.end == 0 || one.end - 1 != static_cast<uint64_t>(base) + k) {
         return false;
     }
-    index = static_cast<uint64_t>(base) + k;  // wraps back into [0, limit) when base < 0
+    index = one.end - 1;
     return true;
 }
 
 /**
- * An int64 array in GM read through a window staged into UB (one DataCopyPad per window).
- * Get(i) restages when i is outside the window; the kernels read indices in increasing order,
- * so each entry is staged about once.
+ * An int32 or int64 index tensor in GM, read through a window staged into UB (one DataCopyPad
+ * per window, at most stageBytes). Get(i) restages when i is outside the window; the kernels
+ * read mostly in increasing order, so each entry is staged about once. Scalar reads of the
+ * window and the copy that refills it are ordered by paired flags (S_MTE2 before the refill,
+ * MTE2_S after it), not by a barrier on every pipe.
  */
-class StagedInt64 {
+class StagedIndex {
 public:
-    __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR array, uint64_t length, uint64_t window)
+    __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR array, uint64_t length, uint64_t elemBytes,
+                                uint64_t stageBytes)
     {
-        global_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(array), length);
+        pipe_ = pipe;
+        elemBytes_ = elemBytes;
         length_ = length;
-        window_ = window;
-        pipe->InitBuffer(buffer_, static_cast<uint32_t>(window * sizeof(int64_t)));
-        local_ = buffer_.Get<int64_t>();
+        window_ = stageBytes / elemBytes;
+        global_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(array), length * elemBytes);
+        pipe->InitBuffer(buffer_, static_cast<uint32_t>(stageBytes));
+        local_ = buffer_.Get<uint8_t>();
         base_ = 0;
         count_ = 0;
     }
 
-    /// Entry i, 0 <= i < length.
+    /// Entry i (0 <= i < length), sign-extended to int64.
     __aicore__ inline int64_t Get(uint64_t i)
     {
         if (i < base_ || i >= base_ + count_) {
             Stage(i);
         }
-        return local_.GetValue(static_cast<uint32_t>(i - base_));
+        const uint32_t k = static_cast<uint32_t>(i - base_);
+        if (elemBytes_ == sizeof(int64_t)) {
+            return local_.ReinterpretCast<int64_t>().GetValue(k);
+        }
+        return static_cast<int64_t>(local_.ReinterpretCast<int32_t>().GetValue(k));
     }
 
 private:
     __aicore__ inline void Stage(uint64_t first)
     {
         count_ = MinU64(window_, length_ - first);
-        // Earlier scalar reads of the window are done before MTE2 overwrites it; the scalar
-        // reads after the copy wait for MTE2.
-        AscendC::PipeBarrier<PIPE_ALL>();
-        AscendC::DataCopyExtParams params(1, static_cast<uint32_t>(count_ * sizeof(int64_t)), 0, 0, 0);
-        AscendC::DataCopyPadExtParams<int64_t> padding(false, 0, 0, 0);
-        AscendC::DataCopyPad(local_, global_[first], params, padding);
-        AscendC::PipeBarrier<PIPE_ALL>();
         base_ = first;
+        const AscendC::TEventID before = pipe_->FetchEventID(AscendC::HardEvent::S_MTE2);
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE2>(before);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE2>(before);
+        AscendC::DataCopyExtParams params(1, static_cast<uint32_t>(count_ * elemBytes_), 0, 0, 0);
+        AscendC::DataCopyPadExtParams<uint8_t> padding(false, 0, 0, 0);
+        AscendC::DataCopyPad(local_, global_[first * elemBytes_], params, padding);
+        const AscendC::TEventID after = pipe_->FetchEventID(AscendC::HardEvent::MTE2_S);
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);
     }
 
+    AscendC::TPipe* pipe_ = nullptr;
     AscendC::TBuf<AscendC::TPosition::VECCALC> buffer_;
-    AscendC::GlobalTensor<int64_t> global_;
-    AscendC::LocalTensor<int64_t> local_;
+    AscendC::GlobalTensor<uint8_t> global_;
+    AscendC::LocalTensor<uint8_t> local_;
+    uint64_t elemBytes_ = 8;
     uint64_t length_ = 0;
     uint64_t window_ = 0;
     uint64_t base_ = 0;
     uint64_t count_ = 0;
 };
 
-/// The UB copy queue: VECIN bound to VECOUT (no UB-to-UB move), kCopyBuffers buffers.
-using CopyQueue = AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, kCopyBuffers>;
+/// The first element of a one-element int32/int64 tensor, sign-extended (a scalar GM read).
+__aicore__ inline int64_t ReadScalar(GM_ADDR tensor, uint64_t elemBytes)
+{
+    if (elemBytes == sizeof(int64_t)) {
+        AscendC::GlobalTensor<int64_t> value;
+        value.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(tensor), 1);
+        return value.GetValue(0);
+    }
+    AscendC::GlobalTensor<int32_t> value;
+    value.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tensor), 1);
+    return static_cast<int64_t>(value.GetValue(0));
+}
+
+/// The UB copy queue: VECIN bound to VECOUT (no UB-to-UB move). Depth 1: every EnQue is
+/// followed by its DeQue; double buffering comes from InitBuffer's kCopyBuffers buffers.
+using CopyQueue = AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 1>;
 
 /**
  * Copy `bytes` contiguous bytes (a multiple of 32) from src to dst through UB, in chunks of at
@@ -153,6 +194,82 @@ __aicore__ inline void CopyContiguous(CopyQueue& queue, const AscendC::GlobalTen
         AscendC::DataCopy(dst[done], buffer, n);
         queue.FreeTensor(buffer);
         done += n;
+    }
+}
+
+/// The GM-side gap between rows `pitch` bytes apart, if one DataCopyPad can express it.
+__aicore__ inline bool PadGap(uint64_t pitch, uint64_t rowBytes, uint32_t& gap)
+{
+    if (pitch < rowBytes || pitch - rowBytes > kMaxPadGapBytes) {
+        return false;
+    }
+    gap = static_cast<uint32_t>(pitch - rowBytes);
+    return true;
+}
+
+/// `rows` (<= kMaxBlockCount) rows of rowBytes, `pitch` bytes apart in GM, into consecutive UB rows.
+__aicore__ inline void ReadRows(AscendC::LocalTensor<uint8_t>& buffer, const AscendC::GlobalTensor<uint8_t>& src,
+                                uint64_t pitch, uint64_t rows, uint64_t rowBytes)
+{
+    AscendC::DataCopyPadExtParams<uint8_t> padding(false, 0, 0, 0);
+    uint32_t gap = 0;
+    if (PadGap(pitch, rowBytes, gap)) {
+        AscendC::DataCopyExtParams params(static_cast<uint16_t>(rows), static_cast<uint32_t>(rowBytes), gap, 0, 0);
+        AscendC::DataCopyPad(buffer, src, params, padding);
+        return;
+    }
+    AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
+    for (uint64_t r = 0; r < rows; ++r) {
+        AscendC::DataCopyPad(buffer[static_cast<uint32_t>(r * rowBytes)], src[r * pitch], one, padding);
+    }
+}
+
+/// `rows` (<= kMaxBlockCount) consecutive UB rows of rowBytes to GM rows `pitch` bytes apart.
+__aicore__ inline void WriteRows(const AscendC::GlobalTensor<uint8_t>& dst, AscendC::LocalTensor<uint8_t>& buffer,
+                                 uint64_t pitch, uint64_t rows, uint64_t rowBytes)
+{
+    uint32_t gap = 0;
+    if (PadGap(pitch, rowBytes, gap)) {
+        AscendC::DataCopyExtParams params(static_cast<uint16_t>(rows), static_cast<uint32_t>(rowBytes), 0, gap, 0);
+        AscendC::DataCopyPad(dst, buffer, params);
+        return;
+    }
+    AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
+    for (uint64_t r = 0; r < rows; ++r) {
+        AscendC::DataCopyPad(dst[r * pitch], buffer[static_cast<uint32_t>(r * rowBytes)], one);
+    }
+}
+
+/**
+ * Copy `rows` rows of rowBytes (a multiple of 32) from src rows srcPitch bytes apart to dst
+ * rows dstPitch bytes apart. Dense rows on both sides are one contiguous run (large chunks);
+ * otherwise as many whole rows per UB buffer as fit, moved by strided DataCopyPad, and a row
+ * larger than a buffer moves on its own in chunks.
+ */
+__aicore__ inline void CopyRows(CopyQueue& queue, const AscendC::GlobalTensor<uint8_t>& dst, uint64_t dstPitch,
+                                const AscendC::GlobalTensor<uint8_t>& src, uint64_t srcPitch, uint64_t rows,
+                                uint64_t rowBytes, uint64_t chunkBytes)
+{
+    if (srcPitch == rowBytes && dstPitch == rowBytes) {
+        CopyContiguous(queue, dst, src, rows * rowBytes, chunkBytes);
+        return;
+    }
+    if (rowBytes > chunkBytes) {
+        for (uint64_t r = 0; r < rows; ++r) {
+            CopyContiguous(queue, dst[r * dstPitch], src[r * srcPitch], rowBytes, chunkBytes);
+        }
+        return;
+    }
+    const uint64_t rowsPerBuffer = MinU64(chunkBytes / rowBytes, kMaxBlockCount);
+    for (uint64_t done = 0; done < rows;) {
+        const uint64_t group = MinU64(rowsPerBuffer, rows - done);
+        AscendC::LocalTensor<uint8_t> buffer = queue.AllocTensor<uint8_t>();
+        ReadRows(buffer, src[done * srcPitch], srcPitch, group, rowBytes);
+        queue.EnQue(buffer);
+        buffer = queue.DeQue<uint8_t>();
+        WriteRows(dst[done * dstPitch], buffer, dstPitch, group, rowBytes);
+        queue.FreeTensor(buffer);
+        done += group;
     }
 }
 

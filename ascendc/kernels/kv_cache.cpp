@@ -1,13 +1,17 @@
 /*
  * KV cache write (ATB KVCacheOperation), for the vector cores of Atlas A2/A3.
  *
- * Token j of batch entry b (0 <= j < seq_len[b]) is row read_start[b] + j of new_kv and goes to
- * past[layerId, b, write_start[b] + j]. The tokens, numbered in batch order, are split evenly
- * over the cores (batch entries may be very uneven); a core's tokens form at most one run of
- * contiguous rows per batch entry, contiguous in new_kv and in past, copied through UB in large
- * double-buffered chunks. Metadata is staged into UB. A token whose source or destination row
- * falls outside its tensor is skipped, so bad metadata never makes the kernel touch memory
- * outside its tensors.
+ * Reads the raw index tensors (token_offset, seq_len, an optional one-element layer tensor;
+ * int32 or int64 each). For batch entry b, n = clamp(seq_len[b], 0, ntokens) tokens; token j is
+ * new_kv row prefix + j (prefix: the n of the entries before) and goes to
+ * past[layer, b, token_offset[b] - seq_len[b] + j]. A token whose row or position falls outside
+ * its tensor is skipped, and nothing is written when the layer is out of range, so index values
+ * nobody checked never make the kernel touch memory outside its tensors.
+ *
+ * Work split: a token's number is its new_kv row, so each core takes an even share of the
+ * ntokens rows and scans seq_len (staged into UB) for the entries that own them. A core's tokens
+ * form at most one run per entry, copied through UB in large double-buffered chunks (strided
+ * rows by strided copies).
  */
 #include "copy_common.h"
 
@@ -15,78 +19,86 @@ namespace ascend_kv {
 
 class KvCacheKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR newKv, GM_ADDR past, GM_ADDR seqLen, GM_ADDR readStart,
-                                GM_ADDR writeStart, const KvCacheTiling& tiling, AscendC::TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR newKv, GM_ADDR past, GM_ADDR tokenOffset, GM_ADDR seqLen, GM_ADDR layer,
+                                const KvCacheTiling& tiling, AscendC::TPipe* pipe)
     {
         t_ = tiling;
-        newKv_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(newKv), t_.ntokens * t_.rowBytes);
-        past_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(past),
-                              t_.layers * t_.batch * t_.maxSeqLen * t_.rowBytes);
-        seqLen_.Init(pipe, seqLen, t_.batch, t_.metaWindow);
-        readStart_.Init(pipe, readStart, t_.batch, t_.metaWindow);
-        writeStart_.Init(pipe, writeStart, t_.batch, t_.metaWindow);
+        layer_ = layer;
+        newKv_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(newKv), t_.newKvSpan);
+        past_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(past), t_.pastSpan);
+        seqLen_.Init(pipe, seqLen, t_.batch, t_.seqLenElemBytes, t_.stageBytes);
+        tokenOffset_.Init(pipe, tokenOffset, t_.batch, t_.offsetElemBytes, t_.stageBytes);
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
     __aicore__ inline void Process()
     {
         const uint64_t core = static_cast<uint64_t>(AscendC::GetBlockIdx());
-        if (core >= t_.usedCores || t_.layerId >= t_.layers) {
+        if (core >= t_.usedCores) {
             return;
         }
-        const TokenRange mine = CoreTokens(core, t_.tokensPerCore, t_.remainder);
-        uint64_t first = 0;  // number of entry b's first token
-        for (uint64_t b = 0; b < t_.batch && first < mine.end; ++b) {
-            const uint64_t count = ClampCount(seqLen_.Get(b), t_.ntokens);
-            const uint64_t lo = MaxU64(first, mine.begin);
-            const uint64_t hi = MinU64(first + count, mine.end);
+        const int64_t layer = t_.layerElemBytes != 0 ? ReadScalar(layer_, t_.layerElemBytes)
+                                                     : static_cast<int64_t>(t_.layerId);
+        if (layer < 0 || static_cast<uint64_t>(layer) >= t_.layers) {
+            return;
+        }
+        const Range mine = CoreShare(t_.ntokens, core, t_.usedCores);
+        uint64_t prefix = 0;  // new_kv row of entry b's first token
+        for (uint64_t b = 0; b < t_.batch && prefix < mine.end; ++b) {
+            const int64_t seqLen = seqLen_.Get(b);
+            const uint64_t count = ClampCount(seqLen, t_.ntokens);
+            const uint64_t lo = MaxU64(prefix, mine.begin);
+            const uint64_t hi = MinU64(prefix + count, mine.end);
             if (lo < hi) {
-                CopyRun(b, lo - first, hi - first);
+                const int64_t start = WrappingSub(tokenOffset_.Get(b), seqLen);
+                CopyRun(static_cast<uint64_t>(layer), b, start, lo - prefix, hi - prefix, prefix);
             }
-            first += count;
+            prefix += count;
         }
     }
 
 private:
-    /// Tokens [lo, hi) of batch entry b.
-    __aicore__ inline void CopyRun(uint64_t b, uint64_t lo, uint64_t hi)
+    /// Tokens [lo, hi) of batch entry b: new_kv rows prefix + j to positions start + j.
+    __aicore__ inline void CopyRun(uint64_t layer, uint64_t b, int64_t start, uint64_t lo, uint64_t hi,
+                                   uint64_t prefix)
     {
-        const int64_t readStart = readStart_.Get(b);
-        const int64_t writeStart = writeStart_.Get(b);
-        ClipRun(lo, hi, readStart, t_.ntokens);
-        ClipRun(lo, hi, writeStart, t_.maxSeqLen);
-        if (lo >= hi) {
+        const Range positions = RowsInside(start, hi, t_.maxSeqLen);  // j in [0, hi) landing inside past
+        const uint64_t first = MaxU64(lo, positions.begin - static_cast<uint64_t>(start));
+        const uint64_t last = MinU64(hi, positions.end - static_cast<uint64_t>(start));
+        if (positions.begin >= positions.end || first >= last) {
             return;
         }
-        const uint64_t srcRow = static_cast<uint64_t>(readStart) + lo;
-        const uint64_t dstRow = (t_.layerId * t_.batch + b) * t_.maxSeqLen + static_cast<uint64_t>(writeStart) + lo;
-        CopyContiguous(queue_, past_[dstRow * t_.rowBytes], newKv_[srcRow * t_.rowBytes], (hi - lo) * t_.rowBytes,
-                       t_.chunkBytes);
+        const uint64_t srcRow = prefix + first;
+        const uint64_t dstPos = static_cast<uint64_t>(start) + first;
+        const uint64_t dst = layer * t_.pastLayerStride + b * t_.pastBatchStride + dstPos * t_.pastSeqStride;
+        CopyRows(queue_, past_[dst], t_.pastSeqStride, newKv_[srcRow * t_.newKvRowStride], t_.newKvRowStride,
+                 last - first, t_.rowBytes, t_.chunkBytes);
     }
 
     KvCacheTiling t_;
+    GM_ADDR layer_ = nullptr;
     AscendC::GlobalTensor<uint8_t> newKv_;
     AscendC::GlobalTensor<uint8_t> past_;
-    StagedInt64 seqLen_;
-    StagedInt64 readStart_;
-    StagedInt64 writeStart_;
+    StagedIndex seqLen_;
+    StagedIndex tokenOffset_;
     CopyQueue queue_;
 };
 
 }  // namespace ascend_kv
 
 extern "C" __global__ __aicore__ void kv_cache_kernel(
-    GM_ADDR newKv,       // [ntokens, rowBytes] bytes: new_kv's rows (float16, bfloat16 or int8)
-    GM_ADDR past,        // [layers, batch, maxSeqLen, rowBytes] bytes, written in place
-    GM_ADDR seqLen,      // [batch] int64: tokens per batch entry
-    GM_ADDR readStart,   // [batch] int64: first new_kv row of each entry
-    GM_ADDR writeStart,  // [batch] int64: first past position written in each entry
-    GM_ADDR tiling)      // [1] ascend_kv::KvCacheTiling
+    GM_ADDR newKv,        // [ntokens, rowBytes] bytes, rows newKvRowStride apart
+    GM_ADDR past,         // [layers, batch, maxSeqLen, rowBytes] bytes at the tiling's strides, written in place
+    GM_ADDR tokenOffset,  // [batch] int32/int64: position after each entry's last token
+    GM_ADDR seqLen,       // [batch] int32/int64: tokens per batch entry
+    GM_ADDR layerId,      // [1] int32/int64: the layer written, or null (the tiling's layerId)
+    GM_ADDR tiling)       // [1] ascend_kv::KvCacheTiling
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     ascend_kv::KvCacheTiling t;
     ascend_kv::LoadTiling(tiling, t);
     AscendC::TPipe pipe;
     ascend_kv::KvCacheKernel kernel;
-    kernel.Init(newKv, past, seqLen, readStart, writeStart, t, &pipe);
+    kernel.Init(newKv, past, tokenOffset, seqLen, layerId, t, &pipe);
     kernel.Process();
 }

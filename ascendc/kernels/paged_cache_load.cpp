@@ -1,45 +1,68 @@
 /*
  * Paged cache load (ATB PagedCacheLoadOperation), ND and NZ, for the vector cores of Atlas A2/A3.
  *
- * Token j of batch entry b (0 <= j < lens[b]) sits in block block_table[b, first_column[b] +
- * j / blockSize] at slot j % blockSize and goes to output row out_start[b] + j, for the key and
- * the value cache (each with its own row size and dtype). The tokens, numbered in batch order,
- * are split evenly over the cores. A core walks its tokens as runs that share one cache block:
- *   ND: the run's rows are contiguous in the cache and in the output: one large chunked copy.
- *   NZ: a token's row is T/E 32-byte pieces, blockSize * 32 bytes apart in the cache; each token
- *       is gathered with one strided copy (blockCount = pieces, blockLen = 1, gap = blockSize - 1,
- *       split at the 4095-block limit) into UB, several tokens per buffer, and the buffer is
- *       stored to the output rows with one contiguous copy. A row larger than a buffer moves in
- *       segments.
- * Metadata and block-table entries are staged into UB. A token whose block id, block-table
- * column or output row is out of range is skipped.
+ * Reads the raw index tensors (block_table, context_lens, an optional seq_starts; int32 or int64
+ * each). Batch entry b holds n_b = clamp(len_b, 0, R) tokens (R = the larger output's rows;
+ * len_b = context_lens[b], or context_lens[b+1] - context_lens[b] in cumsum mode); token j sits in
+ * block block_table[b, floor(seq_starts[b] / blockSize) + j / blockSize] at slot j % blockSize
+ * and goes to output row first_b + j (first_b: the running sum of n, or context_lens[b] in cumsum
+ * mode). Out-of-range columns, block ids and output rows are skipped. A row several entries
+ * claim (cumsum mode with decreasing context_lens) is written once, by the first of them, so
+ * every row has one writer whatever the values.
+ *
+ * Work split: every core scans the lengths (staged into UB) for the number of tokens that land
+ * in the outputs, takes an even share of them, and scans again for the entries that own its
+ * share. A core walks its tokens as runs that share one cache block:
+ *   ND: a run's rows are one strided run in the cache and in the output (contiguous when dense).
+ *   NZ: a token's row is T/E 32-byte pieces pieceStride bytes apart in the cache; each token is
+ *       gathered with one strided DataCopyPad (split at 4095 pieces) into UB, several tokens per
+ *       buffer, then stored to the output rows. A row larger than a buffer moves in segments.
  */
 #include "copy_common.h"
 
 namespace ascend_kv {
 
-/// One cache (key or value) and its output.
+/// One cache (key or value) and its output, with their byte geometry from the tiling.
 struct CachePair {
-    AscendC::GlobalTensor<uint8_t> cache;  // ND [numBlocks, blockSize, rowBytes], NZ [numBlocks, rowBytes/32, blockSize, 32]
-    AscendC::GlobalTensor<uint8_t> out;    // [rows, rowBytes]
+    AscendC::GlobalTensor<uint8_t> cache;
+    AscendC::GlobalTensor<uint8_t> out;
     uint64_t rowBytes;
+    uint64_t blockStride;
+    uint64_t slotStride;
+    uint64_t pieceStride;
     uint64_t rows;
+    uint64_t rowStride;
 };
 
 class PagedLoadKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable, GM_ADDR lens,
-                                GM_ADDR outStart, GM_ADDR firstColumn, GM_ADDR key, GM_ADDR value,
-                                const PagedLoadTiling& tiling, AscendC::TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable, GM_ADDR contextLens,
+                                GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value, const PagedLoadTiling& tiling,
+                                AscendC::TPipe* pipe)
     {
         t_ = tiling;
-        const uint64_t blockTokens = t_.numBlocks * t_.blockSize;
-        InitPair(key_, keyCache, key, t_.keyRowBytes, t_.keyRows, blockTokens);
-        InitPair(value_, valueCache, value, t_.valueRowBytes, t_.valueRows, blockTokens);
-        lens_.Init(pipe, lens, t_.batch, t_.metaWindow);
-        outStart_.Init(pipe, outStart, t_.batch, t_.metaWindow);
-        firstColumn_.Init(pipe, firstColumn, t_.batch, t_.metaWindow);
-        table_.Init(pipe, blockTable, t_.batch * t_.maxBlocks, t_.tableWindow);
+        key_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(keyCache), t_.keyCacheSpan);
+        key_.out.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(key), t_.keySpan);
+        key_.rowBytes = t_.keyRowBytes;
+        key_.blockStride = t_.keyBlockStride;
+        key_.slotStride = t_.keySlotStride;
+        key_.pieceStride = t_.keyPieceStride;
+        key_.rows = t_.keyRows;
+        key_.rowStride = t_.keyRowStride;
+        value_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(valueCache), t_.valueCacheSpan);
+        value_.out.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(value), t_.valueSpan);
+        value_.rowBytes = t_.valueRowBytes;
+        value_.blockStride = t_.valueBlockStride;
+        value_.slotStride = t_.valueSlotStride;
+        value_.pieceStride = t_.valuePieceStride;
+        value_.rows = t_.valueRows;
+        value_.rowStride = t_.valueRowStride;
+        rows_ = MaxU64(t_.keyRows, t_.valueRows);
+        lens_.Init(pipe, contextLens, t_.batch + t_.cumsum, t_.lensElemBytes, t_.stageBytes);
+        if (t_.startsElemBytes != 0) {
+            starts_.Init(pipe, seqStarts, t_.batch, t_.startsElemBytes, t_.stageBytes);
+        }
+        table_.Init(pipe, blockTable, t_.batch * t_.maxBlocks, t_.tableElemBytes, t_.stageBytes);
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
@@ -49,109 +72,129 @@ public:
         if (core >= t_.usedCores) {
             return;
         }
-        const TokenRange mine = CoreTokens(core, t_.tokensPerCore, t_.remainder);
-        uint64_t first = 0;  // number of entry b's first token
-        for (uint64_t b = 0; b < t_.batch && first < mine.end; ++b) {
-            const uint64_t count = ClampCount(lens_.Get(b), t_.numTokens);
-            const uint64_t lo = MaxU64(first, mine.begin);
-            const uint64_t hi = MinU64(first + count, mine.end);
-            if (lo < hi) {
-                LoadEntry(b, lo - first, hi - first);
-            }
-            first += count;
+        const Range mine = CoreShare(Walk(nullptr), core, t_.usedCores);
+        if (mine.begin < mine.end) {
+            Walk(&mine);
         }
     }
 
 private:
-    __aicore__ inline static void InitPair(CachePair& pair, GM_ADDR cache, GM_ADDR out, uint64_t rowBytes,
-                                           uint64_t rows, uint64_t blockTokens)
+    /**
+     * Visit the entries in order: entry b owns output rows [lo, hi) (inside [0, R), after the
+     * rows earlier entries own) and tokens j = row - first_b. Numbered in that order, the tokens
+     * of `share` are loaded; with no share, nothing is. Returns the number of tokens.
+     */
+    __aicore__ inline uint64_t Walk(const Range* share)
     {
-        pair.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(cache), blockTokens * rowBytes);
-        pair.out.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(out), rows * rowBytes);
-        pair.rowBytes = rowBytes;
-        pair.rows = rows;
+        uint64_t tokens = 0;   // tokens of the entries before b
+        uint64_t claimed = 0;  // output rows [0, claimed) belong to earlier entries
+        uint64_t prefix = 0;   // default mode: first_b
+        for (uint64_t b = 0; b < t_.batch && claimed < rows_; ++b) {
+            if (share != nullptr && tokens >= share->end) {
+                break;
+            }
+            int64_t first = 0;
+            uint64_t count = 0;
+            if (t_.cumsum != 0) {
+                first = lens_.Get(b);
+                count = ClampCount(WrappingSub(lens_.Get(b + 1), first), rows_);
+            } else {
+                first = static_cast<int64_t>(prefix);
+                count = ClampCount(lens_.Get(b), rows_);
+                prefix = MinU64(prefix + count, rows_);
+            }
+            Range rows = RowsInside(first, count, rows_);
+            rows.begin = MaxU64(rows.begin, claimed);
+            if (rows.begin >= rows.end) {
+                continue;
+            }
+            claimed = rows.end;
+            if (share != nullptr) {
+                const uint64_t lo = MaxU64(tokens, share->begin);
+                const uint64_t hi = MinU64(tokens + rows.end - rows.begin, share->end);
+                if (lo < hi) {
+                    LoadEntry(b, first, rows.begin + (lo - tokens), rows.begin + (hi - tokens));
+                }
+            }
+            tokens += rows.end - rows.begin;
+        }
+        return tokens;
     }
 
-    /// Tokens [lo, hi) of batch entry b, one block-table column at a time.
-    __aicore__ inline void LoadEntry(uint64_t b, uint64_t lo, uint64_t hi)
+    /// Output rows [lo, hi) of batch entry b (token j = row - first), one block-table column at a time.
+    __aicore__ inline void LoadEntry(uint64_t b, int64_t first, uint64_t lo, uint64_t hi)
     {
-        const int64_t outStart = outStart_.Get(b);
-        const int64_t firstColumn = firstColumn_.Get(b);
-        for (uint64_t j = lo; j < hi;) {
+        const int64_t firstColumn = t_.startsElemBytes != 0 ? FloorDiv(starts_.Get(b), t_.blockSize) : 0;
+        for (uint64_t row = lo; row < hi;) {
+            const uint64_t j = row - static_cast<uint64_t>(first);
             const uint64_t c = j / t_.blockSize;
-            const uint64_t runEnd = MinU64(hi, (c + 1) * t_.blockSize);
+            const uint64_t runEnd = MinU64(hi, row + ((c + 1) * t_.blockSize - j));
             uint64_t column = 0;
             if (IndexInRange(firstColumn, c, t_.maxBlocks, column)) {
                 const int64_t block = table_.Get(b * t_.maxBlocks + column);
                 if (block >= 0 && static_cast<uint64_t>(block) < t_.numBlocks) {
-                    const uint64_t blockFirstToken = c * t_.blockSize;
-                    LoadRun(key_, static_cast<uint64_t>(block), blockFirstToken, outStart, j, runEnd);
-                    LoadRun(value_, static_cast<uint64_t>(block), blockFirstToken, outStart, j, runEnd);
+                    const uint64_t slot = j - c * t_.blockSize;
+                    LoadRun(key_, static_cast<uint64_t>(block), slot, row, runEnd - row);
+                    LoadRun(value_, static_cast<uint64_t>(block), slot, row, runEnd - row);
                 }
             }
-            j = runEnd;
+            row = runEnd;
         }
     }
 
-    /// Tokens [lo, hi) of one entry, all in cache block `block` (token j at slot j - blockFirstToken).
-    __aicore__ inline void LoadRun(CachePair& pair, uint64_t block, uint64_t blockFirstToken, int64_t outStart,
-                                   uint64_t lo, uint64_t hi)
+    /// `tokens` tokens from slot `slot` of cache block `block` to output rows outRow.. (those that exist).
+    __aicore__ inline void LoadRun(CachePair& pair, uint64_t block, uint64_t slot, uint64_t outRow, uint64_t tokens)
     {
-        ClipRun(lo, hi, outStart, pair.rows);
-        if (lo >= hi) {
+        if (outRow >= pair.rows) {
             return;
         }
-        const uint64_t slot = lo - blockFirstToken;
-        const uint64_t outRow = static_cast<uint64_t>(outStart) + lo;
+        tokens = MinU64(tokens, pair.rows - outRow);
+        const uint64_t tokenAt = block * pair.blockStride + slot * pair.slotStride;
         if (t_.layout == kLayoutNd) {
-            const uint64_t cacheRow = block * t_.blockSize + slot;
-            CopyContiguous(queue_, pair.out[outRow * pair.rowBytes], pair.cache[cacheRow * pair.rowBytes],
-                           (hi - lo) * pair.rowBytes, t_.chunkBytes);
+            CopyRows(queue_, pair.out[outRow * pair.rowStride], pair.rowStride, pair.cache[tokenAt], pair.slotStride,
+                     tokens, pair.rowBytes, t_.chunkBytes);
         } else {
-            GatherNz(pair, block, slot, outRow, hi - lo);
+            GatherNz(pair, tokenAt, outRow, tokens);
         }
     }
 
-    /// NZ: `tokens` tokens from slot `slot` of `block` to output rows outRow.., through UB.
-    __aicore__ inline void GatherNz(CachePair& pair, uint64_t block, uint64_t slot, uint64_t outRow,
-                                    uint64_t tokens)
+    /// NZ: `tokens` consecutive slots, the first at cache byte tokenAt, to output rows outRow.., through UB.
+    __aicore__ inline void GatherNz(CachePair& pair, uint64_t tokenAt, uint64_t outRow, uint64_t tokens)
     {
         const uint64_t rowPieces = pair.rowBytes / kBlockBytes;
         const uint64_t bufferPieces = t_.chunkBytes / kBlockBytes;
         // Whole tokens per buffer when a row fits, else one token in segments of a buffer.
         const uint64_t segmentPieces = MinU64(rowPieces, bufferPieces);
-        const uint64_t tokensPerBuffer = rowPieces <= bufferPieces ? bufferPieces / rowPieces : 1;
-        const uint64_t blockBase = block * t_.blockSize * pair.rowBytes;
+        const uint64_t tokensPerBuffer = rowPieces <= bufferPieces ? MinU64(bufferPieces / rowPieces, kMaxBlockCount) : 1;
         for (uint64_t done = 0; done < tokens;) {
             const uint64_t group = MinU64(tokensPerBuffer, tokens - done);
             for (uint64_t piece = 0; piece < rowPieces; piece += segmentPieces) {
                 const uint64_t pieces = MinU64(segmentPieces, rowPieces - piece);
                 AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
                 for (uint64_t k = 0; k < group; ++k) {
-                    const uint64_t first = blockBase + (piece * t_.blockSize + slot + done + k) * kBlockBytes;
-                    GatherToken(pair, buffer, k * pieces * kBlockBytes, first, pieces);
+                    const uint64_t first = tokenAt + (done + k) * pair.slotStride + piece * pair.pieceStride;
+                    AscendC::LocalTensor<uint8_t> target = buffer[static_cast<uint32_t>(k * pieces * kBlockBytes)];
+                    ReadPieces(pair, target, first, pieces);
                 }
                 queue_.EnQue(buffer);
                 buffer = queue_.DeQue<uint8_t>();
-                AscendC::DataCopy(pair.out[(outRow + done) * pair.rowBytes + piece * kBlockBytes], buffer,
-                                  static_cast<uint32_t>(group * pieces * kBlockBytes));
+                const uint64_t pieceBytes = pieces * kBlockBytes;
+                WriteRows(pair.out[(outRow + done) * pair.rowStride + piece * kBlockBytes], buffer, pair.rowStride,
+                          group, pieceBytes);
                 queue_.FreeTensor(buffer);
             }
             done += group;
         }
     }
 
-    /// `pieces` 32-byte pieces of one token, the first at cache byte `first`, the next ones
-    /// blockSize * 32 bytes apart, to UB bytes [ubOffset, ubOffset + pieces * 32).
-    __aicore__ inline void GatherToken(CachePair& pair, AscendC::LocalTensor<uint8_t>& buffer, uint64_t ubOffset,
-                                       uint64_t first, uint64_t pieces)
+    /// `pieces` 32-byte pieces of one token, pieceStride bytes apart from cache byte `first`, into UB.
+    __aicore__ inline void ReadPieces(CachePair& pair, AscendC::LocalTensor<uint8_t>& target, uint64_t first,
+                                      uint64_t pieces)
     {
         for (uint64_t p = 0; p < pieces;) {
-            const uint64_t count = MinU64(t_.gatherBlocks, pieces - p);
-            const uint16_t gap = count > 1 ? static_cast<uint16_t>(t_.blockSize - 1) : 0;
-            AscendC::DataCopyParams params(static_cast<uint16_t>(count), 1, gap, 0);
-            AscendC::DataCopy(buffer[static_cast<uint32_t>(ubOffset + p * kBlockBytes)],
-                              pair.cache[first + p * t_.blockSize * kBlockBytes], params);
+            const uint64_t count = MinU64(kMaxBlockCount, pieces - p);
+            AscendC::LocalTensor<uint8_t> part = target[static_cast<uint32_t>(p * kBlockBytes)];
+            ReadRows(part, pair.cache[first + p * pair.pieceStride], pair.pieceStride, count, kBlockBytes);
             p += count;
         }
     }
@@ -159,30 +202,30 @@ private:
     PagedLoadTiling t_;
     CachePair key_;
     CachePair value_;
-    StagedInt64 lens_;
-    StagedInt64 outStart_;
-    StagedInt64 firstColumn_;
-    StagedInt64 table_;
+    uint64_t rows_ = 0;
+    StagedIndex lens_;
+    StagedIndex starts_;
+    StagedIndex table_;
     CopyQueue queue_;
 };
 
 }  // namespace ascend_kv
 
 extern "C" __global__ __aicore__ void paged_cache_load_kernel(
-    GM_ADDR keyCache,     // ND [numBlocks, blockSize, keyRowBytes] / NZ [numBlocks, keyRowBytes/32, blockSize, 32] bytes
-    GM_ADDR valueCache,   // ND [numBlocks, blockSize, valueRowBytes] / NZ [numBlocks, valueRowBytes/32, blockSize, 32] bytes
-    GM_ADDR blockTable,   // [batch, maxBlocks] int64: cache block ids
-    GM_ADDR lens,         // [batch] int64: tokens per batch entry
-    GM_ADDR outStart,     // [batch] int64: first output row of each entry
-    GM_ADDR firstColumn,  // [batch] int64: block-table column of each entry's first token
-    GM_ADDR key,          // [keyRows, keyRowBytes] bytes, written
-    GM_ADDR value,        // [valueRows, valueRowBytes] bytes, written
+    GM_ADDR keyCache,     // ND [numBlocks, blockSize, keyRowBytes] / NZ [numBlocks, keyRowBytes/32, blockSize, 32] bytes, strided
+    GM_ADDR valueCache,   // as keyCache, with valueRowBytes
+    GM_ADDR blockTable,   // [batch, maxBlocks] int32/int64: cache block ids
+    GM_ADDR contextLens,  // [batch] (or [batch + 1] cumulative) int32/int64
+    GM_ADDR seqStarts,    // [batch] int32/int64 token offsets into each block-table row, or null
+    GM_ADDR key,          // [keyRows, keyRowBytes] bytes, rows keyRowStride apart, written
+    GM_ADDR value,        // [valueRows, valueRowBytes] bytes, rows valueRowStride apart, written
     GM_ADDR tiling)       // [1] ascend_kv::PagedLoadTiling
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     ascend_kv::PagedLoadTiling t;
     ascend_kv::LoadTiling(tiling, t);
     AscendC::TPipe pipe;
     ascend_kv::PagedLoadKernel kernel;
-    kernel.Init(keyCache, valueCache, blockTable, lens, outStart, firstColumn, key, value, t, &pipe);
+    kernel.Init(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, t, &pipe);
     kernel.Process();
 }

@@ -34,6 +34,12 @@ inline void CopyMessage(const std::string& msg, char* err, size_t errLen)
     err[n] = '\0';
 }
 
+// Does byte `off` of region r hold an element (true for every byte of a dense region)?
+inline bool IsElement(const GmRegion& r, uint64_t off) { return r.elements == nullptr || r.elements[off] != 0; }
+
+// Regions may share address ranges (views of one buffer), but no byte may be an element of a
+// written tensor and of any other tensor: that would make the result depend on the order of
+// the writes, or let a kernel write an input.
 inline std::string CheckRegions(const GmRegion* regions, size_t n)
 {
     for (size_t i = 0; i < n; ++i) {
@@ -42,11 +48,15 @@ inline std::string CheckRegions(const GmRegion* regions, size_t n)
             return std::string("GM region '") + regions[i].name + "' has a null base and " +
                    std::to_string(regions[i].bytes) + " bytes";
         for (size_t j = 0; j < i && regions[i].bytes != 0; ++j) {
-            if (regions[j].bytes == 0) continue;
+            if (regions[j].bytes == 0 || !(regions[i].writable || regions[j].writable)) continue;
             auto a0 = reinterpret_cast<uintptr_t>(regions[i].base), a1 = a0 + regions[i].bytes;
             auto b0 = reinterpret_cast<uintptr_t>(regions[j].base), b1 = b0 + regions[j].bytes;
-            if (a0 < b1 && b0 < a1)
-                return std::string("GM regions '") + regions[j].name + "' and '" + regions[i].name + "' overlap";
+            for (uintptr_t p = std::max(a0, b0); p < std::min(a1, b1); ++p) {
+                if (IsElement(regions[i], p - a0) && IsElement(regions[j], p - b0))
+                    return std::string("GM regions '") + regions[j].name + "' and '" + regions[i].name +
+                           "' overlap (their elements share byte " + std::to_string(p - b0) + " of '" +
+                           regions[j].name + "')";
+            }
         }
     }
     return "";
@@ -54,8 +64,10 @@ inline std::string CheckRegions(const GmRegion* regions, size_t n)
 
 // Runs `body` (which calls the kernel entry) once per core. ubBytes: UB capacity per core
 // (kDefaultUbBytes on Atlas A2/A3; tests may pass less). garbage: fill byte of fresh UB.
+// requireTaskType: the kernel must declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY).
 inline int Launch(uint32_t numBlocks, uint32_t ubBytes, const GmRegion* regions, size_t n,
-                  const std::function<void()>& body, char* err, size_t errLen, uint8_t garbage = kDefaultGarbage)
+                  const std::function<void()>& body, char* err, size_t errLen, uint8_t garbage = kDefaultGarbage,
+                  bool requireTaskType = false)
 {
     CopyMessage("", err, errLen);
     if (numBlocks == 0 || numBlocks > 65535) {
@@ -92,6 +104,9 @@ inline int Launch(uint32_t numBlocks, uint32_t ubBytes, const GmRegion* regions,
             body();
             CoreState& c = Core();
             if (!c.deferred.empty()) throw ModelError(c.deferred.front());
+            if (requireTaskType && c.taskType != KERNEL_TYPE_AIV_ONLY)
+                Fail("the kernel did not declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY): without it the "
+                     "runtime may start cube cores a vector-only kernel does not use");
             if (!c.flags.empty()) {
                 auto it = c.flags.begin();
                 Fail("kernel returned with SetFlag<HardEvent::", HardEventName(static_cast<HardEvent>(it->first.first)),

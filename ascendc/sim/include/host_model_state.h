@@ -40,13 +40,17 @@ constexpr uint32_t kMaxBuffersPerPosition = 8;
 constexpr int32_t kEventIds = 8;          // event ids 0..7 on A2/A3
 constexpr uint8_t kDefaultGarbage = 0xA5; // fill byte of freshly allocated UB
 
-// One GM allocation handed to a kernel (registered by the launcher). A region that is not
-// `writable` is an input: any kernel write into it is an error.
+// One tensor handed to a kernel (registered by the launcher): the bytes [base, base + bytes) its
+// elements span. A region that is not `writable` is an input: any kernel write into it is an
+// error. `elements` (one byte per byte of the span, nonzero = part of an element) describes a
+// strided view whose span has gaps; null means every byte of the span is an element's. Every
+// access must stay on the elements of the tensor its GlobalTensor was set up for.
 struct GmRegion {
     const void* base;
     uint64_t bytes;
     const char* name;
     bool writable = true;
+    const uint8_t* elements = nullptr;
 };
 
 // The engines (pipes) whose ordering the model checks. S = scalar unit (GetValue/SetValue),
@@ -100,6 +104,7 @@ struct CoreState {
     std::map<std::pair<int, int32_t>, Clock> flags;
 
     std::vector<std::string> deferred; // violations found in destructors (cannot throw there)
+    int taskType = -1;                 // KERNEL_TASK_TYPE_DEFAULT of this core's kernel, -1: none
 };
 
 struct LaunchState {
@@ -118,18 +123,19 @@ inline LaunchState& State()
 
 inline CoreState& Core() { return State().core; }
 
-// Index of the registered region holding [p, p+bytes), or -1 if p is in none.
+// The registered region a GlobalTensor set up at p is for, or -1 if p is in none. Views of one
+// buffer may share address ranges (K and V held block by block), so a region starting exactly
+// at p wins over one that merely contains p: a kernel passes each tensor's own base.
 inline int FindRegion(const void* p)
 {
     const auto& regs = State().regions;
     auto addr = reinterpret_cast<uintptr_t>(p);
     for (size_t i = 0; i < regs.size(); ++i) {
+        if (addr == reinterpret_cast<uintptr_t>(regs[i].base)) return static_cast<int>(i);
+    }
+    for (size_t i = 0; i < regs.size(); ++i) {
         auto b = reinterpret_cast<uintptr_t>(regs[i].base);
         if (addr >= b && addr < b + regs[i].bytes) return static_cast<int>(i);
-    }
-    // a zero-byte region only owns its own base
-    for (size_t i = 0; i < regs.size(); ++i) {
-        if (regs[i].bytes == 0 && addr == reinterpret_cast<uintptr_t>(regs[i].base)) return static_cast<int>(i);
     }
     return -1;
 }
@@ -143,6 +149,15 @@ inline void GmTouch(int r, const void* p, uint64_t bytes, bool write, const char
     auto& st = State();
     const auto& reg = st.regions[r];
     uint64_t off = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(reg.base);
+    if (reg.elements != nullptr) {
+        const void* gap = std::memchr(reg.elements + off, 0, bytes);
+        if (gap != nullptr) {
+            uint64_t at = static_cast<uint64_t>(static_cast<const uint8_t*>(gap) - reg.elements);
+            Fail(what, ": ", write ? "write to" : "read of", " byte ", at, " of GM tensor '", reg.name,
+                 "', which belongs to none of its elements (a gap of the strided view; access of ", bytes,
+                 " bytes from byte ", off, ")");
+        }
+    }
     if (!reg.writable) {
         if (write) {
             Fail(what, ": write into input GM tensor '", reg.name, "' at byte ", off, " (", bytes,

@@ -19,8 +19,13 @@
 //     a 32-byte boundary), a zero blockCount or blockLen is a no-op, every UB byte inside the
 //     LocalTensor, every GM element inside the buffer given to SetGlobalBuffer (reads and writes,
 //     and GetValue/SetValue). A LocalTensor's index/offset must lie inside it.
-//   - SetGlobalBuffer: the buffer must lie inside one GM allocation registered by the launcher.
-//   - GM allocations registered read-only (inputs) must never be written.
+//   - SetGlobalBuffer: the buffer must lie inside the span of one tensor registered by the
+//     launcher (the one whose first element it starts at, else the one holding its start).
+//     Registered tensors may be strided views: every access must land on bytes of the tensor's
+//     own elements (not a gap of its span, even where another view's elements lie).
+//   - GM tensors registered read-only (inputs) must never be written.
+//   - KERNEL_TASK_TYPE_DEFAULT: only KERNEL_TYPE_AIV_ONLY (the model has no cube cores); the
+//     launcher can require every kernel to declare it.
 //   - Queues: AllocTensor/EnQue/DeQue/FreeTensor pairing, `num` buffers, `depth`, DeQue of an
 //     empty queue, freeing a tensor that is not this queue's, use of a tensor after FreeTensor or
 //     while it is enqueued, tensors still allocated when the kernel returns.
@@ -76,6 +81,18 @@
 #define __ubuf__
 #define __inout_pipe__(pipe)
 #define GM_ADDR __gm__ uint8_t*
+
+// Kernel types of KERNEL_TASK_TYPE_DEFAULT (global namespace, as in the device headers).
+enum KernelMetaType {
+    KERNEL_TYPE_AIV_ONLY,
+    KERNEL_TYPE_AIC_ONLY,
+    KERNEL_TYPE_MIX_AIV_1_0,
+    KERNEL_TYPE_MIX_AIC_1_0,
+    KERNEL_TYPE_MIX_AIC_1_1,
+    KERNEL_TYPE_MIX_AIC_1_2,
+};
+#define KERNEL_TASK_TYPE_DEFAULT(type) \
+    ::AscendC::host_model::DeclareTaskType((type), (type) == KERNEL_TYPE_AIV_ONLY, #type)
 
 // Compiler-provided enums of the device toolchain (global namespace there too).
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5, PIPE_V2, PIPE_FIX };
@@ -334,6 +351,20 @@ constexpr TPosition QueEnd(TPosition pos, bool isSrc)
 // ---- kernel context ----------------------------------------------------------------------------
 
 __aicore__ inline int64_t GetBlockIdx() { return host_model::Core().blockIdx; }
+
+namespace host_model {
+
+// KERNEL_TASK_TYPE_DEFAULT(type): which cores the runtime starts for the kernel. The model runs
+// vector cores only, so it accepts KERNEL_TYPE_AIV_ONLY and rejects the cube and mixed types;
+// the launcher may also require the declaration (a kernel without it may start cube cores).
+inline void DeclareTaskType(int type, bool aivOnly, const char* name)
+{
+    if (!aivOnly)
+        Fail("KERNEL_TASK_TYPE_DEFAULT(", name, "): the host model runs vector cores only (KERNEL_TYPE_AIV_ONLY)");
+    Core().taskType = type;
+}
+
+} // namespace host_model
 __aicore__ inline int64_t GetBlockNum() { return host_model::State().blockNum; }
 
 // ---- model state of the tensor classes (private to them; reached through Access) ---------------

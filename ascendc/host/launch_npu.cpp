@@ -1,0 +1,152 @@
+/*
+ * The NPU build's side of kernel_launch.h: the device's vector cores and UB, the storage-format
+ * check, and the kernel launches queued on the current NPU stream through torch_npu's task queue
+ * (OpCommand), so they are ordered with every other operation on that stream.
+ *
+ * CANN's ascendc_library() generates, for every `extern "C" __global__ __aicore__` kernel, a
+ * launcher aclrtlaunch_<kernel>(blockDim, stream, kernel arguments...) returning 0 when the launch
+ * was queued. The declarations below are ours (the generated header is not available when the
+ * binding compiles); they follow the kernels' parameter lists exactly.
+ */
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "acl/acl.h"
+#include "torch_npu/csrc/core/npu/NPUFormat.h"
+#include "torch_npu/csrc/core/npu/NPUGuard.h"
+#include "torch_npu/csrc/core/npu/NPUStream.h"
+#include "torch_npu/csrc/framework/FormatHelper.h"
+#include "torch_npu/csrc/framework/OpCommand.h"
+
+#include "kernel_launch.h"
+
+extern "C" {
+/// kernels/kv_cache.cpp: kv_cache_kernel(newKv, past, tokenOffset, seqLen, layerId, tiling).
+uint32_t aclrtlaunch_kv_cache_kernel(uint32_t blockDim, aclrtStream stream, void* newKv, void* past,
+                                     void* tokenOffset, void* seqLen, void* layerId, void* tiling);
+/// kernels/paged_cache_load.cpp: paged_cache_load_kernel(keyCache, valueCache, blockTable, contextLens,
+/// seqStarts, key, value, tiling).
+uint32_t aclrtlaunch_paged_cache_load_kernel(uint32_t blockDim, aclrtStream stream, void* keyCache,
+                                             void* valueCache, void* blockTable, void* contextLens,
+                                             void* seqStarts, void* key, void* value, void* tiling);
+}
+
+namespace ascend_kv {
+namespace {
+
+/// Usable Unified Buffer per vector core on A2/A3: 192 KB, less 256 B, less the 8 KB the
+/// toolchain reserves by default (docs/hardware.md).
+constexpr uint64_t kUsableUbBytes = 192 * 1024 - 256 - 8 * 1024;
+
+void* Address(const at::Tensor& tensor) { return tensor.defined() ? tensor.data_ptr() : nullptr; }
+
+/**
+ * The tiling in device memory, one persistent read-only copy per (device, stream, tiling bytes).
+ * Why: a blocking copy from pageable memory synchronises the stream and cannot be captured in a
+ * graph. Here the first call of a shape uploads from pinned memory with a non-blocking copy
+ * ordered on the stream that launches the kernel; both buffers are kept for the life of the
+ * process, so a captured graph replays a copy (and a kernel) whose memory never changes or goes
+ * away, and every later call of that shape uploads nothing. Keyed by stream as well, so a kernel
+ * never reads a tiling another stream is still writing. Serving engines run a bounded set of
+ * shapes, so the cache stays small.
+ */
+void* TilingOnDevice(const void* tiling, size_t bytes, const at::Device& device, aclrtStream stream)
+{
+    using Key = std::tuple<int, void*, std::string>;
+    static std::mutex mutex;
+    static std::map<Key, std::pair<at::Tensor, at::Tensor>> cache;  // key -> (pinned host, device)
+    Key key{device.index(), stream, std::string(static_cast<const char*>(tiling), bytes)};
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = cache.find(key);
+    if (found != cache.end()) {
+        return found->second.second.data_ptr();
+    }
+    const auto length = static_cast<int64_t>(bytes);
+    at::Tensor host = at::empty({length}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    std::memcpy(host.data_ptr(), tiling, bytes);
+    at::Tensor onDevice = at::empty({length}, at::TensorOptions().dtype(at::kByte).device(device));
+    onDevice.copy_(host, /*non_blocking=*/true);
+    void* address = onDevice.data_ptr();
+    cache.emplace(std::move(key), std::make_pair(std::move(host), std::move(onDevice)));
+    return address;
+}
+
+/// Queue `launch` (returning the launcher's status) on the current stream of `device`. Why
+/// through OpCommand: torch_npu may defer work to its task queue; a custom handler runs in queue
+/// order, and a nonzero status it returns is reported as an error instead of being dropped.
+template <typename Tiling, typename Launch>
+void Queue(const char* op, const at::Device& device, const Tiling& tiling, Launch launch)
+{
+    c10_npu::NPUGuard guard(device);
+    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
+    void* tilingGm = TilingOnDevice(&tiling, sizeof(tiling), device, stream);
+    const auto blockDim = static_cast<uint32_t>(tiling.usedCores);
+    at_npu::native::OpCommand command;
+    command.Name(std::string("ascend_kv_") + op);
+    command.SetCustomHandler([=]() -> int { return static_cast<int>(launch(blockDim, stream, tilingGm)); });
+    command.Run();
+}
+
+}  // namespace
+
+uint64_t VectorCoreCount(const at::Device& device)
+{
+    static std::mutex mutex;
+    static std::map<int, uint64_t> cores;  // asked once per device (40 on Ascend910B3, other parts differ)
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = cores.find(device.index());
+    if (found != cores.end()) {
+        return found->second;
+    }
+    int64_t count = 0;
+    const aclError error =
+        aclGetDeviceCapability(static_cast<uint32_t>(device.index()), ACL_DEVICE_INFO_VECTOR_CORE_NUM, &count);
+    TORCH_CHECK(error == ACL_SUCCESS && count > 0, "ascend_kv_npu: aclGetDeviceCapability(", device.index(),
+                ", ACL_DEVICE_INFO_VECTOR_CORE_NUM) failed: error ", error, ", count ", count);
+    cores.emplace(device.index(), static_cast<uint64_t>(count));
+    return static_cast<uint64_t>(count);
+}
+
+uint64_t UsableUbBytes(const at::Device&) { return kUsableUbBytes; }
+
+void CheckStorageFormat(const at::Tensor& tensor, const char* op, const char* name)
+{
+    // Why: npu_format_cast (e.g. FRACTAL_NZ) keeps is_contiguous() true while the bytes are no
+    // longer in the logical layout; the kernels address the logical layout only.
+    if (!at_npu::native::FormatHelper::IsBaseFormatType(tensor)) {
+        TORCH_CHECK(false, "ascend_kv_npu.", op, ": ", name, " has the private NPU storage format ",
+                    at_npu::native::FormatHelper::GetFormatName(tensor), " (",
+                    at_npu::native::get_npu_format(tensor),
+                    "); the kernels take base formats (ND) only: convert it with npu_format_cast(", name, ", 2)");
+    }
+}
+
+void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                   const at::Tensor& seqLen, const at::Tensor& layer, const KvCacheTiling& tiling)
+{
+    // Tensors are captured by value: their memory stays allocated until the queued launch runs.
+    Queue("kv_cache", past.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_kv_cache_kernel(blockDim, stream, Address(newKv), Address(past), Address(tokenOffset),
+                                           Address(seqLen), Address(layer), tilingGm);
+    });
+}
+
+void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                     const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                     const at::Tensor& value, const PagedLoadTiling& tiling)
+{
+    Queue("paged_cache_load", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_paged_cache_load_kernel(blockDim, stream, Address(keyCache), Address(valueCache),
+                                                   Address(blockTable), Address(contextLens), Address(seqStarts),
+                                                   Address(key), Address(value), tilingGm);
+    });
+}
+
+}  // namespace ascend_kv

@@ -1,0 +1,162 @@
+// The host build's side of host/kernel_launch.h: the kernels run on the host model of the AscendC
+// API (sim/include), core by core, over the tensors' own memory (CPU tensors, or a PrivateUse1
+// device whose tensors hold host memory). Every tensor is registered with the model as a named
+// GM region covering exactly its elements (inputs read-only), so an access outside them stops
+// the kernel; the model's message becomes the RuntimeError.
+// Settings, read on every call: ASCEND_KV_SIM_CORES (default 40) and ASCEND_KV_SIM_UB_BYTES
+// (default 192 KB - 256 B - 8 KB, the usable UB of an A2/A3 vector core).
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "host/kernel_launch.h"
+#include "host_model_launcher.h"
+
+extern "C" void kv_cache_kernel(GM_ADDR newKv, GM_ADDR past, GM_ADDR tokenOffset, GM_ADDR seqLen, GM_ADDR layerId,
+                                GM_ADDR tiling);
+extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable,
+                                        GM_ADDR contextLens, GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value,
+                                        GM_ADDR tiling);
+
+namespace ascend_kv {
+namespace {
+
+using AscendC::host_model::GmRegion;
+
+constexpr uint64_t kDefaultCores = 40;
+constexpr uint64_t kDefaultUbBytes = 192 * 1024 - 256 - 8 * 1024;
+constexpr size_t kMessageBytes = 4096;
+
+uint64_t Setting(const char* name, uint64_t fallback)
+{
+    const char* raw = std::getenv(name);
+    if (raw == nullptr || *raw == '\0') {
+        return fallback;
+    }
+    char* end = nullptr;
+    const long long value = std::strtoll(raw, &end, 10);
+    TORCH_CHECK(end != raw && *end == '\0' && value >= 1, name, " must be an integer >= 1, got '", raw, "'");
+    return static_cast<uint64_t>(value);
+}
+
+/// A tensor as a GM region of the model: its span, and which bytes of it are elements when the
+/// view has gaps (the mask lives as long as the region).
+class Region {
+public:
+    Region(const at::Tensor& tensor, const char* name, bool writable)
+    {
+        region_.name = name;
+        region_.writable = writable;
+        if (!tensor.defined()) {
+            region_.base = nullptr;
+            region_.bytes = 0;
+            return;
+        }
+        region_.base = tensor.data_ptr();
+        const int64_t item = tensor.element_size();
+        int64_t span = tensor.numel() == 0 ? 0 : item;
+        for (int64_t d = 0; d < tensor.dim(); ++d) {
+            span += tensor.numel() == 0 ? 0 : (tensor.size(d) - 1) * tensor.stride(d) * item;
+        }
+        region_.bytes = static_cast<uint64_t>(span);
+        if (span > 0 && tensor.numel() * item != span) {
+            MarkElements(tensor);
+            region_.elements = mask_.data();
+        }
+    }
+    Region(const Region&) = delete;
+    Region& operator=(const Region&) = delete;
+
+    const GmRegion& Get() const { return region_; }
+
+private:
+    void MarkElements(const at::Tensor& tensor)
+    {
+        mask_.assign(region_.bytes, 0);
+        const int64_t dims = tensor.dim();
+        const int64_t item = tensor.element_size();
+        std::vector<int64_t> index(static_cast<size_t>(dims), 0);
+        for (int64_t n = 0; n < tensor.numel(); ++n) {
+            int64_t offset = 0;
+            for (int64_t d = 0; d < dims; ++d) {
+                offset += index[static_cast<size_t>(d)] * tensor.stride(d);
+            }
+            std::fill_n(mask_.begin() + offset * item, item, 1);
+            for (int64_t d = dims - 1; d >= 0; --d) {
+                if (++index[static_cast<size_t>(d)] < tensor.size(d)) {
+                    break;
+                }
+                index[static_cast<size_t>(d)] = 0;
+            }
+        }
+    }
+
+    GmRegion region_{};
+    std::vector<uint8_t> mask_;
+};
+
+GM_ADDR Gm(const at::Tensor& tensor)
+{
+    return tensor.defined() ? static_cast<GM_ADDR>(tensor.data_ptr()) : nullptr;
+}
+
+/// Run `body` on `cores` model cores over `regions`; a model error becomes a RuntimeError.
+template <size_t N, typename Body>
+void Run(const char* op, uint64_t cores, const Region (&regions)[N], Body body)
+{
+    std::vector<GmRegion> list;
+    for (const Region& region : regions) {
+        list.push_back(region.Get());
+    }
+    char message[kMessageBytes];
+    const uint64_t ub = UsableUbBytes(at::Device(at::kCPU));
+    const int status = AscendC::host_model::Launch(
+        static_cast<uint32_t>(cores), static_cast<uint32_t>(ub), list.data(), list.size(), body, message,
+        sizeof(message), AscendC::host_model::kDefaultGarbage, /*requireTaskType=*/true);
+    TORCH_CHECK(status == AscendC::host_model::kLaunchOk, "ascend_kv_host.", op,
+                ": the host model of the AscendC API stopped the kernel: ", message);
+}
+
+}  // namespace
+
+uint64_t VectorCoreCount(const at::Device&) { return Setting("ASCEND_KV_SIM_CORES", kDefaultCores); }
+
+uint64_t UsableUbBytes(const at::Device&) { return Setting("ASCEND_KV_SIM_UB_BYTES", kDefaultUbBytes); }
+
+void CheckStorageFormat(const at::Tensor&, const char*, const char*)
+{
+    // Host memory has no private storage format: the bytes are the logical layout.
+}
+
+void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                   const at::Tensor& seqLen, const at::Tensor& layer, const KvCacheTiling& tiling)
+{
+    KvCacheTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{newKv, "new_kv", false},       {past, "past", true},
+                              {tokenOffset, "token_offset", false}, {seqLen, "seq_len", false},
+                              {layer, "layer_tensor", false},  {tilingBytes, "tiling", false}};
+    Run("kv_cache", t.usedCores, regions,
+        [&]() { kv_cache_kernel(Gm(newKv), Gm(past), Gm(tokenOffset), Gm(seqLen), Gm(layer), Gm(tilingBytes)); });
+}
+
+void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                     const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                     const at::Tensor& value, const PagedLoadTiling& tiling)
+{
+    PagedLoadTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{keyCache, "key_cache", false},     {valueCache, "value_cache", false},
+                              {blockTable, "block_table", false}, {contextLens, "context_lens", false},
+                              {seqStarts, "seq_starts", false},   {key, "key", true},
+                              {value, "value", true},             {tilingBytes, "tiling", false}};
+    Run("paged_cache_load", t.usedCores, regions, [&]() {
+        paged_cache_load_kernel(Gm(keyCache), Gm(valueCache), Gm(blockTable), Gm(contextLens), Gm(seqStarts), Gm(key),
+                                Gm(value), Gm(tilingBytes));
+    });
+}
+
+}  // namespace ascend_kv
