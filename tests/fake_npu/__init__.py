@@ -1,0 +1,178 @@
+"""A fake NPU for tests: PyTorch's PrivateUse1 device, renamed ``npu``, holding host memory.
+
+Device tensors are real memory (``data_ptr()``, views, strides and in-place ops behave as on a
+device); every op without a kernel of its own runs its CPU kernel over that same memory. What a
+real NPU would make the host wait for is counted, so a test can prove a call never does:
+
+- ``transfers()``: device-to-host copies (``.cpu()``, ``.to("cpu")``, ``copy_`` into a host
+  tensor, ``tolist()``, ``numpy(force=True)``, printing), scalar reads (``item()``, ``bool()``,
+  ``int()``, ``float()``), ops whose output shape depends on the values (``nonzero`` and what
+  uses it: ``argwhere``, ``where(cond)``, boolean-mask indexing; ``masked_select``, the
+  ``unique`` family, ``bincount``, ``repeat_interleave`` with tensor repeats and no
+  ``output_size``, ``histc`` with ``min == max``), ``equal``, and explicit synchronisation
+  (``torch.npu.synchronize()``, ``torch.accelerator.synchronize()``, stream and event waits).
+- ``uploads()``: host-to-device copies; ``blocking_uploads()`` those a real NPU would wait for
+  (not ``non_blocking=True`` from pinned memory), host index tensors moved by advanced indexing
+  included.
+
+``install()`` builds the C++ extension once (cached under ``$ASCEND_KV_CACHE_DIR`` or
+``~/.cache/ascend_kv``, keyed by a hash of the sources and the torch version) and installs it for
+the whole process; CPU tensors behave exactly as before. The SoC name reported is
+``$ASCEND_KV_SOC`` (default ``Ascend910B3``); the number of devices ``$ASCEND_KV_FAKE_NPU_DEVICES``
+(default 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+#: ACL's aclFormat values: ND is the base format (bytes in logical order); FRACTAL_NZ is not.
+FORMAT_ND = 2
+FORMAT_FRACTAL_NZ = 29
+
+DEFAULT_SOC = "Ascend910B3"
+DEFAULT_DEVICE_COUNT = 2
+
+_SOURCES = ("fake_npu.h", "device.cpp", "kernels.cpp", "bindings.cpp")
+_extension: Optional[Any] = None
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("ASCEND_KV_CACHE_DIR", "").strip()
+    return Path(configured) if configured else Path.home() / ".cache" / "ascend_kv"
+
+
+def _build() -> Any:
+    """Compile (or reuse) the extension: one build folder per source hash and torch version."""
+    from torch.utils import cpp_extension
+
+    here = Path(__file__).parent
+    digest = hashlib.sha256(torch.__version__.encode())
+    for name in _SOURCES:
+        digest.update((here / name).read_bytes())
+    build_dir = _cache_root() / "fake_npu" / digest.hexdigest()[:16]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(
+        name="ascend_kv_fake_npu",
+        sources=[str(here / name) for name in _SOURCES if name.endswith(".cpp")],
+        build_directory=str(build_dir),
+        extra_cflags=["-O1"],
+        verbose=False,
+    )
+
+
+def _device_module(extension: Any) -> types.ModuleType:
+    """``torch.npu``: the parts of torch_npu's device module the package and torch use."""
+    module = types.ModuleType("torch.npu")
+
+    def synchronize(device: Any = None) -> None:
+        """Wait for the device: counted as a transfer (the host blocks on the device)."""
+        extension.synchronize()
+
+    def get_device_name(device: Any = None) -> str:
+        return os.environ.get("ASCEND_KV_SOC", DEFAULT_SOC)
+
+    def set_device(device: Any) -> None:
+        extension.set_device(torch.device("npu", device).index if isinstance(device, int) else _index(device))
+
+    def _index(device: Any) -> int:
+        index = torch.device(device).index
+        return extension.current_device() if index is None else index
+
+    module.is_available = lambda: True
+    module.is_initialized = lambda: True
+    module.device_count = extension.device_count
+    module.current_device = extension.current_device
+    module.set_device = set_device
+    module.synchronize = synchronize
+    module.get_device_name = get_device_name
+    module.get_npu_format = storage_format
+    module._is_in_bad_fork = lambda: False
+    return module
+
+
+def install() -> None:
+    """Build the extension once and make ``npu`` a device of this process (idempotent, permanent)."""
+    global _extension
+    if _extension is not None:
+        return
+    backend = torch._C._get_privateuse1_backend_name()
+    if backend not in ("privateuseone", "npu"):
+        raise RuntimeError(f"fake NPU: PrivateUse1 is already taken by the backend {backend!r}")
+    if hasattr(torch, "npu"):
+        raise RuntimeError("fake NPU: torch.npu already exists (is torch_npu loaded?); a fake NPU cannot join it")
+    extension = _build()
+    extension.set_device_count(int(os.environ.get("ASCEND_KV_FAKE_NPU_DEVICES", DEFAULT_DEVICE_COUNT)))
+    if backend == "privateuseone":
+        torch.utils.rename_privateuse1_backend("npu")
+    torch._register_device_module("npu", _device_module(extension))
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _extension = extension
+
+
+def _installed() -> Any:
+    if _extension is None:
+        raise RuntimeError("fake NPU: call install() first")
+    return _extension
+
+
+def transfers() -> int:
+    """Device-to-host transfers and host waits since the last ``reset()`` (see the module doc)."""
+    return int(_installed().transfers())
+
+
+def uploads() -> int:
+    """Host-to-device copies since the last ``reset()``."""
+    return int(_installed().uploads())
+
+
+def blocking_uploads() -> int:
+    """Host-to-device copies a real NPU would wait for (not non-blocking from pinned memory)."""
+    return int(_installed().blocking_uploads())
+
+
+def reset() -> None:
+    """Set every counter to zero."""
+    _installed().reset()
+
+
+@dataclass
+class Counts:
+    """What happened inside a ``counting()`` block (final once the block ends)."""
+
+    transfers: int = 0
+    uploads: int = 0
+    blocking_uploads: int = 0
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Counts]:
+    """Count the transfers and uploads of the block: ``with counting() as seen: ...; seen.transfers``."""
+    start = (transfers(), uploads(), blocking_uploads())
+    counts = Counts()
+    try:
+        yield counts
+    finally:
+        counts.transfers = transfers() - start[0]
+        counts.uploads = uploads() - start[1]
+        counts.blocking_uploads = blocking_uploads() - start[2]
+
+
+def storage_format(tensor: torch.Tensor) -> int:
+    """The ACL storage format of a fake NPU tensor's memory (``FORMAT_ND`` unless set)."""
+    return int(_installed().storage_format(tensor))
+
+
+def set_storage_format(tensor: torch.Tensor, format: int) -> None:
+    """Make the memory behind ``tensor`` (and every view of it) report ``format``, as after
+    torch_npu's ``npu_format_cast``; the bytes are not rearranged."""
+    _installed().set_storage_format(tensor, format)

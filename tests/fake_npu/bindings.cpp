@@ -1,0 +1,32 @@
+// The fake NPU's Python functions (the module tests/fake_npu/__init__.py wraps them).
+#include "fake_npu.h"
+
+#include <torch/extension.h>
+
+namespace fake_npu {
+namespace {
+
+int64_t count(const std::atomic<int64_t>& counter) { return counter.load(); }
+
+}  // namespace
+}  // namespace fake_npu
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  using namespace fake_npu;
+  module.def("transfers", [] { return count(transfers); });
+  module.def("uploads", [] { return count(uploads); });
+  module.def("blocking_uploads", [] { return count(blocking_uploads); });
+  module.def("reset", [] {
+    transfers = 0;
+    uploads = 0;
+    blocking_uploads = 0;
+  });
+  module.def("synchronize", [] { ++transfers; });
+  module.def("device_count", [] { return int(device_count()); });
+  module.def("set_device_count", [](int count) { set_device_count(static_cast<c10::DeviceIndex>(count)); });
+  module.def("current_device", [] { return int(current_device()); });
+  module.def("set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
+  module.def("storage_format", &storage_format);
+  module.def("set_storage_format", &set_storage_format);
+  module.attr("FORMAT_ND") = kFormatNd;
+}
