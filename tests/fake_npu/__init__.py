@@ -31,7 +31,7 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ DEFAULT_SOC = "Ascend910B3"
 DEFAULT_DEVICE_COUNT = 2
 
 _SOURCES = ("fake_npu.h", "device.cpp", "kernels.cpp", "bindings.cpp")
-_extension: Optional[Any] = None
+_extension: Any | None = None
 
 
 def _cache_root() -> Path:
@@ -82,11 +82,8 @@ def _device_module(extension: Any) -> types.ModuleType:
         return os.environ.get("ASCEND_KV_SOC", DEFAULT_SOC)
 
     def set_device(device: Any) -> None:
-        extension.set_device(torch.device("npu", device).index if isinstance(device, int) else _index(device))
-
-    def _index(device: Any) -> int:
-        index = torch.device(device).index
-        return extension.current_device() if index is None else index
+        index = device if isinstance(device, int) else torch.device(device).index
+        extension.set_device(extension.current_device() if index is None else index)
 
     module.is_available = lambda: True
     module.is_initialized = lambda: True
