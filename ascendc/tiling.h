@@ -65,7 +65,7 @@ constexpr uint64_t kLayoutNd = 1;
  * token j sits in block block_table[b, floor(seq_starts[b] / blockSize) + j / blockSize] at slot
  * j % blockSize and goes to output row first_b + j (first_b: the running sum of n, or
  * context_lens[b] in cumsum mode); out-of-range columns, blocks and rows are skipped. Every core
- * scans the lengths for the total and splits it evenly over usedCores cores itself.
+ * scans the lengths for the output rows written and takes an even share of them itself.
  * Cache token (blk, slot): ND rows at blk * blockStride + slot * slotStride (a row is
  * contiguous); NZ 32-byte pieces p at blk * blockStride + p * pieceStride + slot * slotStride.
  */

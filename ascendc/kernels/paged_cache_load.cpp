@@ -6,13 +6,13 @@
  * len_b = context_lens[b], or context_lens[b+1] - context_lens[b] in cumsum mode); token j sits in
  * block block_table[b, floor(seq_starts[b] / blockSize) + j / blockSize] at slot j % blockSize
  * and goes to output row first_b + j (first_b: the running sum of n, or context_lens[b] in cumsum
- * mode). Out-of-range columns, block ids and output rows are skipped. A row several entries
- * claim (cumsum mode with decreasing context_lens) is written once, by the first of them, so
- * every row has one writer whatever the values.
+ * mode). Out-of-range columns, block ids and output rows are skipped.
  *
- * Work split: every core scans the lengths (staged into UB) for the number of tokens that land
- * in the outputs, takes an even share of them, and scans again for the entries that own its
- * share. A core walks its tokens as runs that share one cache block:
+ * Work split: every core scans the lengths (staged into UB) for the range of output rows the
+ * entries write, takes an even share of those rows, and scans again for the entries that write
+ * into its share. A row several entries write (cumsum mode with decreasing context_lens) thus
+ * has one core, which writes it in entry order (the last entry's token stays). A core walks its
+ * rows as runs that share one cache block:
  *   ND: a run's rows are one strided run in the cache and in the output (contiguous when dense).
  *   NZ: a token's row is T/E 32-byte pieces pieceStride bytes apart in the cache; each token is
  *       gathered with one strided DataCopyPad (split at 4095 pieces) into UB, several tokens per
@@ -72,53 +72,72 @@ public:
         if (core >= t_.usedCores) {
             return;
         }
-        const Range mine = CoreShare(Walk(nullptr), core, t_.usedCores);
-        if (mine.begin < mine.end) {
-            Walk(&mine);
+        const Range written = WrittenRows();
+        if (written.begin >= written.end) {
+            return;
+        }
+        Range mine = CoreShare(written.end - written.begin, core, t_.usedCores);
+        mine.begin += written.begin;
+        mine.end += written.begin;
+        uint64_t prefix = 0;
+        for (uint64_t b = 0; b < t_.batch && mine.begin < mine.end; ++b) {
+            const Entry entry = EntryAt(b, prefix);
+            const uint64_t lo = MaxU64(entry.rows.begin, mine.begin);
+            const uint64_t hi = MinU64(entry.rows.end, mine.end);
+            if (lo < hi) {
+                LoadEntry(b, entry.first, lo, hi);
+            }
+            if (t_.cumsum == 0 && prefix >= mine.end) {
+                break;  // default mode: later entries start at or after prefix
+            }
         }
     }
 
 private:
-    /**
-     * Visit the entries in order: entry b owns output rows [lo, hi) (inside [0, R), after the
-     * rows earlier entries own) and tokens j = row - first_b. Numbered in that order, the tokens
-     * of `share` are loaded; with no share, nothing is. Returns the number of tokens.
-     */
-    __aicore__ inline uint64_t Walk(const Range* share)
+    /// Batch entry b: token j goes to output row first + j; `rows` are the rows inside [0, R).
+    struct Entry {
+        int64_t first;
+        Range rows;
+    };
+
+    /// Entry b. Default mode: first = prefix, which advances past the entry's tokens.
+    __aicore__ inline Entry EntryAt(uint64_t b, uint64_t& prefix)
     {
-        uint64_t tokens = 0;   // tokens of the entries before b
-        uint64_t claimed = 0;  // output rows [0, claimed) belong to earlier entries
-        uint64_t prefix = 0;   // default mode: first_b
-        for (uint64_t b = 0; b < t_.batch && claimed < rows_; ++b) {
-            if (share != nullptr && tokens >= share->end) {
+        Entry entry;
+        uint64_t count = 0;
+        if (t_.cumsum != 0) {
+            entry.first = lens_.Get(b);
+            count = ClampCount(WrappingSub(lens_.Get(b + 1), entry.first), rows_);
+        } else {
+            entry.first = static_cast<int64_t>(prefix);
+            count = ClampCount(lens_.Get(b), rows_);
+            prefix = MinU64(prefix + count, rows_);
+        }
+        entry.rows = RowsInside(entry.first, count, rows_);
+        return entry;
+    }
+
+    /**
+     * The output rows any entry writes, as one range (their bounding range). The cores split
+     * it evenly by rows, so a row several entries write (cumsum mode with decreasing
+     * context_lens) belongs to one core, which writes it in entry order: the last entry wins,
+     * on every run, and no two cores ever write one row.
+     */
+    __aicore__ inline Range WrittenRows()
+    {
+        Range written{rows_, 0};
+        uint64_t prefix = 0;
+        for (uint64_t b = 0; b < t_.batch; ++b) {
+            const Entry entry = EntryAt(b, prefix);
+            if (entry.rows.begin < entry.rows.end) {
+                written.begin = MinU64(written.begin, entry.rows.begin);
+                written.end = MaxU64(written.end, entry.rows.end);
+            }
+            if (t_.cumsum == 0 && prefix >= rows_) {
                 break;
             }
-            int64_t first = 0;
-            uint64_t count = 0;
-            if (t_.cumsum != 0) {
-                first = lens_.Get(b);
-                count = ClampCount(WrappingSub(lens_.Get(b + 1), first), rows_);
-            } else {
-                first = static_cast<int64_t>(prefix);
-                count = ClampCount(lens_.Get(b), rows_);
-                prefix = MinU64(prefix + count, rows_);
-            }
-            Range rows = RowsInside(first, count, rows_);
-            rows.begin = MaxU64(rows.begin, claimed);
-            if (rows.begin >= rows.end) {
-                continue;
-            }
-            claimed = rows.end;
-            if (share != nullptr) {
-                const uint64_t lo = MaxU64(tokens, share->begin);
-                const uint64_t hi = MinU64(tokens + rows.end - rows.begin, share->end);
-                if (lo < hi) {
-                    LoadEntry(b, first, rows.begin + (lo - tokens), rows.begin + (hi - tokens));
-                }
-            }
-            tokens += rows.end - rows.begin;
         }
-        return tokens;
+        return written;
     }
 
     /// Output rows [lo, hi) of batch entry b (token j = row - first), one block-table column at a time.
