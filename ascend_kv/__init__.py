@@ -4,7 +4,9 @@ The public names, nothing else; see README.md for a tour.
 """
 
 from . import autoload  # noqa: F401  (first: imports torch, surviving a broken torch_npu)
-from .dispatch import BackendUnavailableError, FallbackWarning, explain, use_backend
+from .errors import BackendUnavailableError, FallbackWarning
+from .policy import explain, use_backend
+from .validation import validate
 from .layout import nd_to_nz, nz_to_nd
 from .ops import KVCacheOperation, PagedCacheLoadOperation, kv_cache, paged_cache_load
 from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
@@ -26,4 +28,5 @@ __all__ = [
     "nz_to_nd",
     "paged_cache_load",
     "use_backend",
+    "validate",
 ]

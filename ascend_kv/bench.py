@@ -40,9 +40,10 @@ from . import cpu_fallback as fallback
 from .cpu_fallback import native
 from .cpu_fallback.kv_cache import path as kv_cache_path
 from .cpu_fallback.paged_cache_load import paths as paged_paths
-from .dispatch import BACKEND_CHOICES, BackendUnavailableError, use_backend
+from .errors import BackendUnavailableError
 from .ops import kv_cache, paged_cache_load
 from .params import KvCacheCfg
+from .policy import BACKEND_CHOICES, use_backend
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}

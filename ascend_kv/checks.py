@@ -16,12 +16,13 @@ import itertools
 import math
 import numbers
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from .calls import KvCacheCall, PagedLoadCall
+from . import device as runtime
+from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall
 from .dtypes import (
     BLOCK_BYTES,
     CACHE_DTYPES,
@@ -46,19 +47,36 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def require_tensor(name: str, value: object) -> torch.Tensor:
-    """``value`` itself, or ``TypeError`` when it is not a dense (strided) tensor."""
+def tensor_argument(name: str, value: object) -> torch.Tensor:
+    """``value`` itself, or ``TypeError`` when it is not a dense (strided) tensor.
+
+    Only what ``torch.compile`` can trace without running anything: the public functions call it
+    before the operator, so a wrong argument gets this message rather than the dispatcher's.
+    """
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
     if value.layout != torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {value.layout}")
-    if value.is_quantized or value.is_meta:
-        kind = "quantized" if value.is_quantized else "meta"
-        raise TypeError(f"{name} must hold data, got a {kind} tensor")
-    if value.is_neg():  # e.g. complex.conj().imag: its memory holds the values' negatives
-        raise TypeError(f"{name} is a lazily negated view (is_neg()), whose memory holds other values: "
-                        f"pass {name}.resolve_neg()")
+    if value.is_quantized:
+        raise TypeError(f"{name} must hold data, got a quantized tensor")
     return value
+
+
+def require_tensor(name: str, value: object, *, allow_meta: bool = False) -> torch.Tensor:
+    """``value`` itself, or ``TypeError`` when it is not a dense tensor holding its values in memory
+    (meta tensors only with ``allow_meta``: a call on meta tensors computes shapes)."""
+    tensor = tensor_argument(name, value)
+    if tensor.is_meta and not allow_meta:
+        raise TypeError(f"{name} must hold data, got a meta tensor")
+    if tensor.is_neg():
+        raise negated_view_error(name)
+    return tensor
+
+
+def negated_view_error(name: str) -> TypeError:
+    """The error for a lazily negated view (e.g. ``complex.conj().imag``), whose memory holds the values' negatives."""
+    return TypeError(f"{name} is a lazily negated view (is_neg()), whose memory holds other values: "
+                     f"pass {name}.resolve_neg()")
 
 
 def require_dtype(name: str, tensor: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
@@ -162,6 +180,19 @@ def require_separate_outputs(first_name: str, first: torch.Tensor, name: str, ou
         )
 
 
+def require_base_formats(tensors: dict[str, torch.Tensor | None]) -> None:
+    """``ValueError`` for an NPU tensor stored in a private format (e.g. FRACTAL_NZ by ``npu_format_cast``),
+    whose bytes are not in its logical layout: the operations address tensors by their strides."""
+    for name, tensor in tensors.items():
+        code = None if tensor is None else runtime.storage_format(tensor)
+        if code is not None and code not in runtime.BASE_FORMATS:
+            what = runtime.PRIVATE_FORMATS.get(code, f"format {code}")
+            raise ValueError(
+                f"{name} is stored in the NPU's private format {what}, whose bytes are not in the tensor's "
+                f"logical layout: pass torch_npu.npu_format_cast({name}, 2) (ND) or a tensor made without a format cast"
+            )
+
+
 def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
     """The one device all ``tensors`` are on, or ``ValueError`` naming the odd one out."""
     (first_name, first), *rest = tensors.items()
@@ -174,9 +205,9 @@ def require_same_device(tensors: dict[str, torch.Tensor]) -> torch.device:
     return first.device
 
 
-def index_tensor(name: str, value: object, ndim: int = 1) -> torch.Tensor:
+def index_tensor(name: str, value: object, ndim: int = 1, *, allow_meta: bool = False) -> torch.Tensor:
     """``value`` itself when it is an int32/int64 tensor of rank ``ndim``, else the error saying so."""
-    tensor = require_tensor(name, value)
+    tensor = require_tensor(name, value, allow_meta=allow_meta)
     require_dtype(name, tensor, INDEX_DTYPES)
     if tensor.dim() != ndim:
         doc = "a 1-D tensor [batch]" if ndim == 1 else "a 2-D tensor [batch, max_blocks]"
@@ -184,10 +215,50 @@ def index_tensor(name: str, value: object, ndim: int = 1) -> torch.Tensor:
     return tensor
 
 
-def index_values(name: str, value: object) -> list[int]:
-    """A 1-D int32/int64 index tensor's contents as host ints (one device-to-host copy)."""
-    values: list[int] = index_tensor(name, value).tolist()
-    return values
+def require_entries(name: str, tensor: torch.Tensor, expected: int, why: str) -> None:
+    """``ValueError`` unless the 1-D index tensor ``tensor`` has ``expected`` entries."""
+    if tensor.shape[0] != expected:
+        raise ValueError(f"{name} must have {expected} entries ({why}), got {tensor.shape[0]}")
+
+
+def layer_tensor(name: str, value: torch.Tensor, *, allow_meta: bool = False) -> torch.Tensor:
+    """``value`` itself when it is a one-element integer tensor (its value is read later, or by the kernels)."""
+    require_tensor(name, value, allow_meta=allow_meta)
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        raise TypeError(f"{name} must be an int or an integer tensor, got {_describe(value)}")
+    if value.numel() != 1:
+        raise ValueError(f"{name} must have exactly one element, got shape {tuple(value.shape)}")
+    return value
+
+
+def require_index_devices(data_device: torch.device, tensors: dict[str, object]) -> None:
+    """``ValueError`` unless every index tensor is on the host or on the data's device."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor) and tensor.device != data_device and tensor.device.type != "cpu":
+            raise ValueError(
+                f"{name} is on {tensor.device}, but index tensors must be on the host (cpu) or on the "
+                f"data's device {data_device}"
+            )
+
+
+def on_host(*tensors: torch.Tensor | None) -> bool:
+    """Whether every given index tensor lives in host memory (so its values are free to read)."""
+    return all(t is None or t.is_cpu for t in tensors)
+
+
+def host_values(tensors: Sequence[torch.Tensor | None]) -> list[list[int] | None]:
+    """Each tensor's values as a flat list of ints (None stays None).
+
+    Host tensors are read directly; the device-resident ones are gathered on their device and
+    read back in one transfer (the one synchronisation of full validation).
+    """
+    on_device = [t for t in tensors if t is not None and not t.is_cpu]
+    fetched: Iterator[list[int]] = iter(())
+    if on_device:
+        flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
+        sizes = itertools.accumulate(t.numel() for t in on_device)
+        fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
+    return [None if t is None else t.reshape(-1).tolist() if t.is_cpu else next(fetched) for t in tensors]
 
 
 def require_length(name: str, values: list[int], expected: int, why: str) -> None:
@@ -263,12 +334,17 @@ def _require_row_alignment(name: str, elements: int, dtype: torch.dtype, what: s
 # ----------------------------------------------------------------------------- kv_cache
 
 
-def check_kv_cache(
-    new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object
-) -> KvCacheCall:
-    """Validate a ``kv_cache`` call; see :func:`ascend_kv.kv_cache` for the arguments."""
-    new_kv = require_tensor("new_kv", new_kv)
-    past = require_tensor("past", past)
+def kv_cache_args(
+    new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object, *, shapes_only: bool = False
+) -> KvCacheArgs:
+    """The rules of a ``kv_cache`` call that need no index values; see :func:`ascend_kv.kv_cache`.
+
+    ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing rule
+    is skipped, and meta tensors are allowed when ``past`` is one.
+    """
+    meta = shapes_only and isinstance(past, torch.Tensor) and past.is_meta
+    new_kv = require_tensor("new_kv", new_kv, allow_meta=meta)
+    past = require_tensor("past", past, allow_meta=meta)
     require_dtype("past", past, CACHE_DTYPES)
     require_dtype("new_kv", new_kv, CACHE_DTYPES)
     if new_kv.dtype != past.dtype:
@@ -278,31 +354,48 @@ def check_kv_cache(
         "new_kv", new_kv, (2, 4), "a 2-D tensor [ntokens, hidden] or a 4-D tensor [batch, seq, heads, head_size]"
     )
     require_writable("past", past)
-    layers, batch, max_seq_len, hidden = past.shape
+    layers, batch, _, hidden = past.shape
     _require_row_alignment("past", hidden, past.dtype, "hidden (past.shape[3])")
     new_hidden = new_kv.shape[1] if new_kv.dim() == 2 else new_kv.shape[2] * new_kv.shape[3]
     if new_hidden != hidden:
         what = "new_kv.shape[1]" if new_kv.dim() == 2 else "new_kv.shape[2] * new_kv.shape[3]"
         raise ValueError(f"{what} = {new_hidden} must equal hidden = {hidden} (past.shape[3])")
     tokens = new_kv if new_kv.dim() == 2 else new_kv.reshape(-1, hidden)
-    require_apart("past", past, {"new_kv": new_kv})
+    if not shapes_only:
+        require_apart("past", past, {"new_kv": new_kv})
+    layer: int | torch.Tensor
+    if isinstance(layer_id, torch.Tensor):
+        layer = layer_tensor("layer_id", layer_id, allow_meta=meta)
+    else:
+        layer = int_argument("layer_id", layer_id)
+        require_layer_in_range(layer, layers)
+    token_offset = index_tensor("token_offset", token_offset, allow_meta=meta)
+    seq_len = index_tensor("seq_len", seq_len, allow_meta=meta)
+    require_same_device({"past": past, "new_kv": new_kv})
+    require_index_devices(past.device, {"token_offset": token_offset, "seq_len": seq_len, "layer_id": layer})
+    require_entries("token_offset", token_offset, batch, "batch = past.shape[1]")
+    require_entries("seq_len", seq_len, batch, "batch = past.shape[1]")
+    return KvCacheArgs(tokens, past, layer, token_offset, seq_len)
 
-    layer = int_argument("layer_id", layer_id)
+
+def require_layer_in_range(layer: int, layers: int) -> None:
+    """``ValueError`` unless ``0 <= layer < layers``."""
     if not 0 <= layer < layers:
         raise ValueError(f"layer_id = {layer} must be in [0, {layers}) (past.shape[0])")
-    offsets = index_values("token_offset", token_offset)
-    lengths = index_values("seq_len", seq_len)
-    tensors = {"past": past, "new_kv": new_kv, "token_offset": token_offset, "seq_len": seq_len}
-    if isinstance(layer_id, torch.Tensor):
-        tensors["layer_id"] = layer_id
-    require_same_device(tensors)  # type: ignore[arg-type]
-    require_length("token_offset", offsets, batch, "batch = past.shape[1]")
-    require_length("seq_len", lengths, batch, "batch = past.shape[1]")
 
+
+def kv_cache_call(args: KvCacheArgs) -> KvCacheCall:
+    """The rules of a ``kv_cache`` call on its index values, read to the host (one transfer at most)."""
+    layer_values, offsets, lengths = host_values(
+        [args.layer_id if isinstance(args.layer_id, torch.Tensor) else None, args.token_offset, args.seq_len]
+    )
+    layer = args.layer_id if layer_values is None else layer_values[0]
+    require_layer_in_range(int(layer), args.past.shape[0])
+    max_seq_len = args.past.shape[2]
     require_all("seq_len", [n >= 0 for n in lengths], lengths, "is negative")
     total = sum(lengths)
-    if total != tokens.shape[0]:
-        raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {tokens.shape[0]} (rows of new_kv)")
+    if total != args.new_kv.shape[0]:
+        raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {args.new_kv.shape[0]} (rows of new_kv)")
     require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
                 "is smaller than seq_len at that index")
     require_all(
@@ -310,13 +403,20 @@ def check_kv_cache(
         f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
     )
     return KvCacheCall(
-        new_kv=tokens,
-        past=past,
-        layer_id=layer,
+        new_kv=args.new_kv,
+        past=args.past,
+        layer_id=int(layer),
         seq_len=lengths,
         read_start=exclusive_prefix_sum(lengths),
         write_start=list(map(operator.sub, offsets, lengths)),
     )
+
+
+def check_kv_cache(
+    new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object
+) -> KvCacheCall:
+    """Every rule of a ``kv_cache`` call, values included; see :func:`ascend_kv.kv_cache`."""
+    return kv_cache_call(kv_cache_args(new_kv, layer_id, past, token_offset, seq_len))
 
 
 # ----------------------------------------------------------------------------- paged_cache_load
@@ -382,9 +482,8 @@ def check_cache_shapes(
 
 
 def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tuple[list[int], list[int]]:
-    """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode."""
+    """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode (entry counts checked)."""
     if cumsum:
-        require_length("context_lens", context_lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]")
         require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
         lens = list(map(operator.sub, context_lens[1:], context_lens[:-1]))
         if min(lens, default=0) < 0:
@@ -394,22 +493,21 @@ def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tu
                 f"{context_lens[i - 1]}: cumulative lengths must be non-decreasing"
             )
         return lens, context_lens[:-1]
-    require_length("context_lens", context_lens, batch, "batch = block_table.shape[0]")
     require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
     return context_lens, exclusive_prefix_sum(context_lens)
 
 
 def _needed_block_table(
-    block_table: torch.Tensor, lens: list[int], first_column: list[int], block_size: int, num_blocks: int
+    read_columns: Callable[[int], list[list[int]]], max_blocks: int, lens: list[int], first_column: list[int],
+    block_size: int, num_blocks: int,
 ) -> tuple[list[list[int]], list[int]]:
-    """The block table's columns up to the furthest one a token needs, as host ints ``[batch][columns]``,
-    and the entries tokens need, in output order ``[blocks read]``.
+    """The block table's columns up to the furthest one a token needs ``[batch][columns]`` (read with
+    ``read_columns(columns)``), and the entries tokens need, in output order ``[blocks read]``.
 
     ``ValueError`` unless every entry a token needs exists and is a valid block id; entries no
-    token needs are not read (``-1`` padding is fine).
+    token needs are ignored (``-1`` padding is fine).
     """
     last_column = [first + -(-n // block_size) for first, n in zip(first_column, lens)]  # one past the last needed
-    max_blocks = block_table.shape[1]
     fits = [last <= max_blocks for last in last_column]
     if not all(fits):
         b = fits.index(False)
@@ -418,8 +516,7 @@ def _needed_block_table(
             f"{first_column[b]}..{last_column[b] - 1} ({lens[b]} tokens from column "
             f"{first_column[b]}, block_size {block_size})"
         )
-    columns = max(last_column, default=0)
-    rows: list[list[int]] = (block_table if columns == max_blocks else block_table.narrow(1, 0, columns)).tolist()
+    rows = read_columns(max(last_column, default=0))
     needed = list(itertools.chain.from_iterable(map(operator.getitem, rows, map(slice, first_column, last_column))))
     if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
         b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
@@ -430,12 +527,28 @@ def _needed_block_table(
     return rows, needed
 
 
+def _table_reader(table: torch.Tensor, flat: list[int] | None) -> Callable[[int], list[list[int]]]:
+    """Reads the leading columns of ``table`` ``[batch, max_blocks]``: from ``flat`` (its values, already
+    read) or, for a host table, only the columns asked for."""
+    batch, max_blocks = table.shape
+
+    def read(columns: int) -> list[list[int]]:
+        if flat is not None:
+            return [flat[b * max_blocks : b * max_blocks + columns] for b in range(batch)]
+        rows: list[list[int]] = (table if columns == max_blocks else table.narrow(1, 0, columns)).tolist()
+        return rows
+
+    return read
+
+
 def _output(
-    name: str, given: object, cache: torch.Tensor, row_shape: tuple[int, ...], rows: int
+    name: str, given: object, cache: torch.Tensor, row_shape: tuple[int, ...], rows: int | None,
+    count_rows: Callable[[], int], allow_meta: bool,
 ) -> torch.Tensor:
-    """The given output after its checks, or a zero-filled ``[rows, *row_shape]`` tensor."""
+    """The given output after its checks (``rows``: the least row count, None when unknown), or a
+    zero-filled ``[rows, *row_shape]`` tensor (``count_rows()`` when ``rows`` is unknown)."""
     if given is None:
-        shape = (rows, *row_shape)
+        shape = (count_rows() if rows is None else rows, *row_shape)
         try:
             return torch.zeros(shape, dtype=cache.dtype, device=cache.device)
         except (RuntimeError, MemoryError) as error:  # the allocator's refusal, on any device
@@ -443,14 +556,124 @@ def _output(
                 f"{name}: the output {list(shape)} that context_lens asks for "
                 f"({math.prod(shape) * cache.dtype.itemsize} bytes) cannot be allocated: {error}"
             ) from error
-    out = require_tensor(name, given)
+    out = require_tensor(name, given, allow_meta=allow_meta)
     if out.dtype != cache.dtype:
         raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {out.dtype}")
-    expected = f"[rows >= {rows}, {', '.join(map(str, row_shape))}]"
-    if tuple(out.shape[1:]) != row_shape or out.dim() != 1 + len(row_shape) or out.shape[0] < rows:
+    expected = f"[rows{'' if rows is None else f' >= {rows}'}, {', '.join(map(str, row_shape))}]"
+    if tuple(out.shape[1:]) != row_shape or out.dim() != 1 + len(row_shape) or out.shape[0] < (rows or 0):
         raise ValueError(f"{name} must have shape {expected}, got {tuple(out.shape)}")
     require_writable(name, out)
     return out
+
+
+def paged_cache_load(
+    key_cache: object,
+    value_cache: object,
+    block_table: object,
+    context_lens: object,
+    kv_cache_cfg: object,
+    cumsum: object,
+    seq_starts: object,
+    key: object,
+    value: object,
+    *,
+    read_values: bool = True,
+    shapes_only: bool = False,
+    count_rows: Callable[[PagedLoadArgs], int] | None = None,
+) -> tuple[PagedLoadArgs, PagedLoadCall | None]:
+    """Validate a ``paged_cache_load`` call; see :func:`ascend_kv.paged_cache_load`.
+
+    With ``read_values`` every rule runs and the second result is the validated call (index
+    values read to the host, one transfer at most for device tensors). Without it only the rules
+    that need no values run; missing outputs are then allocated with ``count_rows(args)`` rows
+    (``args`` holding placeholder outputs). Missing outputs are allocated zero-filled on the
+    caches' device after every check has passed. ``shapes_only``: the call only computes shapes
+    (fake or meta tensors): the memory-sharing rules are skipped, and meta tensors are allowed
+    when ``key_cache`` is one.
+    """
+    layout = kv_cache_cfg_argument(kv_cache_cfg)
+    cumsum = bool_argument("cumsum", cumsum)
+    meta = shapes_only and isinstance(key_cache, torch.Tensor) and key_cache.is_meta
+    key_cache = require_tensor("key_cache", key_cache, allow_meta=meta)
+    value_cache = require_tensor("value_cache", value_cache, allow_meta=meta)
+    require_dtype("key_cache", key_cache, CACHE_DTYPES)
+    require_dtype("value_cache", value_cache, CACHE_DTYPES)
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and cumsum:
+        raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
+        raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
+
+    table = index_tensor("block_table", block_table, ndim=2, allow_meta=meta)
+    lens_tensor = index_tensor("context_lens", context_lens, allow_meta=meta)
+    batch = table.shape[0]
+    if cumsum:
+        require_entries("context_lens", lens_tensor, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]")
+    else:
+        require_entries("context_lens", lens_tensor, batch, "batch = block_table.shape[0]")
+    starts_tensor = None
+    if seq_starts is not None:
+        starts_tensor = index_tensor("seq_starts", seq_starts, allow_meta=meta)
+        require_entries("seq_starts", starts_tensor, batch, "batch = block_table.shape[0]")
+    data = {"key_cache": key_cache, "value_cache": value_cache}
+    data.update({name: out for name, out in (("key", key), ("value", value)) if isinstance(out, torch.Tensor)})
+    device = require_same_device(data)
+    require_index_devices(device, {"block_table": table, "context_lens": lens_tensor, "seq_starts": starts_tensor})
+
+    def args_with(key_out: torch.Tensor, value_out: torch.Tensor) -> PagedLoadArgs:
+        return PagedLoadArgs(layout, key_cache, value_cache, table, lens_tensor, starts_tensor, cumsum, key_out, value_out)
+
+    call = None
+    end_row = None
+    if read_values:
+        table_on_host = table.is_cpu
+        lens_given, starts, table_values = host_values([lens_tensor, starts_tensor, None if table_on_host else table])
+        lens, out_start = _lengths_and_starts(lens_given, batch, cumsum)
+        if starts is None:
+            first_column = [0] * batch
+        else:
+            require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
+            first_column = [s // block_size for s in starts]
+        num_tokens = sum(lens)
+        end_row = lens_given[-1] if cumsum else num_tokens  # cumsum: context_lens[-1] rows, even with batch 0
+        if end_row > INT32_MAX:
+            raise ValueError(
+                f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit "
+                f"{INT32_MAX}"
+            )
+        rows_needed, blocks = _needed_block_table(
+            _table_reader(table, table_values), table.shape[1], lens, first_column, block_size, num_blocks
+        )
+
+    def rows_to_allocate() -> int:
+        assert count_rows is not None, "outputs to allocate without index values need count_rows"
+        placeholder = key_cache.new_empty((0, *key_row)), value_cache.new_empty((0, *value_row))
+        return count_rows(args_with(*placeholder))
+
+    key_out = _output("key", key, key_cache, key_row, end_row, rows_to_allocate, meta)
+    value_out = _output("value", value, value_cache, value_row, end_row, rows_to_allocate, meta)
+    if not shapes_only:
+        caches = {"key_cache": key_cache, "value_cache": value_cache}
+        for name, given, out in (("key", key, key_out), ("value", value, value_out)):
+            if given is not None:
+                require_apart(name, out, caches)
+        if key is not None and value is not None:
+            require_separate_outputs("key", key_out, "value", value_out)
+    if read_values:
+        call = PagedLoadCall(
+            layout=layout,
+            key_cache=key_cache,
+            value_cache=value_cache,
+            key=key_out,
+            value=value_out,
+            block_table=rows_needed,
+            blocks=blocks,
+            lens=lens,
+            out_start=out_start,
+            first_column=first_column,
+            block_size=block_size,
+        )
+    return args_with(key_out, value_out), call
 
 
 def check_paged_cache_load(
@@ -464,67 +687,12 @@ def check_paged_cache_load(
     key: object,
     value: object,
 ) -> PagedLoadCall:
-    """Validate a ``paged_cache_load`` call; see :func:`ascend_kv.paged_cache_load`.
+    """Every rule of a ``paged_cache_load`` call, values included; see :func:`ascend_kv.paged_cache_load`.
 
     Missing outputs are allocated here (zero-filled, on the caches' device), after every
     check has passed, so the returned call is complete.
     """
-    layout = kv_cache_cfg_argument(kv_cache_cfg)
-    cumsum = bool_argument("cumsum", cumsum)
-    key_cache = require_tensor("key_cache", key_cache)
-    value_cache = require_tensor("value_cache", value_cache)
-    require_dtype("key_cache", key_cache, CACHE_DTYPES)
-    require_dtype("value_cache", value_cache, CACHE_DTYPES)
-    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and cumsum:
-        raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
-    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
-        raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
-    num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
-
-    table = index_tensor("block_table", block_table, ndim=2)  # read later: only the columns tokens need
-    lens_given = index_values("context_lens", context_lens)
-    tensors = {"key_cache": key_cache, "value_cache": value_cache, "block_table": block_table,
-               "context_lens": context_lens}
-    batch = table.shape[0]
-    lens, out_start = _lengths_and_starts(lens_given, batch, cumsum)
-    if seq_starts is None:
-        first_column = [0] * batch
-    else:
-        starts = index_values("seq_starts", seq_starts)
-        tensors["seq_starts"] = seq_starts
-        require_length("seq_starts", starts, batch, "batch = block_table.shape[0]")
-        require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
-        first_column = [s // block_size for s in starts]
-    for name, out in (("key", key), ("value", value)):
-        if isinstance(out, torch.Tensor):  # anything else but None is a TypeError in _output
-            tensors[name] = out
-    require_same_device(tensors)  # type: ignore[arg-type]
-
-    num_tokens = sum(lens)
-    end_row = lens_given[-1] if cumsum else num_tokens  # cumsum: context_lens[-1] rows, even with batch 0
-    if end_row > INT32_MAX:
-        raise ValueError(
-            f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit {INT32_MAX}"
-        )
-    rows_needed, blocks = _needed_block_table(table, lens, first_column, block_size, num_blocks)
-    key_out = _output("key", key, key_cache, key_row, end_row)
-    value_out = _output("value", value, value_cache, value_row, end_row)
-    caches = {"key_cache": key_cache, "value_cache": value_cache}
-    for name, given, out in (("key", key, key_out), ("value", value, value_out)):
-        if given is not None:
-            require_apart(name, out, caches)
-    if key is not None and value is not None:
-        require_separate_outputs("key", key_out, "value", value_out)
-    return PagedLoadCall(
-        layout=layout,
-        key_cache=key_cache,
-        value_cache=value_cache,
-        key=key_out,
-        value=value_out,
-        block_table=rows_needed,
-        blocks=blocks,
-        lens=lens,
-        out_start=out_start,
-        first_column=first_column,
-        block_size=block_size,
-    )
+    _, call = paged_cache_load(key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts,
+                               key, value)
+    assert call is not None
+    return call

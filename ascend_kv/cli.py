@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import __version__, autoload, device, dispatch, support
+from . import __version__, autoload, device, policy, support
 from .backends import npu
 
 
@@ -67,8 +67,8 @@ def info_report() -> dict[str, Any]:
         cann = {"loaded": False, "reason": "not checked: torch_npu (which loads CANN) is not installed"}
     else:
         cann = {"loaded": imported.module is not None, "reason": imported.reason}
-    requested = dispatch.requested_backend()
-    decisions = {op: dispatch.explain(op, backend=requested) for op in support.OPERATIONS}
+    requested = policy.requested_backend()
+    decisions = {op: policy.explain(op, backend=requested) for op in support.OPERATIONS}
     return {
         "ascend_kv": __version__,
         "torch": torch.__version__,

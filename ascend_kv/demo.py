@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import checks, device, dispatch, reference
+from . import checks, device, library, policy, reference
 from .layout import nd_to_nz
 from .ops import kv_cache, paged_cache_load
 from .params import KvCacheCfg
@@ -28,7 +28,7 @@ class Scenario:
     op: str
     run: Callable[[], tuple[torch.Tensor, ...]]
     reference: Callable[[], tuple[torch.Tensor, ...]]
-    decide: Callable[[], dispatch.Decision]
+    decide: Callable[[], policy.Decision]
     bytes_moved: int
 
 
@@ -52,7 +52,7 @@ def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.d
         name, "KVCacheOperation",
         run=lambda: (kv_cache(*args),),
         reference=lambda: (reference.kv_cache(new_kv, layers - 1, expected, *args[3:]),),
-        decide=lambda: dispatch.decide(checks.check_kv_cache(*args)),
+        decide=lambda: library.decision(checks.kv_cache_args(*args)),
         bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
     )
 
@@ -90,8 +90,8 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
         run=lambda: paged_cache_load(*args, **kwargs),
         reference=lambda: reference.paged_cache_load(*args, **{k: v for k, v in kwargs.items()
                                                               if k not in ("key", "value")}),
-        decide=lambda: dispatch.decide(checks.check_paged_cache_load(
-            *args, kwargs["kv_cache_cfg"], cumsum, kwargs["seq_starts"], kwargs.get("key"), kwargs.get("value"))),
+        decide=lambda: library.decision(checks.paged_cache_load(
+            *args, kwargs["kv_cache_cfg"], cumsum, kwargs["seq_starts"], kwargs.get("key"), kwargs.get("value"))[0]),
         bytes_moved=2 * sum(lens) * token_bytes,
     )
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run every scenario; print backend, reason, time and the check; exit 1 on a mismatch."""
     parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
-    parser.add_argument("--backend", choices=dispatch.BACKEND_CHOICES, help="force a backend (default: auto)")
+    parser.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="force a backend (default: auto)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per call (median reported)")
     args = parser.parse_args(argv)
     g = torch.Generator().manual_seed(0)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     why_no_npu = device.advice()
     if why_no_npu is not None:
         print(f"note: {why_no_npu}\n")
-    with dispatch.use_backend(args.backend) if args.backend else contextlib.nullcontext():
+    with policy.use_backend(args.backend) if args.backend else contextlib.nullcontext():
         for scenario in scenarios(16 if args.quick else 1, g):
             decision = scenario.decide()
             times = []

@@ -165,3 +165,24 @@ def advice() -> str | None:
     """What to do when torch_npu is installed but cannot load (CANN missing), else None."""
     imported = torch_npu()
     return AUTOLOAD_ADVICE if imported.version is not None and imported.module is None else None
+
+
+#: ACL storage formats in which an NPU tensor's bytes are in its logical row-major layout.
+BASE_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 30: "NCDHW"}
+#: Names of the private formats users meet most (others are reported by number).
+PRIVATE_FORMATS = {3: "NC1HWC0", 4: "FRACTAL_Z", 29: "FRACTAL_NZ", 32: "NDC1HWC0", 33: "FRACTAL_Z_3D"}
+
+
+@functools.cache
+def _format_getter() -> object | None:
+    """``torch_npu.get_npu_format``, or the NPU device module's function of that name, or None."""
+    module = torch_npu().module
+    getter = getattr(module, "get_npu_format", None) if module is not None else None
+    return getter or getattr(getattr(torch, NPU_DEVICE_TYPE, None), "get_npu_format", None)
+
+
+def storage_format(tensor: torch.Tensor) -> int | None:
+    """The ACL storage format of an NPU tensor (e.g. 2 = ND, 29 = FRACTAL_NZ); None off the NPU or
+    when nothing here can tell."""
+    getter = _format_getter() if is_npu(tensor.device) else None
+    return None if getter is None else int(getter(tensor))  # type: ignore[operator]

@@ -1,46 +1,47 @@
-"""Both operations as PyTorch operators: ``torch.ops.ascend_kv.kv_cache`` and ``.paged_cache_load``.
+"""The operators ``torch.ops.ascend_kv.*``: their schemas, and one implementation per device.
 
-Registered with :class:`torch.library.Library` and a plain Python kernel: 4 to 8 us per call
-on top of the public function, where a ``torch.library.custom_op`` wrapper costs about 30 us
-(``scripts/op_overhead.py``). ``torch.compile`` traces them and ``torch.library.opcheck`` tests them:
+PyTorch's dispatcher picks the implementation from the tensors' device (docs/architecture.md):
 
-``kv_cache(Tensor new_kv, int layer_id, Tensor(a!) past, Tensor token_offset, Tensor seq_len) -> ()``
-    Writes ``past`` in place (ATB's ``present`` is ``past``, so nothing is returned).
-``paged_cache_load(key_cache, value_cache, block_table, context_lens, *, int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None) -> (Tensor, Tensor)``
-    Allocates ``key`` and ``value``; their row count depends on ``context_lens`` (an unbacked
-    size under ``torch.compile``).
-``paged_cache_load.into(..., *, ..., Tensor(a!) key, Tensor(b!) value) -> ()``
-    Writes the given ``key`` and ``value`` in place; ``torch.ops.ascend_kv.paged_cache_load``
-    picks this overload when both are passed. Rows not written keep their values, so the outputs
-    are read-write arguments, not write-only ``out=`` buffers.
+``CPU``
+    Every check, index values included (they are on the host), then the fast host fallback,
+    or the kernels' host build when ``sim`` is chosen.
+``PrivateUse1`` (the NPU) and every other device
+    The checks that need no index values; the value checks too when every index tensor is on
+    the host, or with full validation (:mod:`ascend_kv.validation`). Host index tensors then go
+    to the device in one copy, and the AscendC kernels (NPU only, where :mod:`ascend_kv.policy`
+    allows) or the device fallback run; neither reads an index value back to the host.
+Meta / fake
+    Shapes only (``torch.compile``, ``make_fx``, ``torch.export``, ``FakeTensorMode``).
 
-One implementation serves every device (``CompositeExplicitAutograd``): the public function of
-:mod:`ascend_kv.ops`, so the checks and the backend choice of :mod:`ascend_kv.dispatch` apply
-unchanged (the NPU backend calls the compiled library's own operators). The operations are
-not differentiable: the ``Autograd`` key falls through to that implementation, which runs
-below autograd (the pattern ``opcheck`` asks of non-differentiable operators, in one Python call
-instead of two).
+The operators are not differentiable: the ``Autograd`` key falls through to the implementation,
+which runs without recording gradients.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
 
-from . import checks, ops
-from .dtypes import CACHE_DTYPES
+from . import checks, cpu_fallback, policy, upload, validation
+from .backends import kernel_domain, npu
+from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall
+from .cpu_fallback import on_device
 
 NAMESPACE = "ascend_kv"
+KV_CACHE, PAGED_LOAD = "KVCacheOperation", "PagedCacheLoadOperation"
 
+_KV_ARGS = "Tensor(a!) past, Tensor token_offset, Tensor seq_len"
 _LOAD_ARGS = (
     "Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, *, "
     "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None"
 )
 SCHEMAS = {
-    "kv_cache": "kv_cache(Tensor new_kv, int layer_id, Tensor(a!) past, Tensor token_offset, Tensor seq_len) -> ()",
+    "kv_cache": f"kv_cache(Tensor new_kv, int layer_id, {_KV_ARGS}) -> ()",
+    "kv_cache.layer_tensor": f"kv_cache.layer_tensor(Tensor new_kv, Tensor layer_id, {_KV_ARGS}) -> ()",
     "paged_cache_load": f"paged_cache_load({_LOAD_ARGS}) -> (Tensor, Tensor)",
     "paged_cache_load.into": f"paged_cache_load.into({_LOAD_ARGS}, Tensor(a!) key, Tensor(b!) value) -> ()",
 }
@@ -49,93 +50,202 @@ _LIB = torch.library.Library(NAMESPACE, "DEF")
 _Result = TypeVar("_Result")
 
 
-def _below_autograd(impl: Callable[..., _Result]) -> Callable[..., _Result]:
-    """``impl`` run below the autograd key: the operations are not differentiable, so autograd only
-    passes them through (``fallthrough_kernel``) and never records them."""
+def _without_grad(impl: Callable[..., _Result]) -> Callable[..., _Result]:
+    """``impl`` run without recording gradients (the operators are not differentiable)."""
 
     @functools.wraps(impl)
     def run(*args: object, **kwargs: object) -> _Result:
-        with torch._C._AutoDispatchBelowAutograd():
+        with torch.no_grad():
             return impl(*args, **kwargs)
 
     return run
 
 
-def _kv_cache(
-    new_kv: torch.Tensor, layer_id: int, past: torch.Tensor, token_offset: torch.Tensor, seq_len: torch.Tensor
+# ----------------------------------------------------------------------------- running a checked call
+
+
+def decision(args: KvCacheArgs | PagedLoadArgs) -> policy.Decision:
+    """What runs a checked call, and why (the decision the implementations take)."""
+    op, dev = (KV_CACHE, args.past.device) if isinstance(args, KvCacheArgs) else (PAGED_LOAD, args.key_cache.device)
+    return policy.decide(op, dev, lambda: kernel_domain.outside_reason(args))
+
+
+def _sim():  # type: ignore[no-untyped-def]
+    """The host build's backend module, imported on first use (it may compile the kernels)."""
+    return importlib.import_module("ascend_kv.backends.sim")
+
+
+def _kv_cache_on_host(args: KvCacheArgs, call: KvCacheCall) -> None:
+    if policy.choose(KV_CACHE, args.past.device, lambda: kernel_domain.outside_reason(args)) == "sim":
+        _sim().kv_cache(args)
+    else:
+        cpu_fallback.kv_cache(call)
+
+
+def _paged_load_on_host(args: PagedLoadArgs, call: PagedLoadCall) -> None:
+    if policy.choose(PAGED_LOAD, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
+        _sim().paged_cache_load(args)
+    else:
+        cpu_fallback.paged_cache_load(call)
+
+
+def _kv_cache_on_device(args: KvCacheArgs) -> None:
+    args = upload.index_tensors_on_device(args, args.past.device)
+    if policy.choose(KV_CACHE, args.past.device, lambda: kernel_domain.outside_reason(args)) == "npu":
+        npu.kv_cache(args)
+    else:
+        on_device.kv_cache(args)
+
+
+def _paged_load_on_device(args: PagedLoadArgs) -> None:
+    args = upload.index_tensors_on_device(args, args.key_cache.device)
+    if policy.choose(PAGED_LOAD, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
+        npu.paged_cache_load(args)
+    else:
+        on_device.paged_cache_load(args)
+
+
+def _reads_values(*index_tensors: torch.Tensor | None) -> bool:
+    """Whether a call on the device checks its index values: all on the host, or full validation."""
+    return checks.on_host(*index_tensors) or validation.full()
+
+
+def _rows_on_device(args: PagedLoadArgs) -> int:
+    """The rows of new outputs, read from device index tensors: the one synchronisation of the allocating form."""
+    return int(on_device.output_rows(args.context_lens, args.cumsum).item())
+
+
+# ----------------------------------------------------------------------------- kv_cache
+
+
+def _kv_cache_cpu(
+    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
+    seq_len: torch.Tensor,
 ) -> None:
-    """``ascend_kv.kv_cache`` without a result (the schema returns nothing)."""
-    ops.kv_cache(new_kv, layer_id, past, token_offset, seq_len)
+    args = checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len)
+    _kv_cache_on_host(args, checks.kv_cache_call(args))
 
 
-def _paged_cache_load(
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    *,
-    kv_cache_cfg: int = 0,
-    cumsum: bool = False,
-    seq_starts: torch.Tensor | None = None,
+def _kv_cache_device(
+    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
+    seq_len: torch.Tensor,
+) -> None:
+    args = checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len)
+    checks.require_base_formats({"new_kv": args.new_kv, "past": args.past})
+    layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
+    if _reads_values(args.token_offset, args.seq_len, layer):
+        checks.kv_cache_call(args)
+    _kv_cache_on_device(args)
+
+
+def _kv_cache_fake(
+    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
+    seq_len: torch.Tensor,
+) -> None:
+    """Shapes only: the rules that need neither values nor memory."""
+    checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len, shapes_only=True)
+
+
+# ----------------------------------------------------------------------------- paged_cache_load
+
+
+def _paged_load_cpu(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+    key: torch.Tensor | None = None, value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ascend_kv.paged_cache_load`` with new outputs."""
-    return ops.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts,
+    args, call = checks.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value
+    )
+    assert call is not None  # host index values are always read
+    _paged_load_on_host(args, call)
+    return args.key, args.value
+
+
+def _paged_load_device(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+    key: torch.Tensor | None = None, value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    checks.require_base_formats({"key_cache": key_cache, "value_cache": value_cache, "key": key, "value": value})
+    args, _ = checks.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
+        read_values=_reads_values(block_table, context_lens, seq_starts), count_rows=_rows_on_device,
+    )
+    _paged_load_on_device(args)
+    return args.key, args.value
+
+
+def _paged_load_fake(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``)."""
+
+    rows = []  # one unknown size, shared by both outputs
+
+    def unknown_rows(args: PagedLoadArgs) -> int:
+        if not rows:
+            rows.append(torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX))
+        return rows[0]  # type: ignore[no-any-return]
+
+    args, _ = checks.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, None, None,
+        read_values=False, shapes_only=True, count_rows=unknown_rows,
+    )
+    return args.key, args.value
+
+
+def _paged_load_into_fake(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+    key: torch.Tensor, value: torch.Tensor,
+) -> None:
+    """Shapes only: the rules that need neither values nor memory."""
+    checks.paged_cache_load(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
+        read_values=False, shapes_only=True,
     )
 
 
-def _paged_cache_load_into(
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    *,
-    kv_cache_cfg: int = 0,
-    cumsum: bool = False,
-    seq_starts: torch.Tensor | None = None,
-    key: torch.Tensor,
-    value: torch.Tensor,
-) -> None:
-    """``ascend_kv.paged_cache_load`` into the given outputs, without a result."""
-    ops.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens,
-        kv_cache_cfg=kv_cache_cfg, cumsum=cumsum, seq_starts=seq_starts, key=key, value=value,
-    )
+def _into(impl: Callable[..., object]) -> Callable[..., None]:
+    """The ``.into`` overload of a ``paged_cache_load`` implementation: the same, returning nothing."""
+
+    @functools.wraps(impl)
+    def into(*args: object, **kwargs: object) -> None:
+        impl(*args, **kwargs)
+
+    return into
 
 
-def _paged_cache_load_fake(
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    *,
-    kv_cache_cfg: int = 0,
-    cumsum: bool = False,
-    seq_starts: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``).
+def _reject_negated_views(schema: str) -> Callable[..., None]:
+    """The kernel for the ``Negative`` key (a lazily negated view among the tensors): a ``TypeError``
+    naming it, where PyTorch would otherwise materialise inputs and fail on written ones."""
+    names = [a.name for a in torch._C.parse_schema(f"{NAMESPACE}::{schema}").arguments]
 
-    The caches' dtypes and shapes are checked here already, by the same rules as a real call.
-    """
-    layout = checks.kv_cache_cfg_argument(kv_cache_cfg)
-    checks.require_dtype("key_cache", key_cache, CACHE_DTYPES)
-    checks.require_dtype("value_cache", value_cache, CACHE_DTYPES)
-    _, _, key_row, value_row = checks.check_cache_shapes(layout, key_cache, value_cache)
-    rows = torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)
-    return key_cache.new_empty((rows, *key_row)), value_cache.new_empty((rows, *value_row))
+    def reject(*args: object, **kwargs: object) -> None:
+        for name, value in (*zip(names, args), *kwargs.items()):
+            if isinstance(value, torch.Tensor) and value.is_neg():
+                raise checks.negated_view_error(name)
+
+    return reject
 
 
-def _returns_nothing(*args: object, **kwargs: object) -> None:
-    """Fake implementation of the in-place operators: they have no outputs to describe."""
+# ----------------------------------------------------------------------------- registration
 
+_IMPLEMENTATIONS = {
+    "kv_cache": (_kv_cache_cpu, _kv_cache_device, _kv_cache_fake),
+    "kv_cache.layer_tensor": (_kv_cache_cpu, _kv_cache_device, _kv_cache_fake),
+    "paged_cache_load": (_paged_load_cpu, _paged_load_device, _paged_load_fake),
+    "paged_cache_load.into": (_into(_paged_load_cpu), _into(_paged_load_device), _paged_load_into_fake),
+}
 
 for _name, _schema in SCHEMAS.items():
+    _on_cpu, _on_device, _fake = _IMPLEMENTATIONS[_name]
     _LIB.define(_schema)
     _LIB.impl(_name, torch.library.fallthrough_kernel, "Autograd")
-
-_LIB.impl("kv_cache", _below_autograd(_kv_cache), "CompositeExplicitAutograd")
-_LIB.impl("paged_cache_load", _below_autograd(_paged_cache_load), "CompositeExplicitAutograd")
-_LIB.impl("paged_cache_load.into", _below_autograd(_paged_cache_load_into), "CompositeExplicitAutograd")
-torch.library.register_fake(f"{NAMESPACE}::kv_cache", _returns_nothing, lib=_LIB)
-torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _paged_cache_load_fake, lib=_LIB)
-torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.into", _returns_nothing, lib=_LIB)
+    _LIB.impl(_name, _reject_negated_views(_schema), "Negative")
+    _LIB.impl(_name, _without_grad(_on_cpu), "CPU")
+    _LIB.impl(_name, _without_grad(_on_device), "PrivateUse1")
+    _LIB.impl(_name, _without_grad(_on_device), "CompositeExplicitAutograd")  # every other device
+    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake, lib=_LIB)

@@ -1,15 +1,15 @@
-"""The public operations: one straight line from arguments to bytes.
+"""The public operations: each normalises its arguments and calls its operator, once.
 
-normalise + validate (:mod:`ascend_kv.checks`) -> choose a backend
-(:mod:`ascend_kv.dispatch`) -> the backend writes. Nothing is written before every check
-has passed.
+``torch.ops.ascend_kv.*`` (:mod:`ascend_kv.library`) does the rest: PyTorch's dispatcher picks
+the implementation for the tensors' device, which checks the call and runs a backend. Nothing
+here runs torch code, so ``torch.compile`` traces a public call as exactly one operator.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import checks, dispatch
+from . import checks
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
 
 
@@ -61,9 +61,22 @@ def kv_cache(
     >>> out is past, past[1, 0, 3].sum().item(), past[1, 1, :2].sum().item()
     (True, 16.0, 32.0)
     """
-    call = checks.check_kv_cache(new_kv, layer_id, past, token_offset, seq_len)
-    dispatch.select(call).kv_cache(call)
+    tensors = _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
+    if isinstance(layer_id, torch.Tensor):
+        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, checks.tensor_argument("layer_id", layer_id), *tensors[1:])
+    else:
+        torch.ops.ascend_kv.kv_cache.default(new_kv, _layer_int(layer_id, tensors[1]), *tensors[1:])
     return past
+
+
+def _layer_int(layer_id: object, past: torch.Tensor) -> int:
+    """``layer_id`` as an int the operator's 64-bit ``int`` holds (beyond that range no layer exists)."""
+    layer = checks.int_argument("layer_id", layer_id)
+    if not -(2**63) <= layer < 2**63:
+        if past.dim() == 4:
+            checks.require_layer_in_range(layer, past.shape[0])
+        layer = min(max(layer, -(2**63)), 2**63 - 1)
+    return layer
 
 
 def paged_cache_load(
@@ -137,11 +150,27 @@ def paged_cache_load(
     >>> key.shape, bool((key[16] == cache[0, 0]).all())
     (torch.Size([23, 1, 16]), True)
     """
-    call = checks.check_paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value
-    )
-    dispatch.select(call).paged_cache_load(call)
-    return call.key, call.value
+    _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
+    _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
+    options = {"kv_cache_cfg": int(checks.kv_cache_cfg_argument(kv_cache_cfg)),
+               "cumsum": checks.bool_argument("cumsum", cumsum), "seq_starts": seq_starts}
+    if key is None and value is None:
+        loaded: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv.paged_cache_load.default(
+            key_cache, value_cache, block_table, context_lens, **options
+        )
+        return loaded
+    if key is None or value is None:
+        given, missing = ("key", "value") if value is None else ("value", "key")
+        raise ValueError(f"{missing} is None but {given} is given: pass both outputs, or neither to allocate them")
+    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_table, context_lens, **options,
+                                              key=key, value=value)
+    return key, value
+
+
+def _tensors(*, optional: bool = False, **arguments: object) -> list[torch.Tensor]:
+    """The arguments, each a dense tensor (or None when ``optional``); the ``TypeError`` saying otherwise."""
+    return [value if value is None and optional else checks.tensor_argument(name, value)  # type: ignore[misc]
+            for name, value in arguments.items()]
 
 
 class KVCacheOperation:

@@ -1,21 +1,18 @@
-"""Which backend runs a call, and why: the policy of HARDWARE.md, one decision per call.
+"""Which backend runs a call, and why: one decision per call (docs/hardware.md#dispatch).
 
-Backends are modules with ``NAME``, ``kv_cache(call)`` and ``paged_cache_load(call)``:
-``npu`` (the AscendC kernels through their compiled op library), ``sim`` (the same kernels
-built for the host; only ever chosen explicitly) and ``fallback`` (vectorized torch operations
-on the tensors' own device).
+Backends: ``npu`` (the AscendC kernels through their compiled op library), ``sim`` (the same
+kernels built for the host; only ever chosen explicitly, CPU tensors only) and ``fallback``
+(torch operations on the tensors' own device). The per-device implementations of
+:mod:`ascend_kv.library` ask :func:`choose`; :func:`explain` answers from the same
+:func:`decide` without running anything.
 
 The requested backend comes from :func:`use_backend` (a context manager), else the environment
-variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), else ``auto``. The
-variable is read once, at the first call that needs it (:func:`environment_backend`): reading
-``os.environ`` costs tens of microseconds on cold CPU caches, on every call of a serving step.
-
-``auto`` runs the kernels when the tensors are on an NPU whose product line supports the
-operation, the kernel library is loaded and the call is inside the kernels' domain; anything
+variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), read once, else
+``auto``. ``auto`` runs the kernels when the tensors are on an NPU whose product line supports
+the operation, the kernel library is loaded and the call is inside the kernels' domain; anything
 else runs on the fallback, and a fallback on an NPU is reported once per reason with a
 :class:`FallbackWarning`. An explicit backend that cannot run raises
 :class:`BackendUnavailableError` saying why; it never falls back silently.
-:func:`explain` answers what would run, and why, without running anything.
 """
 
 from __future__ import annotations
@@ -29,25 +26,20 @@ import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import ModuleType
 
 import torch
 
 from . import device as runtime
 from . import support
-from .backends import kernel_domain, npu
-from .calls import KvCacheCall, PagedLoadCall
+from .backends import npu
 from .errors import BackendUnavailableError, FallbackWarning
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
-_MODULES = {"fallback": "ascend_kv.cpu_fallback", "sim": "ascend_kv.backends.sim", "npu": "ascend_kv.backends.npu"}
 _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation"}
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
-_off_npu_backends: dict[tuple[str, torch.device, str], ModuleType] = {}
-_loaded: dict[str, ModuleType] = {}
 
 
 @dataclass(frozen=True)
@@ -126,7 +118,7 @@ def use_backend(name: str) -> Iterator[None]:
 def _sim_unavailable() -> str | None:
     """Why the host build of the kernels cannot be imported, or None when it can."""
     try:
-        importlib.import_module(_MODULES["sim"])
+        importlib.import_module("ascend_kv.backends.sim")
     except Exception as error:
         return f"the host build of the kernels is not available: {type(error).__name__}: {error}"
     return None
@@ -180,55 +172,29 @@ def _decide(op: str, dev: torch.device, requested: str, outside: Callable[[], st
     return _kernel_decision(op, dev, requested, outside)
 
 
-def _call_op_and_device(call: KvCacheCall | PagedLoadCall) -> tuple[str, torch.device]:
-    if isinstance(call, KvCacheCall):
-        return "KVCacheOperation", call.past.device
-    return "PagedCacheLoadOperation", call.key_cache.device
+def decide(op: str, dev: torch.device, outside: Callable[[], str | None]) -> Decision:
+    """The decision for operation ``op`` (an ATB name) on tensors on ``dev`` under the requested
+    backend; ``outside()`` says why the kernels cannot take the call's tensors, or None."""
+    return _decide(op, dev, requested_backend(), outside)
 
 
-def _call_decision(call: KvCacheCall | PagedLoadCall, op: str, dev: torch.device, requested: str) -> Decision:
-    return _decide(op, dev, requested, lambda: kernel_domain.outside_reason(call))
-
-
-def decide(call: KvCacheCall | PagedLoadCall) -> Decision:
-    """The decision for a validated call (including whether the kernels take its inputs)."""
-    return _call_decision(call, *_call_op_and_device(call), requested_backend())
-
-
-def _load(name: str) -> ModuleType:
-    if name not in _loaded:
-        try:
-            _loaded[name] = importlib.import_module(_MODULES[name])
-        except ImportError as error:
-            raise BackendUnavailableError(f"backend {name!r} is not available: {error}") from error
-    return _loaded[name]
-
-
-def select(call: KvCacheCall | PagedLoadCall) -> ModuleType:
-    """The backend module that runs ``call``.
+def choose(op: str, dev: torch.device, outside: Callable[[], str | None]) -> str:
+    """The backend that runs the call (``"npu"``, ``"sim"`` or ``"fallback"``); a fallback on an NPU
+    under ``auto`` warns once per reason.
 
     Raises
     ------
     BackendUnavailableError
         The explicitly requested backend cannot run this call; the message says why.
     """
-    op, dev = _call_op_and_device(call)
-    requested = requested_backend()
-    on_npu = runtime.is_npu(dev)
-    key = (op, dev, requested)
-    if not on_npu and key in _off_npu_backends:  # off the NPU the answer never depends on the call: remembered
-        return _off_npu_backends[key]
-    decision = _call_decision(call, op, dev, requested)
+    decision = decide(op, dev, outside)
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
         )
-    if decision.backend == "fallback" and decision.requested == "auto" and on_npu:
+    if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
         _warn_once(decision)
-    backend = _load(decision.backend)
-    if not on_npu:
-        _off_npu_backends[key] = backend
-    return backend
+    return decision.backend
 
 
 def _warn_once(decision: Decision) -> None:
@@ -239,7 +205,7 @@ def _warn_once(decision: Decision) -> None:
         f"ascend_kv: {decision.op} on {decision.device} runs on the vectorized fallback, not the AscendC "
         f"kernels: {decision.reason} (said once per reason; `ascend-kv info` explains)",
         FallbackWarning,
-        stacklevel=4,
+        stacklevel=2,
     )
 
 

@@ -30,6 +30,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def backend_environment_read_per_test() -> Iterator[None]:
     """``ASCEND_KV_BACKEND`` is read once per process; each test reads the environment it sets up."""
-    ascend_kv.dispatch.environment_backend.cache_clear()
+    ascend_kv.policy.environment_backend.cache_clear()
     yield
-    ascend_kv.dispatch.environment_backend.cache_clear()
+    ascend_kv.policy.environment_backend.cache_clear()

@@ -15,7 +15,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 
 import ascend_kv
-from ascend_kv import ops, reference
+from ascend_kv import cpu_fallback, reference
+from ascend_kv.calls import KvCacheCall
 
 OPS = torch.ops.ascend_kv
 
@@ -134,13 +135,18 @@ def test_operator_raises_the_checks_error_and_writes_nothing() -> None:
     assert bits_equal(args[2], before)
 
 
-def test_operator_runs_the_public_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The operator is a thin door into ascend_kv.ops: same checks, same backend choice."""
+def test_public_function_is_one_operator_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The public function is a thin door into the operator: every call goes through torch.ops."""
     seen: list[str] = []
-    public = ops.kv_cache
-    monkeypatch.setattr(ops, "kv_cache", lambda *a: seen.append("kv_cache") or public(*a))
-    OPS.kv_cache(*op_arguments(KV_CASES["decode-int32"].cloned())[0])
-    assert seen == ["kv_cache"]
+    for name, overload in (("kv_cache", OPS.kv_cache.default), ("kv_cache.layer_tensor", OPS.kv_cache.layer_tensor)):
+        monkeypatch.setattr(OPS.kv_cache, name.rsplit(".", 1)[-1] if "." in name else "default",
+                            lambda *a, _name=name, _op=overload: seen.append(_name) or _op(*a))
+    case = KV_CASES["decode-int32"].cloned()
+    ascend_kv.kv_cache(*case.args)
+    args = list(case.args)
+    args[1] = torch.tensor(args[1])
+    ascend_kv.kv_cache(*args)
+    assert seen == ["kv_cache", "kv_cache.layer_tensor"]
 
 
 def test_operators_do_not_record_autograd() -> None:
@@ -232,16 +238,16 @@ def clones(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def run_compiled(fn: Callable[..., Any], args: list[torch.Tensor]) -> tuple[Any, str, list[int]]:
     """``fn`` compiled with fullgraph=True on ``args``: result, Inductor's code, past pointers seen by ops."""
     seen: list[int] = []
-    public = ops.kv_cache
+    backend = cpu_fallback.kv_cache
 
-    def recording(new_kv: torch.Tensor, layer_id: int, past: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        seen.append(past.data_ptr())
-        return public(new_kv, layer_id, past, *rest)
+    def recording(call: KvCacheCall) -> None:
+        seen.append(call.past.data_ptr())
+        backend(call)
 
     torch._dynamo.reset()
     ReinplaceCounters.clear()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ops, "kv_cache", recording)
+        patch.setattr(cpu_fallback, "kv_cache", recording)
         result, code = run_and_get_code(torch.compile(fn, fullgraph=True), *args)
     return result, "\n".join(code), seen
 

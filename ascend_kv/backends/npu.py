@@ -4,11 +4,13 @@ The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` or CMake
 with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache`` and ``.paged_cache_load`` for
 PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU_LIB`` when
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
-loaded once, lazily, after torch_npu (which it links against).
+loaded once, lazily. The kernels' host build registers the same operators as
+``torch.ops.ascend_kv_host`` for the CPU and ``PrivateUse1``; pointed at by
+``$ASCEND_KV_NPU_LIB``, it stands in for the kernel library on a device whose tensors hold host
+memory (the fake NPU of the tests).
 
-Per call, the call's host metadata (lists of ints) goes to the device in one int64 copy
-(views of one tensor feed the kernel's pointers); the binding computes the tiling on the host from the
-shapes, copies it over, and queues the launch on torch_npu's current stream.
+Per call the index tensors are already on the device (:mod:`ascend_kv.upload` moved the host
+ones); the kernels read them there, so nothing is read back to the host.
 """
 
 from __future__ import annotations
@@ -17,18 +19,17 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 
-from .. import device
-from ..calls import KvCacheCall, PagedLoadCall
+from ..calls import KvCacheArgs, PagedLoadArgs
 
 NAME = "npu"
 LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
 LIBRARY_FILE = "libascend_kv_npu.so"
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "lib" / LIBRARY_FILE
-NAMESPACE = "ascend_kv_npu"
+NAMESPACES = ("ascend_kv_npu", "ascend_kv_host")  # the NPU build, then the host build standing in for it
 OPS = ("kv_cache", "paged_cache_load")
 
 
@@ -44,17 +45,27 @@ class LibraryStatus:
         Where it was looked for.
     reason : str or None
         Why it is not loaded (exception messages verbatim); None when loaded.
+    namespace : str or None
+        The ``torch.ops`` namespace of its operators (one of :data:`NAMESPACES`).
     """
 
     loaded: bool
     path: str
     reason: str | None
+    namespace: str | None = None
 
 
 def library_path() -> Path:
     """``$ASCEND_KV_NPU_LIB`` when set, else :data:`DEFAULT_LIBRARY`."""
     configured = os.environ.get(LIBRARY_ENV, "").strip()
     return Path(configured) if configured else DEFAULT_LIBRARY
+
+
+def _registered_namespace() -> str | None:
+    for namespace in NAMESPACES:
+        if all(hasattr(getattr(torch.ops, namespace), op) for op in OPS):
+            return namespace
+    return None
 
 
 @functools.cache
@@ -67,45 +78,36 @@ def library() -> LibraryStatus:
             False, str(path), f"{path} does not exist (looked in {where}); build it with scripts/build_npu.sh "
             f"on a host with CANN, or point {LIBRARY_ENV} at it"
         )
-    imported = device.torch_npu()
-    if imported.module is None:
-        return LibraryStatus(False, str(path), f"torch_npu is not loaded, and the library needs it: {imported.reason}")
     try:
         torch.ops.load_library(str(path))
-    except Exception as error:
+    except Exception as error:  # e.g. torch_npu's libraries missing: the loader's message says which
         return LibraryStatus(False, str(path), f"{type(error).__name__}: {error}")
-    missing = [op for op in OPS if not hasattr(getattr(torch.ops, NAMESPACE), op)]
-    if missing:
-        return LibraryStatus(False, str(path), f"{path} does not register torch.ops.{NAMESPACE}.{', '.join(missing)}")
-    return LibraryStatus(True, str(path), None)
+    namespace = _registered_namespace()
+    if namespace is None:
+        return LibraryStatus(
+            False, str(path), f"{path} does not register {', '.join(OPS)} in torch.ops.{' or torch.ops.'.join(NAMESPACES)}"
+        )
+    return LibraryStatus(True, str(path), None, namespace)
 
 
-def to_device(values: list[np.ndarray | list[int]], device: torch.device) -> list[torch.Tensor]:
-    """Host integers (arrays or lists) as int64 tensors on ``device``: one transfer, one view each (same shapes)."""
-    arrays = [np.asarray(v, dtype=np.int64) for v in values]
-    flat = np.concatenate([np.ravel(a) for a in arrays])
-    on_device = torch.from_numpy(flat).to(device)
-    views, start = [], 0
-    for a in arrays:
-        views.append(on_device[start : start + a.size].view(a.shape))
-        start += a.size
-    return views
+def _ops() -> Any:
+    """The operators of the loaded library."""
+    return getattr(torch.ops, library().namespace or NAMESPACES[0])
 
 
-def kv_cache(call: KvCacheCall) -> None:
-    """Run a validated ``kv_cache`` call on the NPU kernels (writes ``call.past``)."""
-    seq_len, read_start, write_start = to_device([call.seq_len, call.read_start, call.write_start], call.past.device)
-    getattr(torch.ops, NAMESPACE).kv_cache(call.new_kv.contiguous(), call.past, call.layer_id, seq_len, read_start, write_start)
-
-
-def paged_cache_load(call: PagedLoadCall) -> None:
-    """Run a validated ``paged_cache_load`` call on the NPU kernels (writes ``call.key``, ``call.value``)."""
-    batch = len(call.lens)
-    host_table = np.asarray(call.block_table, dtype=np.int64).reshape(batch, call.table_columns)  # also batch 0
-    table, lens, out_start, first_column = to_device(
-        [host_table, call.lens, call.out_start, call.first_column], call.key_cache.device
+def kv_cache(args: KvCacheArgs) -> None:
+    """Run ``kv_cache`` on the NPU kernels (writes ``args.past``); the kernels read the index tensors on the device."""
+    layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
+    _ops().kv_cache(
+        args.new_kv, args.past, args.token_offset.contiguous(), args.seq_len.contiguous(),
+        None if layer is None else layer.reshape(1).to(torch.int64), 0 if layer is not None else args.layer_id,
     )
-    getattr(torch.ops, NAMESPACE).paged_cache_load(
-        call.key_cache, call.value_cache, call.key, call.value, table, lens, out_start, first_column,
-        call.num_tokens, int(call.layout),
+
+
+def paged_cache_load(args: PagedLoadArgs) -> None:
+    """Run ``paged_cache_load`` on the NPU kernels (writes ``args.key``, ``args.value``)."""
+    starts = None if args.seq_starts is None else args.seq_starts.contiguous()
+    _ops().paged_cache_load(
+        args.key_cache, args.value_cache, args.block_table.contiguous(), args.context_lens.contiguous(), starts,
+        args.key, args.value, int(args.layout), args.cumsum,
     )

@@ -1,0 +1,39 @@
+"""Index tensors that live on the host, sent to the data's device in one copy."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+import torch
+
+from .calls import KvCacheArgs, PagedLoadArgs
+
+_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs)
+_INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),
+                 PagedLoadArgs: ("block_table", "context_lens", "seq_starts")}
+
+
+def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """``tensors`` (host integer tensors) as int64 tensors of the same shapes on ``device``: one
+    non-blocking copy from pinned memory, of which each result is a view."""
+    flat = torch.cat([t.reshape(-1).to(torch.int64) for t in tensors])
+    try:
+        flat = flat.pin_memory()
+    except RuntimeError:  # no pinned memory for this device: the copy is then from pageable memory
+        pass
+    on_device = flat.to(device, non_blocking=True)
+    views, start = [], 0
+    for t in tensors:
+        views.append(on_device[start : start + t.numel()].view(t.shape))
+        start += t.numel()
+    return views
+
+
+def index_tensors_on_device(args: _Args, device: torch.device) -> _Args:
+    """``args`` with every index tensor on ``device``: the host ones moved in one copy, as int64."""
+    host = {name: value for name in _INDEX_FIELDS[type(args)]
+            if isinstance(value := getattr(args, name), torch.Tensor) and value.device != device}
+    if not host:
+        return args
+    return dataclasses.replace(args, **dict(zip(host, to_device(list(host.values()), device))))
