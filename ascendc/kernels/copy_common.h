@@ -9,6 +9,8 @@
 #ifndef ASCEND_KV_COPY_COMMON_H
 #define ASCEND_KV_COPY_COMMON_H
 
+#include <cstdint>
+
 #include "kernel_operator.h"
 #include "../tiling.h"
 
@@ -30,10 +32,16 @@ __aicore__ inline void LoadTiling(GM_ADDR tilingGm, Tiling& tiling)
 __aicore__ inline uint64_t MinU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 __aicore__ inline uint64_t MaxU64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/// a - b with two's-complement wrapping (index arithmetic is int64 and wraps, never traps).
-__aicore__ inline int64_t WrappingSub(int64_t a, int64_t b)
+/// a - b, saturated to the int64 range: a difference beyond it is out of range for every tensor,
+/// and saturating keeps it out of range (wrapping could bring it back into a tensor).
+__aicore__ inline int64_t SaturatingSub(int64_t a, int64_t b)
 {
-    return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+    const int64_t wrapped = static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+    const bool overflow = (a < 0) != (b < 0) && (wrapped < 0) != (a < 0);
+    if (!overflow) {
+        return wrapped;
+    }
+    return a < 0 ? INT64_MIN : INT64_MAX;
 }
 
 /// floor(value / divisor) for divisor > 0.

@@ -50,7 +50,7 @@ public:
             const uint64_t lo = MaxU64(prefix, mine.begin);
             const uint64_t hi = MinU64(prefix + count, mine.end);
             if (lo < hi) {
-                const int64_t start = WrappingSub(tokenOffset_.Get(b), seqLen);
+                const int64_t start = SaturatingSub(tokenOffset_.Get(b), seqLen);
                 CopyRun(static_cast<uint64_t>(layer), b, start, lo - prefix, hi - prefix, prefix);
             }
             prefix += count;

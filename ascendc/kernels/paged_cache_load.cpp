@@ -107,7 +107,7 @@ private:
         uint64_t count = 0;
         if (t_.cumsum != 0) {
             entry.first = lens_.Get(b);
-            count = ClampCount(WrappingSub(lens_.Get(b + 1), entry.first), rows_);
+            count = ClampCount(SaturatingSub(lens_.Get(b + 1), entry.first), rows_);
         } else {
             entry.first = static_cast<int64_t>(prefix);
             count = ClampCount(lens_.Get(b), rows_);
