@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import ascend_kv
-from ascend_kv import checks, library, policy
+from ascend_kv import checks, policy
+from ascend_kv.library import decision as decide_call
 from ascend_kv import device as runtime
 from ascend_kv.backends import kernel_domain, npu
 
@@ -41,8 +42,8 @@ def kv_call(contiguous: bool) -> ascend_kv.calls.KvCacheArgs:
 
 
 def paged_call(contiguous: bool) -> ascend_kv.calls.PagedLoadArgs:
-    cache = torch.zeros(4, 16, 1, 16, dtype=torch.float16)
-    key, value = torch.zeros(20, 1, 16, dtype=torch.float16), torch.zeros(20, 1, 16, dtype=torch.float16)
+    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
+    key, value = torch.zeros(20, 2, 16, dtype=torch.float16), torch.zeros(20, 2, 16, dtype=torch.float16)
     return checks.paged_cache_load(
         cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([17, 3]), "nd", False, None,
         key if contiguous else rows_apart(key), value,
@@ -51,7 +52,7 @@ def paged_call(contiguous: bool) -> ascend_kv.calls.PagedLoadArgs:
 
 def select(args: ascend_kv.calls.KvCacheArgs | ascend_kv.calls.PagedLoadArgs) -> str:
     """The backend the operator's implementation would run for ``args``."""
-    decision = library.decision(args)
+    decision = decide_call(args)
     device = torch.device(decision.device)
     return policy.choose(decision.op, device, lambda: kernel_domain.outside_reason(args))
 
@@ -80,7 +81,7 @@ def expected_reason(on_npu: bool, supported: bool | None, library: bool, contigu
         return "the kernels do not support"
     if not library:
         return "the kernel library is not loaded: no such library here"
-    return "is not contiguous"
+    return "the kernels need its"
 
 
 @pytest.fixture
@@ -113,7 +114,7 @@ def test_decision_for_every_combination(
     want = expected_backend(requested, on_npu, SOCS[soc], library, contiguous)
     with ascend_kv.use_backend(requested), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        decision = library.decision(call)
+        decision = decide_call(call)
         assert decision.op == op and decision.requested == requested
         if want == ERROR:
             assert decision.backend is None
