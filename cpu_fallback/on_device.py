@@ -66,7 +66,7 @@ def kv_cache(args: KvCacheArgs) -> None:
     written = covered & position_ok & layer_ok                                   # [ntokens]
     position = offset - back
 
-    first = torch.argmax(written.to(torch.int8)).reshape(1)                      # a written token, if any
+    first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a written token, if any
     any_written = written.index_select(0, first)                                 # [1]
     src = torch.where(written, src, first)
     entry = torch.where(written, entry, torch.where(any_written, entry.index_select(0, first), 0))

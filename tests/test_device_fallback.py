@@ -157,7 +157,7 @@ def garbage_kv_args(draw: st.DrawFn) -> KvCacheArgs:
     # Lengths mostly plausible so that many tokens land, offsets anything.
     seq_len = draw(st.lists(mostly(st.integers(-1, 6), index_dtype), min_size=batch, max_size=batch))
     token_offset = draw(st.lists(mostly(st.integers(-1, max_seq_len + 3), index_dtype), min_size=batch, max_size=batch))
-    layer_value = draw(mostly(st.integers(0, layers - 1), index_dtype))
+    layer_value = draw(mostly(st.integers(0, layers), index_dtype))
     layer_id: int | torch.Tensor = layer_value
     if draw(st.booleans()):
         layer_id = torch.tensor([layer_value], dtype=index_dtype)
@@ -181,6 +181,17 @@ def test_kv_cache_offsets_near_int64_limits_do_not_wrap_into_range() -> None:
     past = random_bits((1, 2, 8, 16), torch.float16, 0)
     args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), 0,
                        torch.tensor([INT64_MIN, INT64_MAX]), torch.tensor([INT64_MAX, INT64_MIN]))
+    guarded(on_device.kv_cache, args)
+    assert bits_equal(args.past, past)
+
+
+@pytest.mark.parametrize("layer_id", [-1, 2, INT64_MIN, INT64_MAX])
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_kv_cache_layer_out_of_range_writes_nothing(layer_id: int, as_tensor: bool) -> None:
+    past = random_bits((2, 2, 8, 16), torch.float16, 0)
+    layer = torch.tensor([layer_id]) if as_tensor else layer_id
+    args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), layer, torch.tensor([2, 8]),
+                       torch.tensor([2, 2]))
     guarded(on_device.kv_cache, args)
     assert bits_equal(args.past, past)
 
@@ -278,6 +289,23 @@ def test_paged_garbage_indices_follow_safe_semantics(args: PagedLoadArgs) -> Non
     guarded(on_device.paged_cache_load, args)
     assert_safe_paged(before, args)
     assert bits_equal(args.key_cache, before.key_cache) and bits_equal(args.value_cache, before.value_cache)
+
+
+@pytest.mark.parametrize(("cumsum", "context_lens"), [
+    (False, [3, INT64_MAX]),                  # the second entry's end would wrap unless counts are capped at the rows
+    (False, [INT64_MAX, INT64_MAX, 5]),       # prefix sums would wrap back into range
+    (True, [-5, INT64_MAX]),                  # the difference wraps negative; exactly, it covers every row from -5
+    (True, [INT64_MIN, 3, 6]),                # a wrapping difference, then an ordinary entry
+])
+def test_paged_lengths_near_int64_limits_follow_safe_semantics(cumsum: bool, context_lens: list[int]) -> None:
+    batch = len(context_lens) - cumsum
+    args = PagedLoadArgs(ND, random_bits((4, 4, 1, 16), torch.float16, 0), random_bits((4, 4, 1, 16), torch.float16, 1),
+                         torch.arange(4 * batch).reshape(batch, 4) % 4, torch.tensor(context_lens), None, cumsum,
+                         random_bits((12, 1, 16), torch.float16, 2), random_bits((9, 1, 16), torch.float16, 3))
+    before = _cloned(args)
+    guarded(on_device.paged_cache_load, args)
+    assert_safe_paged(before, args)
+    assert not bits_equal(args.key, before.key)                                  # something landed
 
 
 def test_paged_cumsum_overlap_takes_one_writer_and_unique_rows_exactly() -> None:
@@ -448,3 +476,24 @@ def test_guard_catches_a_planted_boolean_mask_in_the_fallback(monkeypatch: pytes
                             torch.tensor([3])), {"kv_cache_cfg": ND}))
     with pytest.raises(HostReadError):
         guarded(on_device.paged_cache_load, args)
+
+
+# ----------------------------------------------------------------------------- meta tensors: no values to read at all
+
+
+def test_runs_on_meta_tensors_which_hold_no_values() -> None:
+    # Any operation that needed a value (a size, a scalar) would raise on meta tensors.
+    meta = {"device": "meta"}
+    on_device.kv_cache(KvCacheArgs(
+        torch.empty(5, 16, dtype=torch.float16, **meta), torch.empty(2, 3, 8, 16, dtype=torch.float16, **meta),
+        torch.empty(1, dtype=torch.int32, **meta), torch.empty(3, dtype=torch.int32, **meta),
+        torch.empty(3, dtype=torch.int64, **meta)))
+    for layout, cache_shape, out_shape in ((ND, (4, 16, 2, 16), (7, 2, 16)), (NZ, (4, 2, 16, 16), (7, 32))):
+        for cumsum in (False, True):
+            on_device.paged_cache_load(PagedLoadArgs(
+                layout, torch.empty(cache_shape, dtype=torch.float16, **meta),
+                torch.empty(cache_shape, dtype=torch.float16, **meta), torch.empty(3, 4, dtype=torch.int32, **meta),
+                torch.empty(3 + cumsum, dtype=torch.int64, **meta), torch.empty(3, dtype=torch.int32, **meta), cumsum,
+                torch.empty(out_shape, dtype=torch.float16, **meta), torch.empty(out_shape, dtype=torch.float16, **meta)))
+    rows = on_device.output_rows(torch.empty(3, dtype=torch.int32, **meta), cumsum=False)
+    assert rows.is_meta and rows.dtype == torch.int64 and rows.dim() == 0
