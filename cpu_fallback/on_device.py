@@ -38,8 +38,11 @@ def kv_cache(args: KvCacheArgs) -> None:
     written tokens have distinct destinations (distinct entries, or distinct ``j``), and every
     skipped token is redirected to rewrite the first written token's destination with that
     token's own row, so duplicate destinations always carry identical bits. When no token is
-    written, every write puts back the current bits of ``past[layer, 0, 0]`` (gathered first),
-    which nothing else writes.
+    written, every write puts back the current bits of ``past[layer, 0, 0]`` (gathered before
+    the ``index_put_``), which nothing else writes.
+
+    Temporary memory: about a dozen int64 or bool ``[ntokens]`` vectors and two
+    ``[ntokens, hidden]`` row buffers (the gathered rows, then the selected ones).
     """
     past, new_kv = _bits(args.past), _bits(args.new_kv)
     layers, batch, max_seq_len, _ = past.shape
@@ -73,7 +76,7 @@ def kv_cache(args: KvCacheArgs) -> None:
     position = torch.where(written, position, torch.where(any_written, position.index_select(0, first), 0))
     layers_index = layer.expand(ntokens)
 
-    kept = past[layer, 0, 0]                                                     # [1, hidden] bits nothing writes
+    kept = past[layer, 0, 0]                                                     # [1, hidden], put back if none is written
     rows = torch.where((written | any_written).unsqueeze(1), new_kv.index_select(0, src), kept)
     past.index_put_((layers_index, entry, position), rows)
 
@@ -92,6 +95,10 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     (ties: one of them); if that token's column or block is out of range the row keeps its bits,
     even when another covering entry's token was in range. Rows with a single covering entry,
     which is every row when ``context_lens`` does not decrease, get exactly that entry's token.
+
+    Temporary memory: about a dozen int64 or bool ``[rows]`` vectors (``rows`` the larger
+    output's), a few ``[batch]`` ones, and per output two buffers of its size (the gathered
+    tokens, then the selected ones).
     """
     key_rows, value_rows = args.key.shape[0], args.value.shape[0]
     rows = max(key_rows, value_rows)
