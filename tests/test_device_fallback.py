@@ -483,17 +483,16 @@ def test_guard_catches_a_planted_boolean_mask_in_the_fallback(monkeypatch: pytes
 
 def test_runs_on_meta_tensors_which_hold_no_values() -> None:
     # Any operation that needed a value (a size, a scalar) would raise on meta tensors.
-    meta = {"device": "meta"}
     on_device.kv_cache(KvCacheArgs(
-        torch.empty(5, 16, dtype=torch.float16, **meta), torch.empty(2, 3, 8, 16, dtype=torch.float16, **meta),
-        torch.empty(1, dtype=torch.int32, **meta), torch.empty(3, dtype=torch.int32, **meta),
-        torch.empty(3, dtype=torch.int64, **meta)))
+        torch.empty(5, 16, dtype=torch.float16, device="meta"), torch.empty(2, 3, 8, 16, dtype=torch.float16, device="meta"),
+        torch.empty(1, dtype=torch.int32, device="meta"), torch.empty(3, dtype=torch.int32, device="meta"),
+        torch.empty(3, dtype=torch.int64, device="meta")))
     for layout, cache_shape, out_shape in ((ND, (4, 16, 2, 16), (7, 2, 16)), (NZ, (4, 2, 16, 16), (7, 32))):
         for cumsum in (False, True):
             on_device.paged_cache_load(PagedLoadArgs(
-                layout, torch.empty(cache_shape, dtype=torch.float16, **meta),
-                torch.empty(cache_shape, dtype=torch.float16, **meta), torch.empty(3, 4, dtype=torch.int32, **meta),
-                torch.empty(3 + cumsum, dtype=torch.int64, **meta), torch.empty(3, dtype=torch.int32, **meta), cumsum,
-                torch.empty(out_shape, dtype=torch.float16, **meta), torch.empty(out_shape, dtype=torch.float16, **meta)))
-    rows = on_device.output_rows(torch.empty(3, dtype=torch.int32, **meta), cumsum=False)
+                layout, torch.empty(cache_shape, dtype=torch.float16, device="meta"),
+                torch.empty(cache_shape, dtype=torch.float16, device="meta"), torch.empty(3, 4, dtype=torch.int32, device="meta"),
+                torch.empty(3 + cumsum, dtype=torch.int64, device="meta"), torch.empty(3, dtype=torch.int32, device="meta"), cumsum,
+                torch.empty(out_shape, dtype=torch.float16, device="meta"), torch.empty(out_shape, dtype=torch.float16, device="meta")))
+    rows = on_device.output_rows(torch.empty(3, dtype=torch.int32, device="meta"), cumsum=False)
     assert rows.is_meta and rows.dtype == torch.int64 and rows.dim() == 0
