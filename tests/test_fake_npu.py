@@ -6,15 +6,16 @@ and nothing else, and leaves CPU tensors alone.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
+import fake_npu
 import pytest
 import torch
+from cases import bits_equal
 from hypothesis import given
 from hypothesis import strategies as st
-
-import fake_npu
-from cases import bits_equal
+from torch.testing._utils import freeze_rng_state
 
 fake_npu.install()
 
@@ -57,7 +58,9 @@ def test_round_trip_is_bit_exact_with_one_upload_and_one_transfer(dtype, shape, 
 
 @pytest.mark.parametrize("nbytes", [1, 63, 64, 65, 4096 + 1])
 def test_device_memory_is_aligned_to_64_bytes(nbytes):
-    assert torch.empty(nbytes, dtype=torch.uint8, device="npu").data_ptr() % 64 == 0
+    allocated = torch.empty(nbytes, dtype=torch.uint8, device="npu")
+    assert allocated.data_ptr() % 64 == 0
+    assert (allocated + 1).data_ptr() % 64 == 0  # a result the CPU kernel allocated
 
 
 VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -191,6 +194,7 @@ TRANSFERS: dict[str, Callable[[torch.Tensor], object]] = {
     "equal": lambda t: torch.equal(t, t),
     "torch.npu.synchronize": lambda t: torch.npu.synchronize(),
     "torch.accelerator.synchronize": lambda t: torch.accelerator.synchronize(),
+    "stream synchronize": lambda t: torch.npu.current_stream().synchronize(),
 }
 
 
@@ -271,13 +275,14 @@ def test_a_tensor_can_report_a_non_base_storage_format():
 
 
 def test_device_module_and_devices(monkeypatch):
-    assert torch.npu.is_available() and torch.npu.device_count() == fake_npu.DEFAULT_DEVICE_COUNT
-    second = torch.arange(4, device="npu:1")
-    assert (second + 1).device == torch.device("npu", 1)
+    count = int(os.environ.get(fake_npu.DEVICE_COUNT_ENV, fake_npu.DEFAULT_DEVICE_COUNT))
+    assert torch.npu.is_available() and torch.npu.device_count() == count
+    last = torch.arange(4, device=f"npu:{count - 1}")
+    assert (last + 1).device == torch.device("npu", count - 1)
     assert torch.empty(1, device="npu").device == torch.device("npu", torch.npu.current_device())
-    torch.npu.set_device(1)
+    torch.npu.set_device(count - 1)
     try:
-        assert torch.empty(1, device="npu").device == torch.device("npu", 1)
+        assert torch.empty(1, device="npu").device == torch.device("npu", count - 1)
     finally:
         torch.npu.set_device(0)
     assert host_grid().npu().is_npu
@@ -286,7 +291,7 @@ def test_device_module_and_devices(monkeypatch):
     monkeypatch.setenv("ASCEND_KV_SOC", "Ascend310P3")
     assert torch.npu.get_device_name(0) == "Ascend310P3"
     with pytest.raises(RuntimeError, match="out of range"):
-        torch.empty(1, device=f"npu:{fake_npu.DEFAULT_DEVICE_COUNT}")
+        torch.empty(1, device=f"npu:{count}")
 
 
 def test_out_variants_resize_and_return_their_output():
@@ -334,3 +339,13 @@ def test_install_is_idempotent_and_host_tensors_stay_on_the_host():
     assert torch.npu is module
     assert torch.empty(2).device.type == "cpu" and torch.get_default_device().type == "cpu"
     assert not host_grid().is_pinned()
+
+
+def test_host_random_numbers_are_unchanged_by_the_device_rng_functions():
+    # torch's helpers save and restore every accelerator's random state (opcheck does).
+    torch.manual_seed(7)
+    with freeze_rng_state():
+        first = torch.rand(4)
+    assert torch.equal(torch.rand(4), first)
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(4), first)

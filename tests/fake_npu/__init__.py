@@ -1,7 +1,8 @@
 """A fake NPU for tests: PyTorch's PrivateUse1 device, renamed ``npu``, holding host memory.
 
-Device tensors are real memory (``data_ptr()``, views, strides and in-place ops behave as on a
-device); every op without a kernel of its own runs its CPU kernel over that same memory. What a
+Device tensors are real host memory (``data_ptr()``, views, strides and in-place ops behave as
+on a device; allocations are 512-byte aligned, op results borrowed from a CPU kernel have the CPU
+allocator's 64); every op without a kernel of its own runs its CPU kernel over that same memory. What a
 real NPU would make the host wait for is counted, so a test can prove a call never does:
 
 - ``transfers()``: device-to-host copies (``.cpu()``, ``.to("cpu")``, ``copy_`` into a host
@@ -10,7 +11,9 @@ real NPU would make the host wait for is counted, so a test can prove a call nev
   uses it: ``argwhere``, ``where(cond)``, boolean-mask indexing; ``masked_select``, the
   ``unique`` family, ``bincount``, ``repeat_interleave`` with tensor repeats and no
   ``output_size``, ``histc`` with ``min == max``), ``equal``, and explicit synchronisation
-  (``torch.npu.synchronize()``, ``torch.accelerator.synchronize()``, stream and event waits).
+  (``torch.npu.synchronize()``, ``torch.accelerator.synchronize()``, stream and event waits):
+  each is a point where the host would wait for the device, which a call that must be captured in
+  a graph or overlap with the device cannot have.
 - ``uploads()``: host-to-device copies; ``blocking_uploads()`` those a real NPU would wait for
   (not ``non_blocking=True`` from pinned memory), host index tensors moved by advanced indexing
   included.
@@ -41,6 +44,7 @@ FORMAT_FRACTAL_NZ = 29
 
 DEFAULT_SOC = "Ascend910B3"
 DEFAULT_DEVICE_COUNT = 2
+DEVICE_COUNT_ENV = "ASCEND_KV_FAKE_NPU_DEVICES"
 
 _SOURCES = ("fake_npu.h", "device.cpp", "kernels.cpp", "bindings.cpp")
 _extension: Any | None = None
@@ -85,12 +89,20 @@ def _device_module(extension: Any) -> types.ModuleType:
         index = device if isinstance(device, int) else torch.device(device).index
         extension.set_device(extension.current_device() if index is None else index)
 
+    # Random ops run their CPU kernels and draw from the CPU generator: the device's random state
+    # is the CPU's (torch's own helpers, e.g. opcheck's freeze_rng_state, save and restore it).
+    module.get_rng_state = lambda device="npu": torch.get_rng_state()
+    module.set_rng_state = lambda state, device="npu": torch.set_rng_state(state)
+    module.manual_seed = module.manual_seed_all = lambda seed: torch.random.default_generator.manual_seed(seed)
+    module.seed = module.seed_all = lambda: torch.random.default_generator.seed()
+    module.initial_seed = lambda: torch.random.default_generator.initial_seed()
     module.is_available = lambda: True
     module.is_initialized = lambda: True
     module.device_count = extension.device_count
     module.current_device = extension.current_device
     module.set_device = set_device
     module.synchronize = synchronize
+    module.current_stream = lambda device=None: torch.accelerator.current_stream(device)
     module.get_device_name = get_device_name
     module.get_npu_format = storage_format
     module._is_in_bad_fork = lambda: False
@@ -108,7 +120,7 @@ def install() -> None:
     if hasattr(torch, "npu"):
         raise RuntimeError("fake NPU: torch.npu already exists (is torch_npu loaded?); a fake NPU cannot join it")
     extension = _build()
-    extension.set_device_count(int(os.environ.get("ASCEND_KV_FAKE_NPU_DEVICES", DEFAULT_DEVICE_COUNT)))
+    extension.set_device_count(int(os.environ.get(DEVICE_COUNT_ENV, DEFAULT_DEVICE_COUNT)))
     if backend == "privateuseone":
         torch.utils.rename_privateuse1_backend("npu")
     torch._register_device_module("npu", _device_module(extension))
