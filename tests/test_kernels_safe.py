@@ -16,15 +16,18 @@ import dataclasses
 import math
 
 import safe_reference
+import test_sim
 import torch
 from cases import ND, NZ, bits_equal, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
-from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, configure, row_shape  # noqa: F401 (configure: a fixture)
+from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, row_shape
 
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
+
+configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LIMITS = [-1, -2, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1, 2**62, -(2**62), 2**31 - 1, -(2**31), 2**32]
@@ -74,7 +77,8 @@ def kv_calls(draw: st.DrawFn) -> tuple[KvCacheArgs, torch.Tensor]:
     return KvCacheArgs(new_kv, past, layer, token_offset, seq_len), buffer
 
 
-def cloned(args: KvCacheArgs | PagedLoadArgs):  # noqa: ANN201
+def cloned(args: KvCacheArgs | PagedLoadArgs) -> KvCacheArgs | PagedLoadArgs:
+    """``args`` with every tensor cloned."""
     return dataclasses.replace(args, **{f.name: getattr(args, f.name).clone() for f in dataclasses.fields(args)
                                         if isinstance(getattr(args, f.name), torch.Tensor)})
 

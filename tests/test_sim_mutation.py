@@ -1,79 +1,148 @@
-"""The instrument catches what it must: an off-by-one forced into a kernel's GM offset makes
-the sim fail with a message from the host model that names the tensor and the offset.
+"""The instrument catches what it must: a kernel with one planted bug is stopped by the host model,
+with a message naming the tensor and the offset.
 
-The kernels are copied, one offset in each is shifted by one row, and the copy is built
-(into a private cache) and run through the public API."""
+The kernel sources are copied, mutated, built through the sim backend's own CMake build (cached
+like any build, by the sources' hash, so a warm machine builds nothing) and run in a child process (a process can load one ``ascend_kv_host`` library).
+Mutants: an off-by-one row in each kernel's offsets (reads past new_kv, writes past key in ND and
+NZ), a byte stride replaced by the row size (which lands in the gaps of strided views), the
+staged index window read without its MTE2_S flag, and a kernel that no longer declares itself
+vector-only. The unmutated library passes the same calls.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
-from cases import ND, NZ, kv_cache_case, paged_case
 
-import ascend_kv
 from ascend_kv.backends import sim
 
-MUTATIONS = {
-    "kernels/kv_cache.cpp": ("static_cast<uint64_t>(readStart) + lo;", "static_cast<uint64_t>(readStart) + lo + 1;"),
-    "kernels/paged_cache_load.cpp": ("static_cast<uint64_t>(outStart) + lo;", "static_cast<uint64_t>(outStart) + lo + 1;"),
+MUTANTS = {
+    "offsets": [
+        ("kernels/kv_cache.cpp", "const uint64_t srcRow = prefix + first;", "const uint64_t srcRow = prefix + first + 1;"),
+        ("kernels/paged_cache_load.cpp", "CopyRows(queue_, pair.out[outRow * pair.rowStride]",
+         "CopyRows(queue_, pair.out[(outRow + 1) * pair.rowStride]"),
+        ("kernels/paged_cache_load.cpp", "WriteRows(pair.out[(outRow + done) * pair.rowStride",
+         "WriteRows(pair.out[(outRow + done + 1) * pair.rowStride"),
+    ],
+    "strides-and-task-type": [
+        ("kernels/kv_cache.cpp", "dstPos * t_.pastSeqStride", "dstPos * t_.rowBytes"),
+        ("kernels/paged_cache_load.cpp", "pair.cache[tokenAt], pair.slotStride,", "pair.cache[tokenAt], pair.rowBytes,"),
+        ("kernels/kv_cache.cpp", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""),
+    ],
+    "unsynchronised-staging": [
+        ("kernels/copy_common.h", "        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
+                                  "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n", ""),
+    ],
 }
+
+# The calls, run in a child process against one library: prints "ok" or the error message.
+CHILD = r"""
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+ops = torch.ops.ascend_kv_host
+h = torch.float16
+def kv_dense():
+    ops.kv_cache(torch.ones(5, 64, dtype=h), torch.zeros(2, 1, 16, 64, dtype=h), torch.tensor([5]), torch.tensor([5]), None, 1)
+def kv_strided():
+    past = torch.zeros(2, 1, 16, 96, dtype=h)[..., 16:80]
+    ops.kv_cache(torch.ones(5, 64, dtype=h), past, torch.tensor([10]), torch.tensor([5]), None, 1)
+def paged(layout, cache_shape, row_shape):
+    cache = torch.ones(cache_shape, dtype=h)
+    out = lambda: torch.zeros((7, *row_shape), dtype=h)
+    ops.paged_cache_load(cache, cache, torch.tensor([[1]]), torch.tensor([7]), None, out(), out(), layout, False)
+def paged_mla():
+    buffer = torch.ones(3, 16, 1, 576, dtype=h)
+    ops.paged_cache_load(buffer[..., :512], buffer[..., 512:], torch.tensor([[1]]), torch.tensor([7]), None,
+                         torch.zeros(7, 1, 512, dtype=h), torch.zeros(7, 1, 64, dtype=h), 1, False)
+CALLS = {"kv_dense": kv_dense, "kv_strided": kv_strided, "paged_mla": paged_mla,
+         "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,))}
+try:
+    CALLS[sys.argv[2]]()
+    print("ok")
+except RuntimeError as error:
+    print(str(error).splitlines()[0])
+"""
+
+
+def build(name: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host library of ``MUTANTS[name]`` applied to a copy of the sources."""
+    copy = root / name
+    shutil.copytree(sim.source_root(), copy)
+    for path, original, mutated in MUTANTS[name]:
+        text = (copy / path).read_text()
+        assert text.count(original) == 1, f"{path} changed: update the mutation {original!r}"
+        (copy / path).write_text(text.replace(original, mutated))
+    with monkeypatch.context() as patch:
+        patch.setattr(sim, "source_root", lambda: copy)
+        return sim.library_path()
 
 
 @pytest.fixture(scope="module")
-def mutant_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("mutant") / "ascendc"
-    shutil.copytree(sim.source_root(), root)
-    for name, (original, mutated) in MUTATIONS.items():
-        text = (root / name).read_text()
-        assert text.count(original) == 1, f"{name} changed: update the mutation"
-        (root / name).write_text(text.replace(original, mutated))
-    return root
+def libraries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("mutants")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        built = {name: build(name, root, monkeypatch) for name in MUTANTS}
+    return {**built, "unmutated": sim.library_path()}
 
 
-@pytest.fixture
-def mutant_sim(mutant_sources: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(sim, "source_root", lambda: mutant_sources)
-    monkeypatch.setattr(sim, "_library", None)
-    monkeypatch.setenv("ASCEND_KV_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mutant-cache"))
-    monkeypatch.setenv("ASCEND_KV_SIM_CORES", "1")
-    with ascend_kv.use_backend("sim"):
-        yield
+def run(library: Path, call: str) -> str:
+    env = {**os.environ, "ASCEND_KV_SIM_CORES": "1"}
+    env.pop("ASCEND_KV_SIM_UB_BYTES", None)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(library), call], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
 
 
 def overrun(message: str, access: str, tensor: str) -> tuple[int, int, int]:
     """``(buffer, offset, count)`` of the model's report, which must name ``tensor``."""
-    found = re.search(rf"GM {access} out of bounds: tensor '{tensor}' \(buffer of (\d+) elements\) offset (\d+) count (\d+)",
-                      message)
+    found = re.search(rf"GM {access} out of bounds: tensor '{tensor}' \(buffer of (\d+) elements\) offset (\d+) "
+                      rf"count (\d+)", message)
     assert found is not None, message
     return tuple(int(n) for n in found.groups())  # type: ignore[return-value]
 
 
-def test_kv_cache_read_past_new_kv_is_named(mutant_sim) -> None:
+def test_kv_cache_row_off_by_one_reads_past_new_kv(libraries: dict[str, Path]) -> None:
     """5 rows of 64 float16 = 640 bytes; the shifted copy reads them from byte 128 (one row late)."""
-    case = kv_cache_case(torch.float16, [5], [5], hidden=64)
-    with pytest.raises(RuntimeError) as info:
-        ascend_kv.kv_cache(*case.args)
-    assert overrun(str(info.value), "read", "new_kv") == (640, 128, 640)
+    assert overrun(run(libraries["offsets"], "kv_dense"), "read", "new_kv") == (640, 128, 640)
 
 
-@pytest.mark.parametrize("layout", [ND, NZ])
-def test_paged_write_past_key_is_named(mutant_sim, layout) -> None:
-    """7 rows of 32 float16 = 448 bytes; the shifted copy writes past the end of ``key``."""
-    case = paged_case(layout, [7])
-    with pytest.raises(RuntimeError) as info:
-        ascend_kv.paged_cache_load(*case.args, **case.kwargs)
-    buffer, offset, count = overrun(str(info.value), "write", "key")
+@pytest.mark.parametrize("call", ["paged_nd", "paged_nz"])
+def test_paged_row_off_by_one_writes_past_key(libraries: dict[str, Path], call: str) -> None:
+    """7 rows of 32 float16 = 448 bytes; the shifted store writes past the end of ``key``."""
+    buffer, offset, count = overrun(run(libraries["offsets"], call), "write", "key")
     assert buffer == 448 and offset >= 64 and offset + count > buffer
 
 
-def test_the_unmutated_kernels_pass_the_same_calls() -> None:
-    """Control: the same calls on the real sources raise nothing."""
-    with ascend_kv.use_backend("sim"):
-        ascend_kv.kv_cache(*kv_cache_case(torch.float16, [5], [5], hidden=64).args)
-        for layout in (ND, NZ):
-            case = paged_case(layout, [7])
-            ascend_kv.paged_cache_load(*case.args, **case.kwargs)
+def test_kv_cache_row_size_for_the_position_stride_lands_in_a_gap(libraries: dict[str, Path]) -> None:
+    """past is [.., 16:80] of 96-wide rows: positions are 192 bytes apart, not 128 (rows 5..9 written)."""
+    message = run(libraries["strides-and-task-type"], "kv_strided")
+    assert "write to byte" in message and "of GM tensor 'past', which belongs to none of its elements" in message
+
+
+def test_paged_row_size_for_the_slot_stride_reads_the_value_columns(libraries: dict[str, Path]) -> None:
+    """MLA: key_cache is the first 512 of 576 columns; slots 1152 bytes apart, rows 1024 bytes."""
+    message = run(libraries["strides-and-task-type"], "paged_mla")
+    assert "read of byte" in message and "of GM tensor 'key_cache', which belongs to none of its elements" in message
+
+
+def test_kernel_without_its_task_type_is_stopped(libraries: dict[str, Path]) -> None:
+    message = run(libraries["strides-and-task-type"], "kv_dense")
+    assert "did not declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY)" in message
+
+
+@pytest.mark.parametrize("call", ["kv_dense", "paged_nd"])
+def test_staged_indices_read_without_mte2_s_are_stopped(libraries: dict[str, Path], call: str) -> None:
+    message = run(libraries["unsynchronised-staging"], call)
+    assert "LocalTensor::GetValue" in message and "S reads its bytes" in message and "MTE2_S" in message
+
+
+@pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla"])
+def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str) -> None:
+    assert run(libraries["unmutated"], call) == "ok"
