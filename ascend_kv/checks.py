@@ -12,6 +12,7 @@ keeps the fixed cost of a call small when a large copy has just swept the CPU ca
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -645,7 +646,8 @@ def paged_cache_load(
             _table_reader(table, table_values), table.shape[1], lens, first_column, block_size, num_blocks
         )
 
-    def rows_to_allocate() -> int:
+    @functools.cache
+    def rows_to_allocate() -> int:  # asked once for both outputs
         assert count_rows is not None, "outputs to allocate without index values need count_rows"
         placeholder = key_cache.new_empty((0, *key_row)), value_cache.new_empty((0, *value_row))
         return count_rows(args_with(*placeholder))

@@ -110,9 +110,14 @@ def is_npu(device: torch.device) -> bool:
     return device.type == NPU_DEVICE_TYPE
 
 
+def _npu_module() -> ModuleType:
+    """``torch.npu``: the device module torch_npu registers (or a test's stand-in)."""
+    return getattr(torch, NPU_DEVICE_TYPE)  # type: ignore[no-any-return]
+
+
 @functools.cache
 def _device_name(index: int) -> str:
-    return str(torch_npu().module.npu.get_device_name(index))  # type: ignore[union-attr]
+    return str(_npu_module().get_device_name(index))
 
 
 def soc_override() -> str | None:
@@ -139,8 +144,7 @@ def soc_of(device: torch.device) -> str | None:
     override = soc_override()
     if override is not None:
         return override
-    module = torch_npu().module
-    index = device.index if device.index is not None else int(module.npu.current_device())  # type: ignore[union-attr]
+    index = device.index if device.index is not None else int(_npu_module().current_device())
     return _device_name(index)
 
 

@@ -182,12 +182,8 @@ def _paged_load_fake(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``)."""
 
-    rows = []  # one unknown size, shared by both outputs
-
     def unknown_rows(args: PagedLoadArgs) -> int:
-        if not rows:
-            rows.append(torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX))
-        return rows[0]  # type: ignore[no-any-return]
+        return torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)  # type: ignore[no-any-return]
 
     args, _ = checks.paged_cache_load(
         key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, None, None,

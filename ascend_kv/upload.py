@@ -18,11 +18,14 @@ def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.T
     """``tensors`` (host integer tensors) as int64 tensors of the same shapes on ``device``: one
     non-blocking copy from pinned memory, of which each result is a view."""
     flat = torch.cat([t.reshape(-1).to(torch.int64) for t in tensors])
-    try:
-        flat = flat.pin_memory()
-    except RuntimeError:  # no pinned memory for this device: the copy is then from pageable memory
-        pass
-    on_device = flat.to(device, non_blocking=True)
+    if flat.numel() == 0:  # nothing to copy
+        on_device = torch.empty(0, dtype=torch.int64, device=device)
+    else:
+        try:
+            flat = flat.pin_memory()
+        except RuntimeError:  # no pinned memory for this device: the copy is then from pageable memory
+            pass
+        on_device = flat.to(device, non_blocking=True)
     views, start = [], 0
     for t in tensors:
         views.append(on_device[start : start + t.numel()].view(t.shape))

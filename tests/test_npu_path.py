@@ -1,0 +1,296 @@
+"""The NPU implementation end to end, on the fake NPU of tests/fake_npu with the kernels' host build.
+
+The tensors live on PyTorch's ``PrivateUse1`` device (named ``npu``) and the operators take
+their ``PrivateUse1`` implementation: policy, SoC check through ``ASCEND_KV_SOC``, upload of host
+index tensors, the op library's checks, tiling and launch, or the device fallback on a product
+line the kernels do not support. The fake NPU counts every device-to-host transfer and every
+upload, so "a call never waits for the device" is a number here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import fake_npu
+import pytest
+import safe_reference
+import torch
+from ascend_kv.cpu_fallback import on_device
+from cases import ND, NZ, Case, bits_equal, kv_cache_cases, paged_case, paged_cases, random_bits
+from hypothesis import given
+from test_device_fallback import garbage_kv_args, garbage_paged_args
+
+import ascend_kv
+from ascend_kv import policy, reference
+from ascend_kv.backends import npu, sim
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+
+SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"
+fake_npu.install()  # at import: the tests below are parametrised over its device
+NPU = torch.device("npu", 0)
+
+
+@pytest.fixture(scope="module")
+def kernel_library() -> Iterator[None]:
+    """The kernels' host build as the NPU kernel library."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(npu.LIBRARY_ENV, str(sim.library_path()))
+        npu.library.cache_clear()
+        yield
+    npu.library.cache_clear()
+
+
+@pytest.fixture(params=[SUPPORTED, UNSUPPORTED])
+def soc(request: pytest.FixtureRequest, kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on an A2 part, where only the kernels may run, and on a 310P part, where only the
+    device fallback may."""
+    monkeypatch.setenv("ASCEND_KV_SOC", request.param)
+    monkeypatch.setattr(policy, "_warned", set())
+    barred = on_device if request.param == SUPPORTED else npu
+    for name in ("kv_cache", "paged_cache_load"):
+        monkeypatch.setattr(barred, name, lambda *a, _name=name: pytest.fail(f"{barred.__name__}.{_name} ran"))
+    return str(request.param)
+
+
+def to(case: Case, data: torch.device, index: torch.device) -> Case:
+    """``case`` with its data tensors on ``data`` and its index tensors on ``index``."""
+    data_names = {"key", "value"}
+
+    def move(name: str | int, value: Any, is_data: bool) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        return value.to(data if is_data else index)
+
+    if len(case.args) == 5:  # kv_cache(new_kv, layer_id, past, token_offset, seq_len)
+        args = tuple(move(i, a, i in (0, 2)) for i, a in enumerate(case.args))
+    else:                     # paged_cache_load(key_cache, value_cache, block_table, context_lens)
+        args = tuple(move(i, a, i < 2) for i, a in enumerate(case.args))
+    kwargs = {k: move(k, v, k in data_names) for k, v in case.kwargs.items()}
+    return Case(args, kwargs)
+
+
+def expected_backend_warnings(soc: str) -> int:
+    return 0 if soc == SUPPORTED else 1
+
+
+def run(op: Any, case: Case) -> tuple[Any, fake_npu.Counts, list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught, fake_npu.counting() as seen:
+        warnings.simplefilter("always")
+        result = op(*case.args, **case.kwargs)
+    return result, seen, [w for w in caught if issubclass(w.category, ascend_kv.FallbackWarning)]
+
+
+def host(t: torch.Tensor) -> torch.Tensor:
+    """A device tensor's values on the host (a transfer: only outside the counted calls)."""
+    return t.cpu()
+
+
+# ----------------------------------------------------------------------------- in domain, no host reads
+
+
+@pytest.mark.parametrize("index_on", ["device", "host"])
+@given(case=kv_cache_cases())
+def test_kv_cache_on_the_npu_matches_the_reference_and_reads_nothing_back(
+    soc: str, index_on: str, case: Case
+) -> None:
+    expected = reference.kv_cache(*case.cloned().args)
+    on_npu = to(case, NPU, NPU if index_on == "device" else torch.device("cpu"))
+    result, seen, fallbacks = run(ascend_kv.kv_cache, on_npu)
+    assert result is on_npu.args[2]
+    assert bits_equal(host(result), expected)
+    assert seen.transfers == 0
+    index_on_host = [t for t in (on_npu.args[1], *on_npu.args[3:]) if isinstance(t, torch.Tensor) and t.is_cpu]
+    assert seen.uploads == (1 if sum(t.numel() for t in index_on_host) else 0)  # one copy, pinned:
+    assert seen.blocking_uploads == 0
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+
+
+@pytest.mark.parametrize("index_on", ["device", "host"])
+@given(case=paged_cases())
+def test_paged_cache_load_on_the_npu_matches_the_reference_and_reads_nothing_back(
+    soc: str, index_on: str, case: Case
+) -> None:
+    expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
+    on_npu = to(case, NPU, NPU if index_on == "device" else torch.device("cpu"))
+    result, seen, fallbacks = run(ascend_kv.paged_cache_load, on_npu)
+    assert all(r.device == NPU for r in result)
+    assert all(bits_equal(host(r), e) for r, e in zip(result, expected))
+    allocating = "key" not in case.kwargs
+    # The allocating form learns its row count from device context_lens: its one documented read.
+    assert seen.transfers == (1 if allocating and index_on == "device" else 0)
+    assert seen.blocking_uploads == 0
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+
+
+def test_unsupported_soc_runs_the_fallback_on_the_npu_with_one_warning(soc: str) -> None:
+    case = to(paged_case(ND, [20, 3], give_outputs=True), NPU, NPU)
+    expected = reference.paged_cache_load(*[host(t) for t in case.args],
+                                          **{k: host(v) if isinstance(v, torch.Tensor) else v
+                                             for k, v in case.kwargs.items()})
+    for call in range(3):
+        _, seen, fallbacks = run(ascend_kv.paged_cache_load, case)
+        assert seen.transfers == 0
+        assert len(fallbacks) == (expected_backend_warnings(soc) if call == 0 else 0)  # once per reason
+    assert all(bits_equal(host(o), e) for o, e in zip((case.kwargs["key"], case.kwargs["value"]), expected))
+    decision = ascend_kv.explain("paged_cache_load", NPU)
+    assert decision.backend == ("npu" if soc == SUPPORTED else "fallback") and decision.soc == soc
+    if soc == UNSUPPORTED:
+        assert "atlas-inference" == decision.product_line
+
+
+# ----------------------------------------------------------------------------- out of range: nothing outside
+
+
+def on_npu_args(args: KvCacheArgs | PagedLoadArgs) -> Any:
+    return type(args)(**{k: v.to(NPU) if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
+
+
+def cloned(args: Any) -> Any:
+    return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
+
+
+@given(args=garbage_kv_args())
+def test_kv_cache_garbage_device_indices_touch_nothing_outside(soc: str, args: KvCacheArgs) -> None:
+    """Past is a window of a wider buffer: the bytes around it never change; inside, the safe semantics."""
+    if not isinstance(args.layer_id, torch.Tensor):  # an int layer is a host value, always checked
+        args = dataclasses.replace(args, layer_id=torch.tensor([args.layer_id], dtype=args.seq_len.dtype))
+    expected = cloned(args)
+    safe_reference.kv_cache(expected)
+    buffer = random_bits((args.past.numel() + 64,), args.past.dtype, 5)
+    window = buffer[32 : 32 + args.past.numel()].view(args.past.shape)
+    window.copy_(args.past)
+    on_device = on_npu_args(dataclasses.replace(args, past=window))
+    device_buffer = buffer.to(NPU)
+    past = device_buffer[32 : 32 + args.past.numel()].view(args.past.shape)
+    with fake_npu.counting() as seen, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ascend_kv.FallbackWarning)
+        ascend_kv.kv_cache(on_device.new_kv, on_device.layer_id, past, on_device.token_offset, on_device.seq_len)
+    assert seen.transfers == 0
+    after = host(device_buffer)
+    assert bits_equal(after[:32], buffer[:32]) and bits_equal(after[32 + args.past.numel():], buffer[32 + args.past.numel():])
+    assert bits_equal(after[32 : 32 + args.past.numel()].view(args.past.shape), expected.past)
+
+
+@given(args=garbage_paged_args())
+def test_paged_garbage_device_indices_follow_the_safe_semantics(soc: str, args: PagedLoadArgs) -> None:
+    if args.layout == NZ and (args.cumsum or args.seq_starts is not None):
+        args = dataclasses.replace(args, cumsum=False, seq_starts=None,
+                                   context_lens=args.context_lens[: args.block_table.shape[0]])
+    expected = cloned(args)
+    safe_reference.paged_cache_load(expected)
+    on_device = on_npu_args(args)
+    with fake_npu.counting() as seen, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ascend_kv.FallbackWarning)
+        ascend_kv.paged_cache_load(
+            on_device.key_cache, on_device.value_cache, on_device.block_table, on_device.context_lens,
+            kv_cache_cfg=on_device.layout, cumsum=on_device.cumsum, seq_starts=on_device.seq_starts,
+            key=on_device.key, value=on_device.value)
+    assert seen.transfers == 0
+    if args.cumsum and not bool((args.context_lens[1:] >= args.context_lens[:-1]).all()):
+        return  # rows several entries write: which entry lands differs by backend (tests of each cover it)
+    assert bits_equal(host(on_device.key), expected.key) and bits_equal(host(on_device.value), expected.value)
+
+
+def test_full_validation_raises_the_host_errors_and_writes_nothing(soc: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = paged_case(ND, [20, 3], give_outputs=True)
+    bad = Case((*case.args[:3], torch.tensor([20, 99], dtype=torch.int32)), case.kwargs)
+    with pytest.raises(ValueError) as on_host:
+        ascend_kv.paged_cache_load(*bad.cloned().args, **bad.cloned().kwargs)
+    on_npu = to(bad, NPU, NPU)
+    before = [host(on_npu.kwargs[k]) for k in ("key", "value")]
+    for switch in ("context", "environment"):
+        with fake_npu.counting() as seen, pytest.raises(ValueError) as on_device:
+            if switch == "context":
+                with ascend_kv.validate("full"):
+                    ascend_kv.paged_cache_load(*on_npu.args, **on_npu.kwargs)
+            else:
+                monkeypatch.setenv("ASCEND_KV_VALIDATE", "full")
+                ascend_kv.validation.environment_mode.cache_clear()
+                try:
+                    ascend_kv.paged_cache_load(*on_npu.args, **on_npu.kwargs)
+                finally:
+                    ascend_kv.validation.environment_mode.cache_clear()
+        assert str(on_device.value) == str(on_host.value)
+        assert seen.transfers == 1  # every index value, in one read
+    assert all(bits_equal(host(on_npu.kwargs[k]), b) for k, b in zip(("key", "value"), before))
+
+
+def test_kv_cache_full_validation_names_the_bad_tensor_layer(soc: str) -> None:
+    case = kv_cache_case_on_npu()
+    with ascend_kv.validate("full"), pytest.raises(ValueError, match=r"layer_id = 7 must be in \[0, 2\)"):
+        ascend_kv.kv_cache(case.args[0], torch.tensor([7], device=NPU), *case.args[2:])
+
+
+def kv_cache_case_on_npu() -> Case:
+    from cases import kv_cache_case
+
+    return to(kv_cache_case(torch.float16, [2, 1], [2, 9]), NPU, NPU)
+
+
+# ----------------------------------------------------------------------------- strided caches, formats, binding
+
+
+def test_mla_column_slices_and_block_interleaved_kv_run_in_place_on_the_kernels(soc: str) -> None:
+    num_blocks, block_size = 4, 16
+    latent = random_bits((num_blocks, block_size, 1, 576), torch.float16, 1)
+    fused = random_bits((num_blocks, 2, block_size, 2, 16), torch.bfloat16, 2)
+    table = torch.tensor([[2, 0], [3, -1]], dtype=torch.int32)
+    lens = torch.tensor([20, 9], dtype=torch.int32)
+    warned = 0
+    for key_cache, value_cache in ((latent[..., :512], latent[..., 512:]), (fused[:, 0], fused[:, 1])):
+        expected = reference.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=ND)
+        buffer = (latent if key_cache.dtype == torch.float16 else fused).to(NPU)
+        views = ((buffer[..., :512], buffer[..., 512:]) if buffer.dim() == 4 else (buffer[:, 0], buffer[:, 1]))
+        assert not views[0].is_contiguous()
+        result, seen, fallbacks = run(ascend_kv.paged_cache_load, Case((*views, table.to(NPU), lens.to(NPU)),
+                                                                       {"kv_cache_cfg": "nd"}))
+        assert seen.transfers == 1  # the allocating form's row count
+        warned += len(fallbacks)
+        assert all(bits_equal(host(r), e) for r, e in zip(result, expected))
+        new_kv = random_bits((3, 512), torch.float16, 3)
+        if key_cache.dtype == torch.float16:  # kv_cache into the latent part of the fused [.., 576] buffer
+            past = buffer[..., :512].reshape(1, num_blocks, block_size, 512)
+            want = reference.kv_cache(new_kv, 0, host(buffer)[..., :512].reshape(1, num_blocks, block_size, 512).clone(),
+                                      torch.tensor([5, 16, 2, 0]), torch.tensor([1, 1, 1, 0]))
+            result, seen, _ = run(ascend_kv.kv_cache, Case((new_kv.to(NPU), 0, past, torch.tensor([5, 16, 2, 0]),
+                                                             torch.tensor([1, 1, 1, 0]))))
+            assert seen.transfers == 0 and bits_equal(host(buffer)[..., :512].reshape(want.shape), want)
+            assert bits_equal(host(buffer)[..., 512:], latent[..., 512:])  # the rope part untouched
+    assert warned == expected_backend_warnings(soc)  # strided caches stay on the kernels where they run
+
+
+def test_private_storage_format_is_rejected_on_every_npu_path(soc: str) -> None:
+    case = to(paged_case(NZ, [16, 3], give_outputs=True), NPU, NPU)
+    fake_npu.set_storage_format(case.args[0], fake_npu.FORMAT_FRACTAL_NZ)
+    try:
+        with pytest.raises(ValueError, match="key_cache is stored in the NPU's private format FRACTAL_NZ"):
+            ascend_kv.paged_cache_load(*case.args, **case.kwargs)
+    finally:
+        fake_npu.set_storage_format(case.args[0], fake_npu.FORMAT_ND)
+
+
+def test_explicit_npu_on_an_unsupported_soc_is_an_error(soc: str) -> None:
+    case = kv_cache_case_on_npu()
+    with ascend_kv.use_backend("npu"):
+        if soc == SUPPORTED:
+            ascend_kv.kv_cache(*case.args)
+        else:
+            with pytest.raises(ascend_kv.BackendUnavailableError, match="do not support KVCacheOperation"):
+                ascend_kv.kv_cache(*case.args)
+
+
+def test_library_checks_direct_calls(kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.ops of the kernel library can be called directly: it checks every tensor the kernels index."""
+    monkeypatch.setenv("ASCEND_KV_SOC", SUPPORTED)
+    case = to(paged_case(ND, [20, 3], give_outputs=True), NPU, NPU)
+    key_cache, value_cache, table, lens = case.args
+    ops = getattr(torch.ops, npu.library().namespace)
+    with pytest.raises(RuntimeError, match="value_cache"):
+        ops.paged_cache_load(key_cache, value_cache[:3], table, lens, None, case.kwargs["key"], case.kwargs["value"],
+                             1, False)
+    with pytest.raises(RuntimeError, match="block_table"):
+        ops.paged_cache_load(key_cache, value_cache, table.float(), lens, None, case.kwargs["key"],
+                             case.kwargs["value"], 1, False)
