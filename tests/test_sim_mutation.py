@@ -36,8 +36,8 @@ MUTANTS = {
         ("kernels/kv_cache.cpp", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""),
     ],
     "unsynchronised-staging": [
-        ("kernels/copy_common.h", "        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
-                                  "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n", ""),
+        ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
+                                   "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n"), ""),
     ],
 }
 

@@ -1,143 +1,145 @@
-"""The host tiling (ascendc/host/tiling.cpp), through the sim library's C entry points.
+"""The host tiling (ascendc/host/tiling.cpp), read through the op library's ``*_tiling`` ops.
 
-The tiling fixes how many cores run, which tokens each takes and how UB is divided; these tests
-hold it to its promises: an even split that covers every token once, buffers that fit UB and
-respect the copy units, whole metadata staged when it fits, and errors for impossible inputs.
+The ops take the same tensors as the kernels' ops and return the tiling the call would run, as
+``name=value`` words (printed from the one field list in ascendc/tiling.h). The tiling fixes how
+many cores run, how UB is divided and the byte geometry the kernels address; it depends on
+shapes, strides, the core count and the UB size only, never on index values.
 """
 
 from __future__ import annotations
 
-import ctypes
-
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_kv.backends import sim
 
-UB = sim.DEFAULT_UB_BYTES
-# The words of KvCacheTiling and PagedLoadTiling (ascendc/tiling.h), in order.
-KV_FIELDS = ["usedCores", "ntokens", "rowBytes", "layers", "batch", "maxSeqLen", "layerId", "tokensPerCore",
-             "remainder", "chunkBytes", "metaWindow"]
-PAGED_FIELDS = ["usedCores", "numTokens", "layout", "batch", "maxBlocks", "numBlocks", "blockSize", "keyRowBytes",
-                "valueRowBytes", "keyRows", "valueRows", "tokensPerCore", "remainder", "chunkBytes", "metaWindow",
-                "tableWindow", "gatherBlocks"]
-OK, NO_CORES, UB_TOO_SMALL, BAD_SHAPE = 0, 1, 2, 3
+UB = 192 * 1024 - 256 - 8 * 1024
+MAX_STAGE = 16 * 1024
 ND, NZ = 1, 0
 
 
-def _tiling(entry: str, fields: list[str], shape: list[int], cores: int, ub: int) -> tuple[int, dict[str, int]]:
-    words = (ctypes.c_uint64 * len(fields))()
-    status = getattr(sim.library(), entry)((ctypes.c_uint64 * len(shape))(*shape), cores, ub, words)
-    return status, dict(zip(fields, words))
+@pytest.fixture(autouse=True)
+def library() -> None:
+    sim.load()
 
 
-def kv_tiling(ntokens: int, row_bytes: int = 256, batch: int = 4, *, layers: int = 2, max_seq_len: int = 64,
-              layer_id: int = 0, cores: int = 40, ub: int = UB) -> tuple[int, dict[str, int]]:
-    return _tiling("ascend_kv_sim_kv_cache_tiling", KV_FIELDS,
-                   [ntokens, row_bytes, layers, batch, max_seq_len, layer_id], cores, ub)
+def parse(text: str) -> dict[str, int]:
+    return {name: int(value) for name, value in (word.split("=") for word in text.split())}
 
 
-def paged_tiling(num_tokens: int, *, layout: int = ND, batch: int = 4, max_blocks: int = 8, num_blocks: int = 16,
-                 block_size: int = 16, key_row: int = 256, value_row: int = 256, rows: int | None = None,
-                 cores: int = 40, ub: int = UB) -> tuple[int, dict[str, int]]:
-    rows = num_tokens if rows is None else rows
-    return _tiling("ascend_kv_sim_paged_load_tiling", PAGED_FIELDS,
-                   [layout, num_tokens, batch, max_blocks, num_blocks, block_size, key_row, value_row, rows, rows],
-                   cores, ub)
+def kv_tiling(monkeypatch: pytest.MonkeyPatch, new_kv: torch.Tensor, past: torch.Tensor, *, cores: int = 40,
+              ub: int = UB, index: torch.dtype = torch.int64, layer: torch.Tensor | None = None,
+              layer_id: int = 0) -> dict[str, int]:
+    monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
+    monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
+    batch = past.shape[1]
+    indices = torch.zeros(batch, dtype=index)
+    return parse(torch.ops.ascend_kv_host.kv_cache_tiling(new_kv, past, indices, indices, layer, layer_id))
 
 
-def core_counts(t: dict[str, int]) -> list[int]:
-    return [t["tokensPerCore"] + (c < t["remainder"]) for c in range(t["usedCores"])]
+def paged_tiling(monkeypatch: pytest.MonkeyPatch, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 key: torch.Tensor, value: torch.Tensor, *, layout: int = ND, batch: int = 2, columns: int = 3,
+                 cumsum: bool = False, starts: bool = False, cores: int = 40, ub: int = UB,
+                 index: torch.dtype = torch.int32) -> dict[str, int]:
+    monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
+    monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
+    table = torch.zeros((batch, columns), dtype=index)
+    lens = torch.zeros(batch + cumsum, dtype=index)
+    seq_starts = torch.zeros(batch, dtype=index) if starts else None
+    return parse(torch.ops.ascend_kv_host.paged_cache_load_tiling(key_cache, value_cache, table, lens, seq_starts,
+                                                                  key, value, layout, cumsum))
 
 
-def assert_even_split(t: dict[str, int], tokens: int, cores: int) -> None:
-    counts = core_counts(t)
-    assert t["usedCores"] == min(cores, tokens)
-    assert sum(counts) == tokens
-    if counts:
-        assert max(counts) - min(counts) <= 1
-        assert min(counts) >= 1
-
-
-def assert_fits_ub(t: dict[str, int], ub: int, table: bool) -> None:
-    staged = 3 * t["metaWindow"] * 8 + (t["tableWindow"] * 8 if table else 0)
+def assert_fits_ub(t: dict[str, int], ub: int, windows: int) -> None:
+    assert t["stageBytes"] % 32 == 0 and 32 <= t["stageBytes"] <= MAX_STAGE
     assert t["chunkBytes"] % (512 if t["chunkBytes"] >= 1024 else 32) == 0 and t["chunkBytes"] >= 32
-    assert t["metaWindow"] % 4 == 0 and t["metaWindow"] >= 4
-    assert staged + 2 * t["chunkBytes"] <= ub
+    assert windows * t["stageBytes"] + 2 * t["chunkBytes"] <= ub
 
 
-@given(tokens=st.integers(0, 5000), cores=st.integers(1, 64), batch=st.integers(0, 3000),
-       ub=st.integers(256 // 32, UB // 32).map(lambda n: 32 * n), row_blocks=st.integers(1, 4608))
-def test_kv_cache_split_is_even_and_buffers_fit(tokens: int, cores: int, batch: int, ub: int, row_blocks: int) -> None:
-    status, t = kv_tiling(tokens, 32 * row_blocks, batch, cores=cores, ub=ub)
-    assert status == OK
-    assert_even_split(t, tokens, cores)
-    assert_fits_ub(t, ub, table=False)
-    assert (t["ntokens"], t["rowBytes"], t["batch"]) == (tokens, 32 * row_blocks, batch)
+@given(ntokens=st.integers(0, 300), batch=st.integers(0, 3000), cores=st.integers(1, 64),
+       ub=st.integers(256 // 32, UB // 32).map(lambda n: 32 * n), row_blocks=st.integers(1, 64),
+       index=st.sampled_from([torch.int32, torch.int64]))
+def test_kv_cache_cores_and_buffers(monkeypatch: pytest.MonkeyPatch, ntokens: int, batch: int, cores: int, ub: int,
+                                    row_blocks: int, index: torch.dtype) -> None:
+    hidden = 16 * row_blocks
+    past = torch.empty((1, batch, 2, hidden), dtype=torch.float16)
+    t = kv_tiling(monkeypatch, torch.empty((ntokens, hidden), dtype=torch.float16), past, cores=cores, ub=ub,
+                  index=index)
+    assert t["usedCores"] == (min(cores, ntokens) if batch else 0)
+    assert_fits_ub(t, ub, windows=2)
+    assert (t["ntokens"], t["rowBytes"], t["batch"]) == (ntokens, 32 * row_blocks, batch)
+    assert t["offsetElemBytes"] == t["seqLenElemBytes"] == index.itemsize
+    if batch * index.itemsize <= min(MAX_STAGE, ub // 8 // 32 * 32):
+        assert t["stageBytes"] >= batch * index.itemsize  # the whole tensor staged at once
 
 
-@given(tokens=st.integers(0, 5000), cores=st.integers(1, 64), batch=st.integers(0, 500),
-       max_blocks=st.integers(0, 300), ub=st.integers(256 // 32, UB // 32).map(lambda n: 32 * n),
-       layout=st.sampled_from([ND, NZ]))
-def test_paged_split_is_even_and_buffers_fit(tokens: int, cores: int, batch: int, max_blocks: int, ub: int,
-                                             layout: int) -> None:
-    status, t = paged_tiling(tokens, layout=layout, batch=batch, max_blocks=max_blocks, cores=cores, ub=ub)
-    assert status == OK
-    assert_even_split(t, tokens, cores)
-    assert_fits_ub(t, ub, table=True)
-    assert t["tableWindow"] % 4 == 0 and t["tableWindow"] >= 4
+def test_kv_cache_geometry_of_strided_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    past = torch.empty((3, 5, 10, 48), dtype=torch.bfloat16)[1:, 1:4, 2:9, 8:40]
+    new_kv = torch.empty((6, 64), dtype=torch.bfloat16)[:, 16:48]
+    t = kv_tiling(monkeypatch, new_kv, past, layer=torch.tensor([1], dtype=torch.int32), layer_id=7)
+    assert (t["pastLayerStride"], t["pastBatchStride"], t["pastSeqStride"]) == (5 * 10 * 96, 10 * 96, 96)
+    assert t["pastSpan"] == 1 * 5 * 10 * 96 + 2 * 10 * 96 + 6 * 96 + 64
+    assert (t["newKvRowStride"], t["newKvSpan"]) == (128, 5 * 128 + 64)
+    assert (t["layerElemBytes"], t["layerId"]) == (4, 7)
 
 
-def test_default_ub_stages_whole_metadata_and_copies_in_large_chunks() -> None:
-    status, t = paged_tiling(4096, batch=16, max_blocks=128)
-    assert status == OK
-    assert t["metaWindow"] == 16 and t["tableWindow"] == 16 * 128
-    assert t["chunkBytes"] >= 32 * 1024  # well above the ~16 KB a copy needs for full bandwidth
-    status, t = kv_tiling(4096, batch=64)
-    assert status == OK and t["metaWindow"] == 64 and t["chunkBytes"] >= 64 * 1024
+def test_kv_cache_nowhere_to_write_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for past_shape in [(0, 2, 4, 16), (1, 0, 4, 16), (1, 2, 0, 16)]:
+        past = torch.empty(past_shape, dtype=torch.float16)
+        assert kv_tiling(monkeypatch, torch.empty((5, 16), dtype=torch.float16), past)["usedCores"] == 0
 
 
-def test_small_ub_stages_metadata_in_windows() -> None:
-    status, t = paged_tiling(100, batch=1000, max_blocks=1000, ub=1024)
-    assert status == OK
-    assert t["metaWindow"] < 1000 and t["tableWindow"] < 1000 * 1000
-    assert_fits_ub(t, 1024, table=True)
+@given(rows_k=st.integers(0, 400), rows_v=st.integers(0, 400), batch=st.integers(0, 300),
+       columns=st.integers(0, 60), cores=st.integers(1, 64), ub=st.integers(256 // 32, UB // 32).map(lambda n: 32 * n),
+       starts=st.booleans(), cumsum=st.booleans())
+def test_paged_cores_and_buffers(monkeypatch: pytest.MonkeyPatch, rows_k: int, rows_v: int, batch: int,
+                                 columns: int, cores: int, ub: int, starts: bool, cumsum: bool) -> None:
+    cache = torch.empty((3, 16, 2, 16), dtype=torch.float16)
+    key, value = torch.empty((rows_k, 2, 16), dtype=torch.float16), torch.empty((rows_v, 2, 16), dtype=torch.float16)
+    t = paged_tiling(monkeypatch, cache, cache, key, value, batch=batch, columns=columns, cumsum=cumsum,
+                     starts=starts, cores=cores, ub=ub)
+    anything = batch and columns and max(rows_k, rows_v)
+    assert t["usedCores"] == (min(cores, max(rows_k, rows_v)) if anything else 0)
+    assert_fits_ub(t, ub, windows=3 if starts else 2)
+    assert t["startsElemBytes"] == (4 if starts else 0) and t["cumsum"] == cumsum
 
 
-@pytest.mark.parametrize("cores", [1, 2, 7, 40, 48])
-def test_decode_spreads_over_cores(cores: int) -> None:
-    status, t = kv_tiling(64, batch=64, cores=cores)
-    assert status == OK
-    assert_even_split(t, 64, cores)
+def test_paged_geometry_of_mla_and_interleaved_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    latent = torch.empty((7, 16, 1, 576), dtype=torch.float16)
+    out = torch.empty((9, 1, 600), dtype=torch.float16)
+    t = paged_tiling(monkeypatch, latent[..., :512], latent[..., 512:], out[..., :512], out[..., 512:576])
+    assert (t["keyRowBytes"], t["valueRowBytes"]) == (1024, 128)
+    assert (t["keyBlockStride"], t["keySlotStride"], t["valueSlotStride"]) == (16 * 1152, 1152, 1152)
+    assert (t["keyCacheSpan"], t["valueCacheSpan"]) == (6 * 16 * 1152 + 15 * 1152 + 1024, 6 * 16 * 1152 + 15 * 1152 + 128)
+    assert (t["keyRowStride"], t["keySpan"]) == (1200, 8 * 1200 + 1024)
+    pair = torch.empty((5, 2, 32, 4, 32), dtype=torch.int8)  # NZ [nb, K/V, T/E, bs, E], K and V block by block
+    out = torch.empty((4, 1024), dtype=torch.int8)
+    t = paged_tiling(monkeypatch, pair[:, 0], pair[:, 1], out, out, layout=NZ)
+    assert (t["keyBlockStride"], t["keyPieceStride"], t["keySlotStride"]) == (2 * 32 * 128, 128, 32)
+    assert t["valueCacheSpan"] == 4 * 8192 + 31 * 128 + 3 * 32 + 32
+    assert t["blockSize"] == 4 and t["keyRowBytes"] == 1024
 
 
-def test_no_tokens_launches_no_core() -> None:
-    assert kv_tiling(0, batch=3)[1]["usedCores"] == 0
-    assert paged_tiling(0, block_size=0)[1]["usedCores"] == 0
+def test_default_ub_stages_whole_index_tensors_and_copies_in_large_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = torch.empty((3, 16, 2, 16), dtype=torch.float16)
+    out = torch.empty((4096, 2, 16), dtype=torch.float16)
+    t = paged_tiling(monkeypatch, cache, cache, out, out, batch=16, columns=128)
+    assert t["stageBytes"] == 16 * 128 * 4 and t["chunkBytes"] >= 32 * 1024
+    t = paged_tiling(monkeypatch, cache, cache, out, out, batch=4000, columns=128, index=torch.int64)
+    assert t["stageBytes"] == MAX_STAGE  # capped well below a 16-bit count of bytes
 
 
-def test_nz_gather_limits() -> None:
-    assert paged_tiling(10, layout=NZ, block_size=16)[1]["gatherBlocks"] == 4095
-    assert paged_tiling(10, layout=NZ, block_size=65536)[1]["gatherBlocks"] == 4095  # gap 65535 still fits
-    assert paged_tiling(10, layout=NZ, block_size=65537)[1]["gatherBlocks"] == 1
+def test_impossible_ub_is_a_tiling_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeError, match="kv_cache_tiling: tiling failed: the UB size leaves no room"):
+        kv_tiling(monkeypatch, torch.empty((2, 16), dtype=torch.float16), torch.empty((1, 1, 4, 16), dtype=torch.float16),
+                  ub=64)
 
 
-@pytest.mark.parametrize(
-    ("status", "tiling", "kwargs"),
-    [
-        (NO_CORES, kv_tiling, {"cores": 0}),
-        (NO_CORES, paged_tiling, {"cores": 0}),
-        (UB_TOO_SMALL, kv_tiling, {"ub": 128}),
-        (UB_TOO_SMALL, paged_tiling, {"ub": 160}),
-        (BAD_SHAPE, kv_tiling, {"row_bytes": 48}),
-        (BAD_SHAPE, kv_tiling, {"row_bytes": 0}),
-        (BAD_SHAPE, paged_tiling, {"value_row": 16}),
-        (BAD_SHAPE, paged_tiling, {"block_size": 0}),
-        (BAD_SHAPE, paged_tiling, {"layout": 2}),
-    ],
-    ids=["kv-no-cores", "paged-no-cores", "kv-tiny-ub", "paged-tiny-ub", "kv-row-48", "kv-row-0",
-         "paged-row-16", "paged-block-size-0", "paged-layout-2"],
-)
-def test_impossible_inputs_are_rejected(status: int, tiling, kwargs: dict[str, int]) -> None:
-    assert tiling(10, **kwargs)[0] == status
+def test_fields_are_printed_in_struct_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The printout walks the one field list: its order is the struct's, which the kernels read word by word."""
+    header = (sim.source_root() / "tiling.h").read_text()
+    t = kv_tiling(monkeypatch, torch.empty((2, 16), dtype=torch.float16), torch.empty((1, 1, 4, 16), dtype=torch.float16))
+    positions = [header.index(f"FIELD({name},") for name in t]
+    assert positions == sorted(positions) and next(iter(t)) == "usedCores"
