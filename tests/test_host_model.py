@@ -51,6 +51,7 @@ def run(driver: Path, case: str, blocks: int = 1, ub: int | None = None) -> dict
         ("gap_copy", 1),
         ("pad_copy", 1),
         ("pad_fill", 1),
+        ("view_copy", 1),
     ],
 )
 def test_correct_kernels_copy_bit_exactly(driver: Path, case: str, blocks: int) -> None:
@@ -107,6 +108,13 @@ MISUSE = {
     "cube_event": (1, ["SetFlag<HardEvent::MTE3_MTE1>: event not available on a vector core"]),
     "second_tpipe": (1, ["a second TPipe object on one core"]),
     "position_limit": (1, ["InitBuffer(TQue<VECIN,1>, num=3)", "would hold 9 buffers; at most 8 per position"]),
+    # a staged window refilled while the scalar unit still reads it (the old form had a barrier)
+    "restage_without_s_mte2": (1, ["MTE2 overwrites its bytes [0, 32) still being read by S", "HardEvent::S_MTE2"]),
+    "task_type_aic": (1, ["KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY): the host model runs vector cores only"]),
+    "undeclared_task_type": (1, ["did not declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY)"]),
+    # strided views: two views of one buffer, interleaved block by block
+    "view_gap_read": (1, ["DataCopy: read of byte 32 of GM tensor 'k', which belongs to none of its elements"]),
+    "view_write_through_other": (1, ["DataCopyPad: write to byte 32 of GM tensor 'k', which belongs to none of its"]),
 }
 
 
@@ -128,7 +136,15 @@ def test_model_stops_before_the_bad_access_writes(driver: Path) -> None:
     assert run(driver, "gm_write_oob")["dst0"] == "11111111"
 
 
-@pytest.mark.parametrize("case", ["scalar_read_synced", "barrier_all", "vv_flag_is_a_barrier", "alloc_event_id"])
+def test_written_views_may_not_share_elements(driver: Path) -> None:
+    """Interleaved views are fine (view_copy); a written view whose elements another view also
+    holds is refused before the kernel runs."""
+    out = run(driver, "view_overlapping_outputs")
+    assert out["rc"] == BAD_ARGUMENTS and "GM regions 'k' and 'v' overlap (their elements share byte 32 of 'k')" in out["msg"]
+
+
+@pytest.mark.parametrize("case", ["scalar_read_synced", "barrier_all", "vv_flag_is_a_barrier", "alloc_event_id",
+                                  "restage_synced"])
 def test_ordered_accesses_are_accepted(driver: Path, case: str) -> None:
     out = run(driver, case)
     assert (out["rc"], out["msg"]) == (OK, "")

@@ -145,9 +145,43 @@ extern "C" __global__ __aicore__ void pad_fill(GM_ADDR src, GM_ADDR dst, uint32_
     q.FreeTensor(t);
 }
 
-// ---- misuse kernels (one rule each); `which` selects the mistake ------------------------------
-
 std::string g_case;
+
+// ---- strided views: GM regions whose span has gaps ---------------------------------------------
+// "k" and "v" are two views of one buffer of 64 blocks of 32 bytes, interleaved block by block:
+// k holds the even blocks, v (starting one block later) the odd ones. Each copies its 32 blocks
+// to dst with a strided DataCopyPad; the misuse cases read a gap or write through the wrong view.
+extern "C" __global__ __aicore__ void views_kernel(GM_ADDR k, GM_ADDR v, GM_ADDR dst, uint32_t blocks)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    const std::string& c = g_case;
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, blocks * 32);
+    GlobalTensor<uint8_t> kg, vg, d;
+    kg.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(k), (2 * blocks - 1) * 32);
+    vg.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(v), (2 * blocks - 1) * 32);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(dst), 2 * blocks * 32);
+    LocalTensor<uint8_t> t = q.AllocTensor<uint8_t>();
+    DataCopyPadExtParams<uint8_t> pad(false, 0, 0, 0);
+    const uint16_t n = static_cast<uint16_t>(blocks);
+    if (c == "view_gap_read") {
+        DataCopy(t, kg, 64); // blocks 0 and 1 of k's span: block 1 is v's
+    } else if (c == "view_write_through_other") {
+        DataCopyPad(t, kg, DataCopyExtParams(n, 32, 32, 0, 0), pad);
+        q.EnQue(t);
+        t = q.DeQue<uint8_t>();
+        DataCopyPad(kg[32], t, DataCopyExtParams(1, 32, 0, 0, 0)); // k's span, v's element
+    } else {
+        DataCopyPad(t, vg, DataCopyExtParams(n, 32, 32, 0, 0), pad);
+        q.EnQue(t);
+        t = q.DeQue<uint8_t>();
+        DataCopyPad(d, t, DataCopyExtParams(n, 32, 0, 32, 0)); // dst's odd blocks
+    }
+    q.FreeTensor(t);
+}
+
+// ---- misuse kernels (one rule each); `which` selects the mistake ------------------------------
 
 extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t total)
 {
@@ -293,6 +327,25 @@ extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t 
         pipe.InitBuffer(a, 2, 32);
         pipe.InitBuffer(b, 2, 32);
         pipe.InitBuffer(e, 3, 32); // 2 (q) + 2 + 2 + 3 = 9 VECIN buffers
+    } else if (c == "restage_without_s_mte2") {
+        DataCopy(t, s, kTile);
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        (void)t.GetValue(3);
+        DataCopy(t, s[kTile], kTile); // MTE2 overwrites what S read, no S_MTE2 flag
+    } else if (c == "restage_synced") {
+        DataCopy(t, s, kTile);
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        (void)t.GetValue(3);
+        SetFlag<HardEvent::S_MTE2>(EVENT_ID0);
+        WaitFlag<HardEvent::S_MTE2>(EVENT_ID0);
+        DataCopy(t, s[kTile], kTile);
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        d.SetValue(0, t.GetValue(3));
+    } else if (c == "task_type_aic") {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     } else if (c == "cpp_exception") {
         throw std::runtime_error("boom");
     } else if (c == "getvalue_ub_oob") {
@@ -352,6 +405,29 @@ int main(int argc, char** argv)
         expect = src;
         for (uint32_t i = 0; i < total; ++i)
             if (i % 8 >= 5) expect[i] = -1;
+    } else if (name == "undeclared_task_type") {
+        rc = host_model::Launch(1, ub, regions, 2, [&]() { queue_copy(reinterpret_cast<GM_ADDR>(src.data()),
+                                                                    reinterpret_cast<GM_ADDR>(dst.data()), total); },
+                                err, sizeof(err), host_model::kDefaultGarbage, true);
+    } else if (name.rfind("view", 0) == 0) {
+        // src as 64 blocks: k = its even blocks, v = its odd blocks (v starts one block in).
+        std::vector<uint8_t> even(63 * 32, 0); // relative to each view's base: its blocks 0, 2, ..., 62
+        for (uint32_t b = 0; b < 63; b += 2) std::fill_n(even.begin() + b * 32, 32, 1);
+        const bool written = name == "view_write_through_other" || name == "view_overlapping_outputs";
+        uint8_t* base = reinterpret_cast<uint8_t*>(src.data());
+        host_model::GmRegion views[] = {
+            {base, 63 * 32, "k", written, name == "view_overlapping_outputs" ? nullptr : even.data()},
+            {base + 32, 63 * 32, "v", written, even.data()},
+            {dst.data(), 64 * 32, "dst", true, nullptr},
+        };
+        g_case = name;
+        rc = host_model::Launch(1, ub, views, 3, [&]() { views_kernel(base, base + 32, reinterpret_cast<GM_ADDR>(dst.data()), 32); },
+                                err, sizeof(err), host_model::kDefaultGarbage, true);
+        if (name == "view_copy") {
+            expect = std::vector<int32_t>(total, 0x11111111);
+            for (uint32_t i = 0; i < 64 * 8; ++i)
+                if ((i / 8) % 2 == 0) expect[i] = src[i + 8]; // dst block 2j = v's element j = src block 2j + 1
+        }
     } else {
         g_case = name;
         rc = ASCENDC_HOST_LAUNCH(misuse, blocks, ub, regions, 2, err, sizeof(err),
