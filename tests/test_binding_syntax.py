@@ -1,10 +1,12 @@
-"""The NPU host binding compiles against torch's and torch_npu's own headers (no CANN here).
+"""The NPU build's host code compiles against torch's and torch_npu's own headers (no CANN here).
 
 torch_npu's wheel ships its headers and the ACL headers. The wheel matching the installed torch
 is downloaded once (``pip download --no-deps``, never installed) and its ``include`` folder is
-unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then
-``ascendc/host/torch_binding.cpp`` must pass ``g++ -fsyntax-only``, and our declarations of the
-generated kernel launchers must match the kernels' parameter lists.
+unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then the shared op
+binding (``ascendc/host/torch_binding.cpp``, as ``ascend_kv_npu``) and the NPU launcher
+(``ascendc/host/launch_npu.cpp``: device queries, storage-format check, tiling upload, launches)
+must pass ``g++ -fsyntax-only``, and our declarations of the generated kernel launchers must
+match the kernels' parameter lists. (The host build compiles the same binding for real.)
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def torch_npu_include() -> Path:
 def _syntax_check(source: Path, torch_npu_include: Path) -> subprocess.CompletedProcess[str]:
     torch_include = Path(torch.__file__).parent / "include"
     command = [
-        os.environ.get("CXX", "g++"), "-std=c++20", "-fsyntax-only", "-Werror=return-type",
+        os.environ.get("CXX", "g++"), "-std=c++17", "-fsyntax-only", "-Werror=return-type",
+        "-DASCEND_KV_OP_NAMESPACE=ascend_kv_npu",
         f"-I{torch_include}", f"-I{torch_include / 'torch' / 'csrc' / 'api' / 'include'}",
         f"-I{torch_npu_include}", f"-I{torch_npu_include / 'third_party' / 'acl' / 'inc'}",
         f"-I{HOST}", str(source),
@@ -60,17 +63,18 @@ def _syntax_check(source: Path, torch_npu_include: Path) -> subprocess.Completed
     return subprocess.run(command, check=False, capture_output=True, text=True)
 
 
-def test_binding_compiles_against_torch_and_torch_npu_headers(torch_npu_include: Path) -> None:
-    result = _syntax_check(HOST / "torch_binding.cpp", torch_npu_include)
+@pytest.mark.parametrize("source", ["torch_binding.cpp", "launch_npu.cpp"])
+def test_npu_host_code_compiles_against_torch_and_torch_npu_headers(torch_npu_include: Path, source: str) -> None:
+    result = _syntax_check(HOST / source, torch_npu_include)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
 def test_a_wrong_launcher_call_does_not_compile(torch_npu_include: Path, tmp_path: Path) -> None:
-    """The check is not vacuous: the binding with one launcher argument dropped is rejected."""
-    source = (HOST / "torch_binding.cpp").read_text()
-    broken = source.replace("writeStart.data_ptr(), tilingGm", "tilingGm", 1)
+    """The check is not vacuous: the launcher with one kernel argument dropped is rejected."""
+    source = (HOST / "launch_npu.cpp").read_text()
+    broken = source.replace("Address(layer), tilingGm", "tilingGm", 1)
     assert broken != source
-    copy = tmp_path / "torch_binding.cpp"
+    copy = tmp_path / "launch_npu.cpp"
     copy.write_text(broken)
     result = _syntax_check(copy, torch_npu_include)
     assert result.returncode != 0 and "aclrtlaunch_kv_cache_kernel" in result.stderr
@@ -88,9 +92,9 @@ def _kernel_parameters(kernel: str) -> list[str]:
 
 def _launcher_parameters(kernel: str) -> list[str]:
     """Parameter names of our declaration of ``aclrtlaunch_<kernel>``, after blockDim and stream."""
-    header = (HOST / "kernel_launch.h").read_text()
-    match = re.search(rf"aclrtlaunch_{kernel}\((.*?)\);", header, re.DOTALL)
-    assert match, f"aclrtlaunch_{kernel} is not declared in kernel_launch.h"
+    source = (HOST / "launch_npu.cpp").read_text()
+    match = re.search(rf"uint32_t aclrtlaunch_{kernel}\((.*?)\);", source, re.DOTALL)
+    assert match, f"aclrtlaunch_{kernel} is not declared in launch_npu.cpp"
     names = [p.split()[-1].lstrip("*") for p in match.group(1).split(",")]
     assert names[:2] == ["blockDim", "stream"]
     return names[2:]

@@ -7,6 +7,7 @@ and a stub torch_npu that names a SoC: each reason to skip is printed and config
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def test_without_cann_only_the_host_targets(tmp_path: Path) -> None:
     out = configure(tmp_path / "build", {})
     assert "ascend_kv: CANN not found" in out
     assert "skipping the NPU targets" in out
-    assert "ascend_kv_sim" in (tmp_path / "build" / "Makefile").read_text()
+    assert "ascend_kv_host" in (tmp_path / "build" / "Makefile").read_text()
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_without_cann_only_the_host_targets(tmp_path: Path) -> None:
         (None, "torch_npu cannot be imported"),
         ("Ascend310P3", "the kernels do not support SOC_VERSION Ascend310P3 (product line 'atlas-inference')"),
         ("Ascend999", "the kernels do not support SOC_VERSION Ascend999 (product line '')"),
-        ("Ascend910B3", "neither CANN's ascendc.cmake nor find_package(ASC) found"),
+        ("Ascend910B3", "CANN's ascendc_kernel_cmake/ascendc.cmake not found under"),
     ],
 )
 def test_with_cann_each_reason_to_skip_is_said(tmp_path: Path, soc: str | None, why: str) -> None:
@@ -88,4 +89,18 @@ def test_with_everything_present_the_npu_targets_are_configured(tmp_path: Path) 
     assert "ascend_kv: building the NPU kernels for Ascend910_9391 (atlas-a3)" in out
     assert "skipping" not in out
     makefile = (tmp_path / "build" / "Makefile").read_text()
-    assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_sim" in makefile
+    assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_host" in makefile
+    # CANN's own ACL headers win over the copies torch_npu bundles
+    flags = (tmp_path / "build" / "CMakeFiles" / "ascend_kv_npu.dir" / "flags.make").read_text()
+    cann_include = flags.index(f"-I{tmp_path / 'cann' / 'include'}")
+    bundled_acl = flags.index("include/third_party/acl/inc")
+    assert cann_include < bundled_acl
+    assert "-DASCEND_KV_OP_NAMESPACE=ascend_kv_npu" in flags
+
+
+def test_native_builds_run_a_bounded_number_of_jobs() -> None:
+    """A bare `-j` starts as many compilers as there are targets' sources at once."""
+    for script in (ROOT / "setup.py", ROOT / "scripts" / "build_npu.sh"):
+        text = script.read_text()
+        assert "--build" in text
+        assert not re.search(r'"-j"\]|-j\s*$|-j\s*\\?\n', text, re.MULTILINE), script
