@@ -259,7 +259,12 @@ def host_values(tensors: Sequence[torch.Tensor | None]) -> list[list[int] | None
         flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
         sizes = itertools.accumulate(t.numel() for t in on_device)
         fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
-    return [None if t is None else t.reshape(-1).tolist() if t.is_cpu else next(fetched) for t in tensors]
+    return [None if t is None else _flat_list(t) if t.is_cpu else next(fetched) for t in tensors]
+
+
+def _flat_list(t: torch.Tensor) -> list[int]:
+    values: list[int] = (t if t.dim() == 1 else t.reshape(-1)).tolist()
+    return values
 
 
 def require_length(name: str, values: list[int], expected: int, why: str) -> None:
@@ -393,16 +398,19 @@ def kv_cache_call(args: KvCacheArgs) -> KvCacheCall:
     layer = args.layer_id if layer_values is None else layer_values[0]
     require_layer_in_range(int(layer), args.past.shape[0])
     max_seq_len = args.past.shape[2]
-    require_all("seq_len", [n >= 0 for n in lengths], lengths, "is negative")
+    if min(lengths, default=0) < 0:  # each rule screens at C speed, then finds the first offender
+        require_all("seq_len", [n >= 0 for n in lengths], lengths, "is negative")
     total = sum(lengths)
     if total != args.new_kv.shape[0]:
         raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {args.new_kv.shape[0]} (rows of new_kv)")
-    require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
-                "is smaller than seq_len at that index")
-    require_all(
-        "token_offset", [o <= max_seq_len for o in offsets], offsets,
-        f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
-    )
+    if not all(map(operator.ge, offsets, lengths)):
+        require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
+                    "is smaller than seq_len at that index")
+    if max(offsets, default=0) > max_seq_len:
+        require_all(
+            "token_offset", [o <= max_seq_len for o in offsets], offsets,
+            f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
+        )
     return KvCacheCall(
         new_kv=args.new_kv,
         past=args.past,

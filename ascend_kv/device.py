@@ -111,8 +111,9 @@ def is_npu(device: torch.device) -> bool:
 
 
 def _npu_module() -> ModuleType:
-    """``torch.npu``: the device module torch_npu registers (or a test's stand-in)."""
-    return getattr(torch, NPU_DEVICE_TYPE)  # type: ignore[no-any-return]
+    """``torch_npu.npu``, or without torch_npu the ``torch.npu`` device module a test's fake NPU registers."""
+    module = torch_npu().module
+    return module.npu if module is not None else getattr(torch, NPU_DEVICE_TYPE)  # type: ignore[no-any-return]
 
 
 @functools.cache

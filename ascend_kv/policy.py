@@ -40,6 +40,7 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
+_off_npu_choices: dict[tuple[str, torch.device, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -187,13 +188,19 @@ def choose(op: str, dev: torch.device, outside: Callable[[], str | None]) -> str
     BackendUnavailableError
         The explicitly requested backend cannot run this call; the message says why.
     """
-    decision = decide(op, dev, outside)
+    requested = requested_backend()
+    off_npu = not runtime.is_npu(dev)
+    if off_npu and (op, dev, requested) in _off_npu_choices:  # off the NPU the answer never depends on the call
+        return _off_npu_choices[op, dev, requested]
+    decision = _decide(op, dev, requested, outside)
     if decision.backend is None:
         raise BackendUnavailableError(
             f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
         )
-    if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
+    if decision.backend == "fallback" and decision.requested == "auto" and not off_npu:
         _warn_once(decision)
+    if off_npu:
+        _off_npu_choices[op, dev, requested] = decision.backend
     return decision.backend
 
 
