@@ -176,3 +176,35 @@ class PagedLoadArgs:
     cumsum: bool
     key: torch.Tensor
     value: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ReshapeAndCacheArgs:
+    """A ``reshape_and_cache`` call in the form of :class:`KvCacheArgs`: structure checked, values maybe not.
+
+    Token ``i < len(slot_mapping)`` goes to slot ``slot_mapping[i]`` (block ``slot // block_size``,
+    position ``slot % block_size``) of each cache; negative slots are padding.
+
+    Attributes
+    ----------
+    layout : KvCacheCfg
+        The caches' layout: ND ``[num_blocks, block_size, num_heads, head_size]`` or NZ
+        ``[num_blocks, num_heads * head_size // E, block_size, E]``.
+    key : torch.Tensor
+        ``[num_tokens, num_heads, head_size_k]``, ``key_cache.dtype``; any strides.
+    value : torch.Tensor or None
+        ``[num_tokens, num_heads, head_size_v]``, ``value_cache.dtype``; None in key-only mode.
+    key_cache : torch.Tensor
+        Written in place.
+    value_cache : torch.Tensor or None
+        Written in place; None in key-only mode.
+    slot_mapping : torch.Tensor
+        ``[n]`` int32/int64, ``n <= num_tokens``, on the host or on the caches' device.
+    """
+
+    layout: KvCacheCfg
+    key: torch.Tensor
+    value: torch.Tensor | None
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor | None
+    slot_mapping: torch.Tensor

@@ -1,4 +1,4 @@
-"""ATB's parameter types: the cache layout enum and the two operations' parameter structs."""
+"""ATB's parameter types: the paged cache layout enum and the operations' parameter structs."""
 
 from __future__ import annotations
 
@@ -40,3 +40,35 @@ class PagedCacheLoadParam:
     kv_cache_cfg: KvCacheCfg | int | str = KvCacheCfg.K_CACHE_V_CACHE_NZ
     is_seq_lens_cumsum_mode: bool = False
     has_seq_starts: bool = False
+
+
+@dataclass(frozen=True)
+class ReshapeAndCacheParam:
+    """Parameters of :class:`~ascend_kv.ReshapeAndCacheOperation`, with ATB's names and numbering.
+
+    Parameters
+    ----------
+    compress_type : ReshapeAndCacheParam.CompressType
+        Only ``COMPRESS_TYPE_UNDEFINED`` is supported (ATB's head-compression modes serve its
+        PagedAttention alone).
+    kv_cache_cfg : ReshapeAndCacheParam.KvCacheCfg
+        ``K_CACHE_V_CACHE`` (ND), ``K_CACHE_V_BYPASS`` (ND, key only) or ``K_CACHE_V_CACHE_NZ``.
+        Numbered as in ATB, unlike :class:`KvCacheCfg` of the paged load.
+    """
+
+    class CompressType(enum.IntEnum):
+        """ATB's ``ReshapeAndCacheParam::CompressType``."""
+
+        COMPRESS_TYPE_UNDEFINED = 0
+        COMPRESS_TYPE_KVHEAD = 1
+        COMPRESS_TYPE_KVHEAD_ROPE = 2
+
+    class KvCacheCfg(enum.IntEnum):
+        """ATB's ``ReshapeAndCacheParam::KvCacheCfg``."""
+
+        K_CACHE_V_CACHE = 0
+        K_CACHE_V_BYPASS = 1
+        K_CACHE_V_CACHE_NZ = 2
+
+    compress_type: CompressType = CompressType.COMPRESS_TYPE_UNDEFINED
+    kv_cache_cfg: KvCacheCfg = KvCacheCfg.K_CACHE_V_CACHE
