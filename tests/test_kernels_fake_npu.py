@@ -1,0 +1,72 @@
+"""The host build's ops run unchanged on a PrivateUse1 device whose tensors hold host memory.
+
+On the fake NPU of tests/fake_npu the kernels' op library (``torch.ops.ascend_kv_host``) reads
+the raw index tensors where they live, on the device: a call reads nothing back to the host,
+writes strided caches' views in place, and its results equal the safe reference computed on
+host copies. Index tensors on another device than the data are refused, naming the tensor.
+"""
+
+from __future__ import annotations
+
+import fake_npu
+import pytest
+import safe_reference
+import torch
+from cases import ND, NZ, bits_equal, random_bits
+
+from ascend_kv.backends import sim
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library() -> None:
+    fake_npu.install()
+    sim.load()
+
+
+def npu(t: torch.Tensor) -> torch.Tensor:
+    return t.to("npu")
+
+
+def test_kv_cache_reads_device_indices_without_a_transfer() -> None:
+    past = random_bits((2, 3, 8, 32), torch.float16, 1)
+    new_kv = random_bits((6, 32), torch.float16, 2)
+    token_offset = torch.tensor([3, 9, 2**40], dtype=torch.int64)  # the last entry lands nowhere
+    seq_len = torch.tensor([3, 2, 1], dtype=torch.int32)
+    layer = torch.tensor([1], dtype=torch.int32)
+    expected = KvCacheArgs(new_kv, past.clone(), layer, token_offset, seq_len)
+    safe_reference.kv_cache(expected)
+    device_past = npu(past)
+    with fake_npu.counting() as seen:
+        torch.ops.ascend_kv_host.kv_cache(npu(new_kv), device_past, npu(token_offset), npu(seq_len), npu(layer), 0)
+    assert seen.transfers == 0
+    assert bits_equal(device_past.cpu(), expected.past)
+
+
+@pytest.mark.parametrize("layout", [ND, NZ])
+def test_paged_load_of_block_interleaved_caches_on_the_device(layout) -> None:
+    """K and V held block by block in one device buffer, outputs rows of a wider device buffer."""
+    shape = (4, 2, 16, 2, 16) if layout == ND else (4, 2, 2, 16, 16)
+    buffer = random_bits(shape, torch.float16, 3)
+    table = torch.tensor([[3, 0], [1, -1]], dtype=torch.int32)
+    context_lens = torch.tensor([20, 7], dtype=torch.int64)
+    row = (2, 16) if layout == ND else (32,)
+    out = torch.zeros((27, 40), dtype=torch.float16)
+    expected = PagedLoadArgs(layout, buffer[:, 0], buffer[:, 1], table, context_lens, None, False,
+                             out[:, 4:36].unflatten(1, row).clone(), out[:, 4:36].unflatten(1, row).clone())
+    safe_reference.paged_cache_load(expected)
+    device_buffer, key_out, value_out = npu(buffer), npu(out), npu(out)
+    key, value = key_out[:, 4:36].unflatten(1, row), value_out[:, 4:36].unflatten(1, row)
+    with fake_npu.counting() as seen:
+        torch.ops.ascend_kv_host.paged_cache_load(device_buffer[:, 0], device_buffer[:, 1], npu(table),
+                                                  npu(context_lens), None, key, value, int(layout), False)
+    assert seen.transfers == 0
+    assert bits_equal(key.cpu(), expected.key) and bits_equal(value.cpu(), expected.value)
+    assert bits_equal(key_out.cpu()[:, :4], out[:, :4]) and bits_equal(key_out.cpu()[:, 36:], out[:, 36:])
+
+
+def test_index_tensors_on_another_device_are_refused() -> None:
+    past = npu(torch.zeros((1, 2, 4, 16), dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="ascend_kv_host.kv_cache: seq_len is on cpu, expected npu:0"):
+        torch.ops.ascend_kv_host.kv_cache(npu(torch.zeros((2, 16), dtype=torch.float16)), past,
+                                          npu(torch.tensor([1, 1])), torch.tensor([1, 1]), None, 0)
