@@ -423,3 +423,15 @@ def test_a_failed_build_reports_the_compiler(monkeypatch: pytest.MonkeyPatch, tm
     with pytest.raises(BackendUnavailableError, match="(?s)compiling the AscendC kernels for the host failed.*kv_cache.cpp"):
         sim.library_path()
     assert not list((tmp_path / "cache").glob("*.so"))
+
+
+def test_the_wheel_ships_every_file_the_host_build_reads() -> None:
+    """The sim builds from ascend_kv/_ascendc in a wheel: pyproject.toml's package data for it
+    must cover every source the build reads (the same globs setuptools expands)."""
+    root = sim.source_root()
+    entry = re.search(r'^"ascend_kv\._ascendc" = \[(.*?)\]', (root.parent / "pyproject.toml").read_text(), re.MULTILINE)
+    assert entry is not None, "pyproject.toml ships no package data for ascend_kv._ascendc"
+    patterns = re.findall(r'"([^"]+)"', entry.group(1))
+    shipped = {path for pattern in patterns for path in root.glob(pattern)}
+    missing = sorted(str(p.relative_to(root)) for p in sim._sources(root) if p not in shipped)
+    assert not missing, f"add to [tool.setuptools.package-data] 'ascend_kv._ascendc': {missing}"
