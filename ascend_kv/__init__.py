@@ -1,4 +1,4 @@
-"""ascend_kv: ATB's KVCacheOperation and PagedCacheLoadOperation for Ascend NPUs, and anywhere else.
+"""ascend_kv: ATB's KVCacheOperation, PagedCacheLoadOperation and ReshapeAndCacheOperation for Ascend NPUs, and anywhere else.
 
 The public names, nothing else; see README.md for a tour.
 """
@@ -8,9 +8,16 @@ from .errors import BackendUnavailableError, FallbackWarning
 from .policy import explain, use_backend
 from .validation import validate
 from .layout import nd_to_nz, nz_to_nd
-from .ops import KVCacheOperation, PagedCacheLoadOperation, kv_cache, paged_cache_load
+from .ops import (
+    KVCacheOperation,
+    PagedCacheLoadOperation,
+    ReshapeAndCacheOperation,
+    kv_cache,
+    paged_cache_load,
+    reshape_and_cache,
+)
 from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
-from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
+from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
 
@@ -22,11 +29,14 @@ __all__ = [
     "KvCacheCfg",
     "PagedCacheLoadOperation",
     "PagedCacheLoadParam",
+    "ReshapeAndCacheOperation",
+    "ReshapeAndCacheParam",
     "explain",
     "kv_cache",
     "nd_to_nz",
     "nz_to_nd",
     "paged_cache_load",
+    "reshape_and_cache",
     "use_backend",
     "validate",
 ]

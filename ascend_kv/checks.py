@@ -23,18 +23,20 @@ import numpy as np
 import torch
 
 from . import device as runtime
-from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall
+from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall, ReshapeAndCacheArgs
 from .dtypes import (
     BLOCK_BYTES,
     CACHE_DTYPES,
     INDEX_DTYPES,
     NZ_BLOCK_SIZE_MULTIPLE,
+    NZ_MAX_HEAD_BYTES,
     NZ_MAX_ROW_BYTES,
+    NZ_VALUE_DTYPES,
     dtype_names,
     nz_dtype_pair_allowed,
     nz_elements,
 )
-from .params import KvCacheCfg
+from .params import KvCacheCfg, ReshapeAndCacheParam
 
 INT32_MAX = 2**31 - 1
 
@@ -706,3 +708,179 @@ def check_paged_cache_load(
                                key, value)
     assert call is not None
     return call
+
+
+# ----------------------------------------------------------------------------- reshape_and_cache
+
+
+def reshape_and_cache_layout(value: object, value_given: bool) -> str:
+    """The operator's ``kv_cache_cfg`` (``"nd"`` or ``"nz"``) from the public argument, with the
+    key-only rule of ``ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_BYPASS``."""
+    layout, key_only = reshape_and_cache_cfg_argument(value)
+    if key_only and value_given:
+        raise ValueError("kv_cache_cfg K_CACHE_V_BYPASS writes the key cache only: pass value=None, value_cache=None")
+    return "nd" if layout == KvCacheCfg.K_CACHE_V_CACHE_ND else "nz"
+
+
+def reshape_and_cache_cfg_argument(value: object) -> tuple[KvCacheCfg, bool]:
+    """``(cache layout, key only)`` from ``"nd"``, ``"nz"`` or a ``ReshapeAndCacheParam.KvCacheCfg`` member.
+
+    A bare int is refused: ATB numbers this enum differently from the paged load's ``KvCacheCfg``.
+    """
+    cfg = ReshapeAndCacheParam.KvCacheCfg
+    if type(value) is cfg:
+        return (KvCacheCfg.K_CACHE_V_CACHE_NZ, False) if value == cfg.K_CACHE_V_CACHE_NZ else (
+            KvCacheCfg.K_CACHE_V_CACHE_ND, value == cfg.K_CACHE_V_BYPASS)
+    if isinstance(value, str):
+        by_name = {"nd": KvCacheCfg.K_CACHE_V_CACHE_ND, "nz": KvCacheCfg.K_CACHE_V_CACHE_NZ}
+        if value.lower() in by_name:
+            return by_name[value.lower()], False
+        raise ValueError(f"kv_cache_cfg must be 'nd' or 'nz', got {value!r}")
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        raise TypeError(
+            f"kv_cache_cfg must be 'nd', 'nz' or a ReshapeAndCacheParam.KvCacheCfg member, got the int {value}: "
+            f"ATB numbers ReshapeAndCacheParam.KvCacheCfg (ND 0, key-only 1, NZ 2) differently from "
+            f"PagedCacheLoadParam's (NZ 0, ND 1), so an int is ambiguous"
+        )
+    raise TypeError(
+        f"kv_cache_cfg must be 'nd', 'nz' or a ReshapeAndCacheParam.KvCacheCfg member, got {_describe(value)}"
+    )
+
+
+def _require_nz_head_bytes(name: str, head_size: int, dtype: torch.dtype) -> None:
+    """``ValueError`` unless an NZ head is a positive multiple of 32 bytes below the kernels' limit."""
+    head_bytes = head_size * dtype.itemsize
+    if head_bytes == 0 or head_bytes % BLOCK_BYTES or head_bytes >= NZ_MAX_HEAD_BYTES:
+        raise ValueError(
+            f"{name}: head_size * itemsize must be a positive multiple of {BLOCK_BYTES} bytes below "
+            f"{NZ_MAX_HEAD_BYTES} in NZ, got {head_bytes} ({name}.shape[2] = {head_size} of "
+            f"{str(dtype).removeprefix('torch.')})"
+        )
+
+
+def _require_cache_matches(name: str, cache: torch.Tensor, tokens: torch.Tensor, layout: KvCacheCfg) -> None:
+    """``ValueError`` unless ``cache``'s per-token part matches ``tokens`` ``[num_tokens, num_heads, head_size]``."""
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        if tuple(cache.shape[2:]) != tuple(tokens.shape[1:]):
+            raise ValueError(
+                f"{name}.shape[2:] (num_heads, head_size) = {tuple(cache.shape[2:])} must equal "
+                f"{name.removesuffix('_cache')}.shape[1:] = {tuple(tokens.shape[1:])}"
+            )
+        return
+    e = nz_elements(cache.dtype)
+    if cache.shape[3] != e:
+        raise ValueError(
+            f"{name}.shape[3] must be E = {e} for {str(cache.dtype).removeprefix('torch.')} in NZ, got {cache.shape[3]}"
+        )
+    row = tokens.shape[1] * tokens.shape[2]
+    if cache.shape[1] * e != row:
+        raise ValueError(
+            f"{name}.shape[1] * E = {cache.shape[1] * e} must equal num_heads * head_size = {row} "
+            f"({name.removesuffix('_cache')}.shape[1] * shape[2])"
+        )
+
+
+def reshape_and_cache(
+    key: object,
+    value: object,
+    key_cache: object,
+    value_cache: object,
+    slot_mapping: object,
+    kv_cache_cfg: object,
+    *,
+    read_values: bool = True,
+    shapes_only: bool = False,
+) -> tuple[ReshapeAndCacheArgs, list[int] | None]:
+    """Validate a ``reshape_and_cache`` call; see :func:`ascend_kv.reshape_and_cache`.
+
+    Returns the checked call and, with ``read_values``, ``slot_mapping``'s values after their
+    rules (read to the host, one transfer for a device tensor). ``shapes_only`` as in
+    :func:`kv_cache_args`.
+    """
+    layout, _ = reshape_and_cache_cfg_argument(kv_cache_cfg)
+    nd = layout == KvCacheCfg.K_CACHE_V_CACHE_ND
+    meta = shapes_only and isinstance(key_cache, torch.Tensor) and key_cache.is_meta
+    key = require_tensor("key", key, allow_meta=meta)
+    key_cache = require_tensor("key_cache", key_cache, allow_meta=meta)
+    if (value is None) != (value_cache is None):
+        given, missing = ("value", "value_cache") if value_cache is None else ("value_cache", "value")
+        raise ValueError(f"{missing} is None but {given} is given: pass both, or neither for the key-only mode")
+    if value is None and not nd:
+        raise ValueError("the key-only mode (value and value_cache None) is ND only, got kv_cache_cfg = NZ")
+    pairs = [("key", key, key_cache)]
+    if value is not None:
+        pairs.append(("value", require_tensor("value", value, allow_meta=meta),
+                      require_tensor("value_cache", value_cache, allow_meta=meta)))
+    for name, tokens, cache in pairs:
+        allowed = CACHE_DTYPES if nd or name == "key" else NZ_VALUE_DTYPES
+        require_dtype(f"{name}_cache", cache, allowed)
+        if tokens.dtype != cache.dtype:
+            raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {tokens.dtype}")
+        require_ndim(name, tokens, (3,), f"a 3-D tensor [num_tokens, num_heads, head_size_{name[0]}]")
+        doc = ("a 4-D ND cache [num_blocks, block_size, num_heads, head_size]" if nd
+               else "a 4-D NZ cache [num_blocks, num_heads * head_size // E, block_size, E]")
+        require_ndim(f"{name}_cache", cache, (4,), doc)
+    if nd and value is not None and value_cache.dtype != key_cache.dtype:  # type: ignore[union-attr]
+        raise TypeError(
+            f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, "
+            f"got {value_cache.dtype}"  # type: ignore[union-attr]
+        )
+    if len(pairs) == 2:
+        value_tokens, value_cache_t = pairs[1][1], pairs[1][2]
+        for i, what in ((0, "num_tokens"), (1, "num_heads")):
+            if value_tokens.shape[i] != key.shape[i]:
+                raise ValueError(f"value.shape[{i}] ({what}) = {value_tokens.shape[i]} must equal "
+                                 f"key.shape[{i}] = {key.shape[i]}")
+        for i, what in ((0, "num_blocks"), (1 if nd else 2, "block_size")):
+            if value_cache_t.shape[i] != key_cache.shape[i]:
+                raise ValueError(f"value_cache.shape[{i}] ({what}) = {value_cache_t.shape[i]} must equal "
+                                 f"key_cache.shape[{i}] = {key_cache.shape[i]}")
+    for name, tokens, cache in pairs:
+        _require_cache_matches(f"{name}_cache", cache, tokens, layout)
+        if not nd:
+            _require_nz_head_bytes(name, tokens.shape[2], tokens.dtype)
+    num_blocks, block_size = key_cache.shape[0], key_cache.shape[1 if nd else 2]
+    if not nd and block_size % NZ_BLOCK_SIZE_MULTIPLE:
+        raise ValueError(
+            f"key_cache.shape[2] (block_size) = {block_size} must be a multiple of {NZ_BLOCK_SIZE_MULTIPLE} in NZ"
+        )
+    slots = index_tensor("slot_mapping", slot_mapping, allow_meta=meta)
+    if slots.shape[0] > key.shape[0]:
+        raise ValueError(f"slot_mapping has {slots.shape[0]} entries, more than num_tokens = {key.shape[0]} "
+                         f"(key.shape[0]): at most one slot per token")
+    data = {name: t for pair in pairs for name, t in ((pair[0], pair[1]), (f"{pair[0]}_cache", pair[2]))}
+    device = require_same_device(data)
+    require_index_devices(device, {"slot_mapping": slots})
+    caches = {f"{name}_cache": cache for name, _, cache in pairs}
+    for name, cache in caches.items():
+        require_writable(name, cache)
+    if not shapes_only:
+        inputs = {name: tokens for name, tokens, _ in pairs}
+        for name, cache in caches.items():
+            require_apart(name, cache, inputs)
+        if len(pairs) == 2:
+            require_separate_outputs("key_cache", key_cache, "value_cache", pairs[1][2])
+    args = ReshapeAndCacheArgs(layout, key, pairs[1][1] if len(pairs) == 2 else None, key_cache,
+                               pairs[1][2] if len(pairs) == 2 else None, slots)
+    if not read_values:
+        return args, None
+    (values,) = host_values([slots])
+    assert values is not None
+    capacity = num_blocks * block_size
+    if max(values, default=-1) >= capacity:
+        i = next(i for i, s in enumerate(values) if s >= capacity)
+        raise ValueError(
+            f"slot_mapping[{i}] = {values[i]} is out of range: the caches hold {capacity} slots "
+            f"(num_blocks {num_blocks} x block_size {block_size})"
+        )
+    written = [s for s in values if s >= 0]
+    if len(set(written)) != len(written):
+        first: dict[int, int] = {}
+        for i, s in enumerate(values):
+            if s >= 0 and s in first:
+                raise ValueError(
+                    f"slot_mapping[{i}] = {s} repeats slot_mapping[{first[s]}]: two tokens cannot be written "
+                    f"to one cache slot"
+                )
+            first.setdefault(s, i)
+    return args, values

@@ -20,6 +20,12 @@ BLOCK_BYTES = 32
 #: Largest NZ token row, in bytes: the seed's ``128 * 576`` float16 elements.
 NZ_MAX_ROW_BYTES = 128 * 576 * 2
 
+#: ``reshape_and_cache`` in NZ: each head of K and V must be below this many bytes.
+NZ_MAX_HEAD_BYTES = 98304
+
+#: dtypes of ``reshape_and_cache``'s value and value cache in NZ (ATB has no int8 values there).
+NZ_VALUE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
+
 #: ``block_size`` of an NZ cache must be a multiple of this.
 NZ_BLOCK_SIZE_MULTIPLE = 16
 

@@ -28,11 +28,11 @@ import torch
 
 from . import checks, cpu_fallback, policy, upload, validation
 from .backends import kernel_domain, npu
-from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall
+from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall, ReshapeAndCacheArgs
 from .cpu_fallback import on_device
 
 NAMESPACE = "ascend_kv"
-KV_CACHE, PAGED_LOAD = "KVCacheOperation", "PagedCacheLoadOperation"
+KV_CACHE, PAGED_LOAD, RESHAPE = "KVCacheOperation", "PagedCacheLoadOperation", "ReshapeAndCacheOperation"
 
 _KV_ARGS = "Tensor(a!) past, Tensor token_offset, Tensor seq_len"
 _LOAD_ARGS = (
@@ -44,6 +44,8 @@ SCHEMAS = {
     "kv_cache.layer_tensor": f"kv_cache.layer_tensor(Tensor new_kv, Tensor layer_id, {_KV_ARGS}) -> ()",
     "paged_cache_load": f"paged_cache_load({_LOAD_ARGS}) -> (Tensor, Tensor)",
     "paged_cache_load.into": f"paged_cache_load.into({_LOAD_ARGS}, Tensor(a!) key, Tensor(b!) value) -> ()",
+    "reshape_and_cache": "reshape_and_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, "
+                         "Tensor slot_mapping, *, str kv_cache_cfg='nd') -> ()",
 }
 
 _LIB = torch.library.Library(NAMESPACE, "DEF")
@@ -64,9 +66,12 @@ def _without_grad(impl: Callable[..., _Result]) -> Callable[..., _Result]:
 # ----------------------------------------------------------------------------- running a checked call
 
 
-def decision(args: KvCacheArgs | PagedLoadArgs) -> policy.Decision:
+def decision(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> policy.Decision:
     """What runs a checked call, and why (the decision the implementations take)."""
-    op, dev = (KV_CACHE, args.past.device) if isinstance(args, KvCacheArgs) else (PAGED_LOAD, args.key_cache.device)
+    if isinstance(args, KvCacheArgs):
+        op, dev = KV_CACHE, args.past.device
+    else:
+        op, dev = (PAGED_LOAD if isinstance(args, PagedLoadArgs) else RESHAPE), args.key_cache.device
     return policy.decide(op, dev, lambda: kernel_domain.outside_reason(args))
 
 
@@ -204,6 +209,44 @@ def _paged_load_into_fake(
     )
 
 
+# ----------------------------------------------------------------------------- reshape_and_cache
+
+
+def _reshape_and_cache_cpu(
+    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
+) -> None:
+    args, slots = checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
+    assert slots is not None  # host index values are always read
+    if policy.choose(RESHAPE, key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
+        _sim().reshape_and_cache(args)
+    else:
+        cpu_fallback.reshape_and_cache(args, slots)
+
+
+def _reshape_and_cache_device(
+    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
+) -> None:
+    checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache})
+    args, _ = checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg,
+                                       read_values=_reads_values(slot_mapping))
+    args = upload.index_tensors_on_device(args, key_cache.device)
+    if policy.choose(RESHAPE, key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
+        npu.reshape_and_cache(args)
+    else:
+        on_device.reshape_and_cache(args)
+
+
+def _reshape_and_cache_fake(
+    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
+) -> None:
+    """Shapes only: the rules that need neither values nor memory."""
+    checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg, read_values=False,
+                             shapes_only=True)
+
+
 def _into(impl: Callable[..., object]) -> Callable[..., None]:
     """The ``.into`` overload of a ``paged_cache_load`` implementation: the same, returning nothing."""
 
@@ -234,6 +277,7 @@ _IMPLEMENTATIONS = {
     "kv_cache.layer_tensor": (_kv_cache_cpu, _kv_cache_device, _kv_cache_fake),
     "paged_cache_load": (_paged_load_cpu, _paged_load_device, _paged_load_fake),
     "paged_cache_load.into": (_into(_paged_load_cpu), _into(_paged_load_device), _paged_load_into_fake),
+    "reshape_and_cache": (_reshape_and_cache_cpu, _reshape_and_cache_device, _reshape_and_cache_fake),
 }
 
 for _name, _schema in SCHEMAS.items():

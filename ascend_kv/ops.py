@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import checks
-from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam
+from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 
 def kv_cache(
@@ -167,6 +167,70 @@ def paged_cache_load(
     return key, value
 
 
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor | None,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor,
+    *,
+    kv_cache_cfg: str | ReshapeAndCacheParam.KvCacheCfg = "nd",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Write new tokens into a paged K/V cache at the slots ``slot_mapping`` names, in place
+    (ATB ReshapeAndCacheOperation).
+
+    Token ``i < len(slot_mapping)`` goes to slot ``s = slot_mapping[i]`` of each cache: block
+    ``s // block_size``, position ``s % block_size``. Negative slots are padding (nothing is
+    written); tokens past ``len(slot_mapping)`` are not written.
+
+    Parameters
+    ----------
+    key : torch.Tensor
+        ``[num_tokens, num_heads, head_size_k]``, ``key_cache.dtype``; any strides.
+    value : torch.Tensor or None
+        ``[num_tokens, num_heads, head_size_v]``, ``value_cache.dtype``; None (with
+        ``value_cache=None``) for the key-only mode (ND only; ATB's ``K_CACHE_V_BYPASS``, MLA).
+    key_cache, value_cache : torch.Tensor
+        ND: ``[num_blocks, block_size, num_heads, head_size]``, one dtype (float16, bfloat16 or
+        int8) with ``key``/``value``, rows of any size. NZ: ``[num_blocks, num_heads * head_size
+        // E, block_size, E]`` with ``E = 32 // itemsize``, ``block_size % 16 == 0``, each head a
+        multiple of 32 bytes below 98304; keys float16/bfloat16/int8, values float16/bfloat16.
+        The caches share ``num_blocks`` and ``block_size``; head sizes may differ (MLA 512 + 64).
+        Written in place; strided views (column slices, blocks of one K/V buffer) are fine.
+    slot_mapping : torch.Tensor
+        ``[n]`` int32 or int64, ``n <= num_tokens``. Every non-negative slot is below
+        ``num_blocks * block_size`` and appears once.
+    kv_cache_cfg : str or ReshapeAndCacheParam.KvCacheCfg, optional
+        ``"nd"`` (default), ``"nz"``, or a ``ReshapeAndCacheParam.KvCacheCfg`` member. A bare int
+        is a ``TypeError``: ATB numbers that enum unlike :class:`KvCacheCfg`.
+
+    Returns
+    -------
+    tuple
+        ``(key_cache, value_cache)``, the given caches (``value_cache`` None in key-only mode).
+
+    Raises
+    ------
+    TypeError
+        A wrong type or dtype. Nothing is written.
+    ValueError
+        A wrong shape or slot. Nothing is written.
+
+    Examples
+    --------
+    >>> cache = torch.zeros(4, 16, 2, 8, dtype=torch.float16)        # ND: 4 blocks of 16 slots
+    >>> key = torch.ones(3, 2, 8, dtype=torch.float16)
+    >>> ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([17, -1, 5]))[0][1, 1].sum().item()
+    16.0
+    """
+    tensors = _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
+    _tensors(value=value, value_cache=value_cache, optional=True)
+    layout = checks.reshape_and_cache_layout(kv_cache_cfg, value is not None)
+    torch.ops.ascend_kv.reshape_and_cache(*tensors[:1], value, tensors[1], value_cache, tensors[2],
+                                          kv_cache_cfg=layout)
+    return key_cache, value_cache
+
+
 def _tensors(*, optional: bool = False, **arguments: object) -> list[torch.Tensor]:
     """The arguments, each a dense tensor (or None when ``optional``); the ``TypeError`` saying otherwise."""
     return [value if value is None and optional else checks.tensor_argument(name, value)  # type: ignore[misc]
@@ -252,3 +316,52 @@ class PagedCacheLoadOperation:
             key_cache, value_cache, block_table, context_lens, kv_cache_cfg=self.kv_cache_cfg,
             cumsum=self.cumsum, seq_starts=seq_starts, key=key, value=value,
         )
+
+
+class ReshapeAndCacheOperation:
+    """ATB-style object for :func:`reshape_and_cache`, for code ported from ATB's C++ API.
+
+    Parameters
+    ----------
+    param : ReshapeAndCacheParam, optional
+        ``kv_cache_cfg`` (ND, key-only ND, or NZ); ``compress_type`` must be
+        ``COMPRESS_TYPE_UNDEFINED`` (ATB's head-compression modes are not supported).
+
+    Examples
+    --------
+    >>> op = ascend_kv.ReshapeAndCacheOperation(ascend_kv.ReshapeAndCacheParam())
+    >>> key_cache, value_cache = op(key, value, key_cache, value_cache, slot_mapping)
+    >>> bypass = ascend_kv.ReshapeAndCacheParam(kv_cache_cfg=ascend_kv.ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_BYPASS)
+    >>> key_cache = ascend_kv.ReshapeAndCacheOperation(bypass)(key, key_cache, slot_mapping)
+    """
+
+    def __init__(self, param: ReshapeAndCacheParam | None = None) -> None:
+        if param is None:
+            param = ReshapeAndCacheParam()
+        if not isinstance(param, ReshapeAndCacheParam):
+            raise TypeError(f"param must be a ReshapeAndCacheParam, got {type(param).__name__}")
+        compress = ReshapeAndCacheParam.CompressType
+        if param.compress_type != compress.COMPRESS_TYPE_UNDEFINED:
+            raise ValueError(
+                f"param.compress_type {param.compress_type!r} is not supported: ATB's head-compression modes serve "
+                f"its PagedAttention only; use COMPRESS_TYPE_UNDEFINED"
+            )
+        if not isinstance(param.kv_cache_cfg, ReshapeAndCacheParam.KvCacheCfg):
+            raise TypeError(f"param.kv_cache_cfg must be a ReshapeAndCacheParam.KvCacheCfg, got "
+                            f"{type(param.kv_cache_cfg).__name__} {param.kv_cache_cfg!r}")
+        self.key_only = param.kv_cache_cfg == ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_BYPASS
+        self.param = param
+
+    def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None] | torch.Tensor:
+        """``(key, value, key_cache, value_cache, slot_mapping) -> (key_cache, value_cache)``, or in
+        key-only mode ``(key, key_cache, slot_mapping) -> key_cache``."""
+        expected = 3 if self.key_only else 5
+        if len(tensors) != expected:
+            names = "key, key_cache, slot_mapping" if self.key_only else "key, value, key_cache, value_cache, slot_mapping"
+            raise TypeError(f"{type(self).__name__} with {self.param.kv_cache_cfg.name} takes ({names}), "
+                            f"got {len(tensors)} arguments")
+        if self.key_only:
+            key, key_cache, slot_mapping = tensors
+            return reshape_and_cache(key, None, key_cache, None, slot_mapping, kv_cache_cfg=self.param.kv_cache_cfg)[0]
+        key, value, key_cache, value_cache, slot_mapping = tensors
+        return reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=self.param.kv_cache_cfg)

@@ -36,7 +36,8 @@ from .errors import BackendUnavailableError, FallbackWarning
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
-_OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation"}
+_OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation",
+             "reshape_and_cache": "ReshapeAndCacheOperation"}
 
 _chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
@@ -144,8 +145,9 @@ def _kernel_decision(op: str, dev: torch.device, requested: str, outside: Callab
     line = support.product_line(soc) if soc is not None else None
     if line is None:
         return without_kernels(f"SoC {soc!r} is not a known Ascend SoC (see `ascend-kv support-matrix`)", soc)
-    if not line.supports(op):
-        return without_kernels(f"the kernels do not support {op} on {line.name} (SoC {soc})", soc, line.id)
+    if not line.kernels_run(op):
+        built_for = f": ascend_kv's kernels are built for {' and '.join(support.KERNEL_LINES)} only" if line.supports(op) else ""
+        return without_kernels(f"the kernels do not support {op} on {line.name} (SoC {soc}){built_for}", soc, line.id)
     status = npu.library()
     if not status.loaded:
         return without_kernels(f"the kernel library is not loaded: {status.reason}", soc, line.id)

@@ -1,7 +1,7 @@
-"""The support matrix: product lines, SoC names, and which operations each line supports.
+"""The support matrix: product lines, SoC names, and which operations Huawei documents on each line.
 
-The one place of HARDWARE.md's two tables. The dispatcher, ``ascend-kv support-matrix`` and
-the README's support table (:func:`markdown_table`) all come from the data here.
+The one place of the tables of docs/hardware.md. The dispatcher, ``ascend-kv support-matrix``
+and the README's support table (:func:`markdown_table`) all come from the data here.
 
 A SoC name is what the runtime reports (``torch_npu.npu.get_device_name(i)``, from
 ``aclrtGetSocName()``), e.g. ``"Ascend910B3"``. Names match case-insensitively, ignoring
@@ -14,64 +14,81 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-OPERATIONS = ("KVCacheOperation", "PagedCacheLoadOperation")
+OPERATIONS = ("KVCacheOperation", "PagedCacheLoadOperation", "ReshapeAndCacheOperation")
 """The operations of this package, by their ATB names."""
+
+KERNEL_LINES = ("atlas-a3", "atlas-a2")
+"""The product lines the package's AscendC kernels are built for (the ``dav-2201`` vector cores)."""
 
 
 @dataclass(frozen=True)
 class ProductLine:
-    """One Atlas product line and what the AscendC kernels support on it.
+    """One Atlas product line and the operations Huawei documents on it.
 
     Attributes
     ----------
     id : str
         Stable identifier, e.g. ``"atlas-a2"``.
     name : str
-        The seed documents' name of the line.
+        Huawei's name of the line.
     soc_names : str
         The SoC names of the line, for people (the matching rules are :data:`SOC_PATTERNS`).
     supported_ops : tuple of str
-        The operations (from :data:`OPERATIONS`) the kernels support on this line.
+        The operations (from :data:`OPERATIONS`) Huawei documents on this line.
+    layouts : tuple of str
+        The cache layouts (``"nd"``, ``"nz"``) Huawei documents for ReshapeAndCacheOperation here.
+    layout_note : str
+        Huawei's restriction on those layouts, if any (e.g. ``"float16 only"``).
     """
 
     id: str
     name: str
     soc_names: str
     supported_ops: tuple[str, ...]
+    layouts: tuple[str, ...] = ()
+    layout_note: str = ""
 
     def supports(self, op: str) -> bool:
-        """Whether the kernels support operation ``op`` (an :data:`OPERATIONS` name) on this line."""
+        """Whether Huawei documents operation ``op`` (an :data:`OPERATIONS` name) on this line."""
         return _operation(op) in self.supported_ops
 
+    def kernels_run(self, op: str) -> bool:
+        """Whether the package's AscendC kernels run operation ``op`` on this line (elsewhere the fallback does)."""
+        return self.supports(op) and self.id in KERNEL_LINES
 
+
+_RESHAPE = ("ReshapeAndCacheOperation",)
 PRODUCT_LINES: tuple[ProductLine, ...] = (
-    ProductLine("atlas-350", "Atlas 350 accelerator card", "Ascend950..., Ascend910_95...", ()),
+    ProductLine("atlas-350", "Atlas 350 accelerator card", "Ascend950..., Ascend910_95...", _RESHAPE, ("nd",),
+                "some scenarios"),
     ProductLine(
         "atlas-a3",
         "Atlas A3 training series / Atlas A3 inference series",
         "Ascend910_93... (e.g. Ascend910_9391, Ascend910_9382, Ascend910_9362)",
-        OPERATIONS,
+        OPERATIONS, ("nd", "nz"), "key-only too",
     ),
     ProductLine(
         "atlas-a2",
         "Atlas A2 training series / Atlas A2 inference series (Atlas 800I A2)",
         "Ascend910B followed by more characters (Ascend910B1, B2, B2C, B3, B4, B4-1)",
-        OPERATIONS,
+        OPERATIONS, ("nd", "nz"), "key-only too",
     ),
     ProductLine(
         "atlas-training",
         "Atlas training series (first-generation Ascend 910)",
         "Ascend910A, Ascend910ProA, Ascend910ProB, Ascend910PremiumA, exactly Ascend910B",
-        (),
+        _RESHAPE, ("nz",),
     ),
     ProductLine(
-        "atlas-inference", "Atlas inference series (Ascend 310P)", "Ascend310P... (P1 to P7, incl. vir names)", ()
+        "atlas-inference", "Atlas inference series (Ascend 310P)", "Ascend310P... (P1 to P7, incl. vir names)",
+        _RESHAPE, ("nz",),
     ),
     ProductLine(
-        "atlas-200i-500-a2", "Atlas 200I/500 A2 inference products (Ascend 310B)", "Ascend310B... (B1 to B4)", ()
+        "atlas-200i-500-a2", "Atlas 200I/500 A2 inference products (Ascend 310B)", "Ascend310B... (B1 to B4)",
+        _RESHAPE, ("nz",), "float16 only",
     ),
 )
-"""Every known product line, in the seed documents' order."""
+"""Every known product line, in Huawei's documentation's order."""
 
 
 @dataclass(frozen=True)
@@ -144,14 +161,14 @@ def product_line(soc: str) -> ProductLine | None:
 
 
 def is_supported(op: str, soc: str) -> bool:
-    """Whether the kernels support operation ``op`` on SoC ``soc`` (False for unknown SoCs)."""
+    """Whether Huawei documents operation ``op`` on SoC ``soc`` (False for unknown SoCs)."""
     _operation(op)
     line = product_line(soc)
     return line is not None and line.supports(op)
 
 
 def matrix() -> dict[str, dict[str, bool]]:
-    """The whole matrix: ``{product line id: {operation: supported}}``, in table order."""
+    """The whole matrix: ``{product line id: {operation: documented}}``, in table order."""
     return {line.id: {op: line.supports(op) for op in OPERATIONS} for line in PRODUCT_LINES}
 
 
@@ -161,22 +178,34 @@ def soc_answer(soc: str) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``{"soc": soc, "product_line": id or None, "ops": {operation: bool}}``; ``soc`` is
-        echoed as given.
+        ``{"soc": soc, "product_line": id or None, "ops": {operation: bool}, "layouts":
+        {"ReshapeAndCacheOperation": [layout, ...]}}``: what Huawei documents on the SoC's line
+        (nothing for an unknown SoC); ``soc`` is echoed as given.
     """
     line = product_line(soc)
     return {
         "soc": soc,
         "product_line": None if line is None else line.id,
         "ops": {op: line is not None and line.supports(op) for op in OPERATIONS},
+        "layouts": {"ReshapeAndCacheOperation": [] if line is None else list(line.layouts)},
     }
+
+
+def _cell(line: ProductLine, op: str) -> str:
+    if not line.supports(op):
+        return "no"
+    if op != "ReshapeAndCacheOperation":
+        return "yes"
+    note = f"; {line.layout_note}" if line.layout_note else ""
+    return f"yes ({', '.join(layout.upper() for layout in line.layouts)}{note})"
 
 
 def markdown_table() -> str:
     """The support matrix as a Markdown table (the README's table is exactly this text)."""
-    header = ["Product line", "id", "SoC names", *OPERATIONS]
+    header = ["Product line", "id", "SoC names", *OPERATIONS, "ascend_kv's kernels"]
     rows = [
-        [line.name, f"`{line.id}`", line.soc_names, *("yes" if line.supports(op) else "no" for op in OPERATIONS)]
+        [line.name, f"`{line.id}`", line.soc_names, *(_cell(line, op) for op in OPERATIONS),
+         "yes" if line.id in KERNEL_LINES else "no (the fallback runs on the NPU)"]
         for line in PRODUCT_LINES
     ]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]

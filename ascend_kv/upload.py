@@ -7,11 +7,12 @@ from typing import TypeVar
 
 import torch
 
-from .calls import KvCacheArgs, PagedLoadArgs
+from .calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
-_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs)
+_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs)
 _INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),
-                 PagedLoadArgs: ("block_table", "context_lens", "seq_starts")}
+                 PagedLoadArgs: ("block_table", "context_lens", "seq_starts"),
+                 ReshapeAndCacheArgs: ("slot_mapping",)}
 
 
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

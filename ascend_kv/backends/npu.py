@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs
+from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 NAME = "npu"
 LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
@@ -111,3 +111,9 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
         args.key_cache, args.value_cache, args.block_table.contiguous(), args.context_lens.contiguous(), starts,
         args.key, args.value, int(args.layout), args.cumsum,
     )
+
+
+def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
+    """Run ``reshape_and_cache`` on the NPU kernels (writes ``args.key_cache``, ``args.value_cache``)."""
+    _ops().reshape_and_cache(args.key, args.value, args.key_cache, args.value_cache, args.slot_mapping.contiguous(),
+                             int(args.layout))
