@@ -242,6 +242,16 @@ def test_host_index_tensors_are_uploaded_once_by_advanced_indexing():
     assert bits_equal(got.cpu(), host_grid()[rows])
 
 
+def test_a_host_mask_costs_an_upload_not_a_transfer():
+    host, device = host_grid(), on_device(host_grid())
+    mask = host > 3
+    with fake_npu.counting() as seen:
+        device[mask] = torch.zeros(20, device="npu")
+    host[mask] = 0.0
+    assert (seen.transfers, seen.uploads) == (0, 1)
+    assert bits_equal(device.cpu(), host)
+
+
 def test_a_masked_write_of_a_host_scalar_needs_no_transfer():
     # ATen turns it into masked_fill_, which needs no values: nothing to count.
     host, device = host_grid(), on_device(host_grid())

@@ -58,7 +58,8 @@ class DeviceAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto* allocation = new Allocation;
     allocation->owned = aligned_host_memory(nbytes);
-    return {allocation->owned, allocation, &delete_allocation, c10::Device(c10::DeviceType::PrivateUse1, current_index)};
+    c10::Device device(c10::DeviceType::PrivateUse1, current_index);
+    return {allocation->owned, allocation, &delete_allocation, device};
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 };
@@ -198,7 +199,8 @@ void set_current_device(c10::DeviceIndex index) {
 c10::Storage device_storage_over(const c10::Storage& host, c10::DeviceIndex index) {
   auto* allocation = new Allocation;
   allocation->borrowed = host;
-  c10::DataPtr data(host.mutable_data(), allocation, &delete_allocation, c10::Device(c10::DeviceType::PrivateUse1, index));
+  c10::Device device(c10::DeviceType::PrivateUse1, index);
+  c10::DataPtr data(host.mutable_data(), allocation, &delete_allocation, device);
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), host.nbytes(),
                                                             std::move(data), &the_device_allocator, true));
 }

@@ -111,7 +111,8 @@ class HostMirror {
 
 // Output size is a count of values found: nonzero (also behind argwhere, where(cond) and
 // nonzero_numpy), masked_select, the unique family; bincount's length is the largest value plus
-// one; equal returns a host bool.
+// one; equal returns a host bool. Not here, as their sizes come from shapes: nonzero_static,
+// masked_scatter, indexing with integer tensors (bounds are checked on the device).
 const std::unordered_set<std::string>& ops_reading_values() {
   static const std::unordered_set<std::string> names = {
       "aten::nonzero", "aten::masked_select", "aten::_unique", "aten::_unique2", "aten::unique_dim",
@@ -120,10 +121,10 @@ const std::unordered_set<std::string>& ops_reading_values() {
   return names;
 }
 
-bool is_mask(const c10::IValue& index) {
+bool is_device_mask(const c10::IValue& index) {
   if (!index.isTensor()) return false;
-  const auto type = index.toTensor().scalar_type();
-  return type == at::kBool || type == at::kByte;
+  const at::Tensor& tensor = index.toTensor();
+  return tensor.device().is_privateuseone() && (tensor.scalar_type() == at::kBool || tensor.scalar_type() == at::kByte);
 }
 
 c10::IValue argument(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, const char* name) {
@@ -131,22 +132,22 @@ c10::IValue argument(const c10::FunctionSchema& schema, const std::vector<c10::I
   return position ? args[*position] : c10::IValue();
 }
 
-// Writing through advanced indexing expands each boolean mask with nonzero. The one exception, as
-// in ATen's _index_put_impl_: a single mask on self's device with a one-element host value becomes
-// a masked_fill_, which needs no values. (Reading, aten::index, runs its shape function on the
-// device first, whose nonzero is counted as itself.)
+// Writing through advanced indexing expands each boolean mask with nonzero (a host mask costs
+// an upload, not a read). The one exception, as in ATen's _index_put_impl_: a single mask on
+// self's device with a one-element host value becomes a masked_fill_, which needs no values.
+// (Reading, aten::index, runs its shape function on the device first, whose nonzero is counted as
+// itself.)
 int64_t mask_expansions(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
   const c10::IValue indices = argument(schema, args, "indices");
   if (!indices.isList()) return 0;
   int64_t masks = 0, defined = 0;
   for (const c10::IValue& index : indices.toListRef()) {
     defined += index.isTensor() ? 1 : 0;
-    masks += is_mask(index) ? 1 : 0;
+    masks += is_device_mask(index) ? 1 : 0;
   }
-  const c10::IValue values = argument(schema, args, "values");
-  const c10::IValue accumulate = argument(schema, args, "accumulate");
-  const bool masked_fill = masks == 1 && defined == 1 &&
-                           !accumulate.toBool() && values.toTensor().numel() == 1 && values.toTensor().is_cpu();
+  const at::Tensor values = argument(schema, args, "values").toTensor();
+  const bool masked_fill = masks == 1 && defined == 1 && !argument(schema, args, "accumulate").toBool() &&
+                           values.numel() == 1 && values.is_cpu();
   return masked_fill ? 0 : masks;
 }
 
@@ -157,7 +158,9 @@ int64_t value_reads(const c10::FunctionSchema& schema, const std::vector<c10::IV
     return argument(schema, args, "repeats").isTensor() && argument(schema, args, "output_size").isNone() ? 1 : 0;
   }
   if (name == "aten::histc") {  // min == max: the range is taken from the values
-    return argument(schema, args, "min").toScalar().toDouble() == argument(schema, args, "max").toScalar().toDouble();
+    return argument(schema, args, "min").toScalar().toDouble() == argument(schema, args, "max").toScalar().toDouble()
+               ? 1
+               : 0;
   }
   if (name == "aten::_index_put_impl_") return mask_expansions(schema, args);
   return 0;
