@@ -88,3 +88,44 @@ def paged_cache_load(
             key[out_start[b] + j] = _token(key_cache, blk, j % block_size, layout)
             value[out_start[b] + j] = _token(value_cache, blk, j % block_size, layout)
     return key, value
+
+
+def _put(cache: torch.Tensor, blk: int, slot: int, row: torch.Tensor, layout: KvCacheCfg) -> None:
+    """Write ``row`` to token ``(blk, slot)`` of a cache: the inverse of :func:`_token`."""
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        cache[blk, slot] = row
+    else:
+        cache[blk, :, slot, :] = row.reshape(cache.shape[1], cache.shape[3])
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor | None,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor,
+    *,
+    kv_cache_cfg: KvCacheCfg | str = "nd",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """ReshapeAndCacheOperation's semantics (docs/semantics.md §5), one token at a time.
+
+    ``key`` ``[num_tokens, num_heads, head_size_k]``, ``value`` likewise or None (key only);
+    caches ND ``[num_blocks, block_size, num_heads, head_size]`` or NZ
+    ``[num_blocks, T // E, block_size, E]``; ``slot_mapping`` ``[n]``, ``n <= num_tokens``.
+    ``kv_cache_cfg`` is ``"nd"``, ``"nz"`` or a :class:`KvCacheCfg`. Writes the caches in place
+    and returns them.
+    """
+    if isinstance(kv_cache_cfg, str):
+        layout = {"nd": KvCacheCfg.K_CACHE_V_CACHE_ND, "nz": KvCacheCfg.K_CACHE_V_CACHE_NZ}[kv_cache_cfg.lower()]
+    else:
+        layout = KvCacheCfg(kv_cache_cfg)
+    block_size = key_cache.shape[1] if layout == KvCacheCfg.K_CACHE_V_CACHE_ND else key_cache.shape[2]
+    for i in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[i])
+        if s < 0:
+            continue
+        blk, slot = s // block_size, s % block_size
+        _put(key_cache, blk, slot, key[i], layout)
+        if value is not None and value_cache is not None:
+            _put(value_cache, blk, slot, value[i], layout)
+    return key_cache, value_cache

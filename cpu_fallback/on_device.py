@@ -1,4 +1,4 @@
-"""The device fallback: both operations as torch operations on the tensors' own device, with no host reads.
+"""The device fallback: every operation as torch operations on the tensors' own device, with no host reads.
 
 Index tensors may live on the device, so nothing here reads an index value back to the host
 (no ``.item()``, ``.tolist()``, ``nonzero`` or boolean-mask indexing): every size comes from a
@@ -9,8 +9,9 @@ Index arithmetic is exact (as with Python ints): where an int64 sum or differenc
 the bound is tested without forming it, so a wrapped value never lands in range.
 
 Temporary memory is proportional to the tokens written or the output rows, never to a cache:
-a few int64 index vectors of ``ntokens`` (``kv_cache``) or ``rows`` (``paged_cache_load``)
-elements, and two row buffers of the same length per written tensor.
+a few int64 index vectors of ``ntokens`` (``kv_cache``), ``rows`` (``paged_cache_load``) or
+``len(slot_mapping)`` (``reshape_and_cache``) elements, and two row buffers of the same length
+per written tensor.
 
 Every copy moves integer views of the data (same width), so NaN payloads and every other bit
 pattern arrive unchanged.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ascend_kv.params import KvCacheCfg
 
 _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -128,6 +129,47 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
         _gather_into(nd, cache, out, block[:n], slot[:n], valid[:n])
 
 
+def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
+    """Write token ``i`` of ``key`` (and ``value``) to slot ``slot_mapping[i]`` of each cache in place.
+
+    Slots outside ``[0, num_blocks * block_size)`` (padding, or values nobody checked) are
+    skipped; tokens from ``len(slot_mapping)`` on are never read. A slot several tokens name
+    takes the last of them.
+
+    One ``index_put_`` per cache writes all ``n = len(slot_mapping)`` tokens, race-free by
+    construction: each token writes the row of the token its slot takes (found by a stable
+    sort of the slots, so a duplicate writes the last duplicate's row), and every skipped
+    token is redirected to rewrite the first written token's slot with that slot's row, so
+    duplicate destinations always carry identical bits. When no token is written, every write
+    puts back the current bits of token ``(0, 0)`` (gathered before the ``index_put_``). An NZ
+    cache ``[num_blocks, T // E, block_size, E]`` is written through its
+    ``[num_blocks, block_size, T // E, E]`` transposed view, one token per index as in ND.
+
+    Temporary memory: about a dozen int64 or bool ``[n]`` vectors and, per cache, two
+    ``[n, row]`` buffers (the gathered rows, then the selected ones).
+    """
+    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
+    num_blocks = args.key_cache.shape[0]
+    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    n = args.slot_mapping.shape[0]
+    if n == 0 or num_blocks * block_size == 0:
+        return
+    slots = args.slot_mapping.long()                                             # [n]
+    written = (slots >= 0) & (slots < num_blocks * block_size)
+    ranked = torch.where(written, slots, -1)                                     # skipped tokens sort first
+    ordered, order = torch.sort(ranked, stable=True)
+    source = order[torch.searchsorted(ordered, ranked, right=True) - 1]          # the last token naming each slot
+
+    first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a written token, if any
+    any_written = written.index_select(0, first)                                 # [1]
+    source = torch.where(written, source, source.index_select(0, first))
+    slot = torch.where(written, slots, torch.where(any_written, slots.index_select(0, first), 0))
+    block, position = torch.div(slot, block_size, rounding_mode="floor"), slot % block_size
+    _scatter(nd, args.key_cache, args.key, source, block, position, any_written)
+    if args.value is not None and args.value_cache is not None:
+        _scatter(nd, args.value_cache, args.value, source, block, position, any_written)
+
+
 def output_rows(context_lens: torch.Tensor, cumsum: bool) -> torch.Tensor:
     """Rows of the outputs an allocating ``paged_cache_load`` creates, as a 0-d int64 tensor on ``context_lens``' device.
 
@@ -184,6 +226,23 @@ def _writer(first_rows: torch.Tensor, lengths: torch.Tensor, row: torch.Tensor) 
     at = started.clamp(min=0)
     covered = (started >= 0) & (reach[at] > row)
     return torch.where(covered, order[reacher[at]], 0), covered
+
+
+def _scatter(nd: bool, cache: torch.Tensor, tokens: torch.Tensor, source: torch.Tensor, block: torch.Tensor,
+             position: torch.Tensor, any_written: torch.Tensor) -> None:
+    """``token(cache, block[i], position[i]) = tokens[source[i]]`` for every ``i``, or, unless ``any_written``, its own bits.
+
+    ``cache`` ND ``[num_blocks, block_size, heads, head_size]`` or NZ ``[num_blocks, T // E,
+    block_size, E]``; ``tokens`` ``[num_tokens, heads, head_size]``; the rest ``[n]``
+    (``any_written`` ``[1]``).
+    """
+    if cache.numel() == 0:
+        return
+    target = _bits(cache) if nd else _bits(cache).transpose(1, 2)               # [num_blocks, block_size, ...]
+    rows = _bits(tokens).index_select(0, source).reshape(source.shape[0], *target.shape[2:])
+    kept = target[0, 0]                                                          # put back if nothing is written
+    mask = any_written.reshape(-1, *([1] * (rows.dim() - 1)))
+    target.index_put_((block, position), torch.where(mask, rows, kept))
 
 
 def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ascend_kv.params import KvCacheCfg
 
 
@@ -76,3 +76,26 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
                 args.key[row] = _token(args.key_cache, block, j % block_size, args.layout)
             if 0 <= row < value_rows:
                 args.value[row] = _token(args.value_cache, block, j % block_size, args.layout)
+
+
+def _put(cache: torch.Tensor, block: int, slot: int, row: torch.Tensor, layout: KvCacheCfg) -> None:
+    if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+        cache[block, slot] = row
+    else:
+        cache[block, :, slot, :] = row.reshape(cache.shape[1], cache.shape[3])
+
+
+def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
+    """Write ``args.key_cache`` (and ``args.value_cache``) in place as the kernels do, skipping out-of-range slots.
+
+    A slot several tokens name ends up with the last of them (the kernels leave one of them).
+    """
+    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
+    num_blocks = args.key_cache.shape[0]
+    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    for i, s in enumerate(_ints(args.slot_mapping)):
+        if not 0 <= s < num_blocks * block_size:
+            continue
+        _put(args.key_cache, s // block_size, s % block_size, args.key[i], args.layout)
+        if args.value is not None and args.value_cache is not None:
+            _put(args.value_cache, s // block_size, s % block_size, args.value[i], args.layout)

@@ -1,0 +1,157 @@
+"""Paged cache write: token ``i`` of ``key`` (and ``value``) into slot ``slots[i]`` of each cache, by the fastest way that applies.
+
+Each cache is written on its own, by the first path that applies:
+
+``native``
+    Host tensors, the compiled copier built, the copied items contiguous and a multiple of 32
+    bytes (ND token rows, NZ 32-byte fractal rows): one C call copies every token, one run
+    each; padding tokens are runs of 0 items, which the copier skips.
+``rows`` (ND only)
+    The cache viewable as ``[num_blocks * block_size, row]``: one ``index_copy_`` with the
+    slots as row numbers (padding dropped).
+``general``
+    Anything else (unaligned rows in strided caches, NZ without the copier): the device
+    fallback, one ``index_put_`` per cache, which honours any strides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ascend_kv.calls import ReshapeAndCacheArgs
+from ascend_kv.params import KvCacheCfg
+
+from . import native, on_device
+from .strides import rows_contiguous
+from .wide import same_width_views
+
+ND = KvCacheCfg.K_CACHE_V_CACHE_ND
+
+#: Bytes written (both caches together) from which the copier streams them past the CPU caches
+#: (see :func:`.native.copy_runs`): as with ``kv_cache``, the tokens land in a cache of many
+#: steps and layers and are read back only by a later attention step.
+STREAM_MIN_BYTES = 1 << 20
+
+
+def paths(args: ReshapeAndCacheArgs) -> tuple[str, ...]:
+    """The names of the paths :func:`reshape_and_cache` takes for the key cache (and the value cache)."""
+    pairs = [(args.key, args.key_cache)]
+    if args.value is not None and args.value_cache is not None:
+        pairs.append((args.value, args.value_cache))
+    return tuple(_path(args.layout, tokens, cache) for tokens, cache in pairs)
+
+
+def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
+    """Write ``args.key`` (and ``args.value``) into the caches in place, token ``i`` to slot ``slots[i]``.
+
+    Parameters
+    ----------
+    args : ReshapeAndCacheArgs
+        A call whose slot values were checked.
+    slots : list of int
+        ``[n]``, ``args.slot_mapping``'s values: each negative (padding: skipped) or in
+        ``[0, num_blocks * block_size)``, the non-negative ones distinct.
+    """
+    if not slots or max(slots) < 0:
+        return
+    nd = args.layout == ND
+    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    pairs = [(args.key, args.key_cache)]
+    if args.value is not None and args.value_cache is not None:
+        pairs.append((args.value, args.value_cache))
+    written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
+    stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
+    padded = min(slots) < 0
+    for way, (tokens, cache) in zip(paths(args), pairs):
+        if way == "native":
+            _native(nd, tokens, cache, slots, block_size, padded, stream_min_bytes)
+        elif way == "rows":
+            _rows(tokens, cache, slots, padded)
+        else:
+            on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
+
+
+def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
+    nd = layout == ND
+    if native.usable(tokens, cache) and _native_takes(nd, tokens, cache):
+        return "native"
+    if nd and _flat_rows(cache) is not None:
+        return "rows"
+    return "general"
+
+
+def _native_takes(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> bool:
+    """Whether the copier's items are contiguous in ``tokens`` and ``cache``, and whole 32-byte blocks."""
+    if not rows_contiguous(tokens):
+        return False
+    if nd:
+        return _row_bytes(cache, nd) % 32 == 0 and rows_contiguous(cache[:, 0])
+    return cache.stride(3) == 1
+
+
+def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int, padded: bool,
+            stream_min_bytes: int) -> None:
+    """One run per token: from ``tokens[i]`` to the address of slot ``slots[i]``, 0 items for padding."""
+    size = cache.element_size()
+    block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
+    destination, index_step = _destinations(slots, block_size, block_step, slot_step)
+    items = np.greater_equal(slots, 0).tolist() if padded else [1] * len(slots)
+    row_step = tokens.stride(0) * size
+    runs_at = (tokens.data_ptr(), cache.data_ptr(), range(len(slots)), destination, items)
+    if nd:                                                                       # items: token rows
+        native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=_row_bytes(cache, nd),
+                         steps=(row_step, slot_step), stream_min_bytes=stream_min_bytes)
+    else:                                                                        # items: 32-byte fractal rows
+        fractal = cache.shape[3] * size
+        native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=fractal, steps=(row_step, slot_step),
+                         pieces=cache.shape[1], piece_steps=(fractal, cache.stride(1) * size),
+                         stream_min_bytes=stream_min_bytes)
+
+
+def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], padded: bool) -> None:
+    """One ``index_copy_`` into the ``[num_blocks * block_size, row]`` view, slots as row numbers."""
+    if padded:
+        values = np.asarray(slots, dtype=np.int64)
+        kept = np.flatnonzero(values >= 0)                                       # tokens written
+        index = torch.from_numpy(values[kept])
+        source = tokens.index_select(0, torch.from_numpy(kept).to(tokens.device))
+    else:
+        index = torch.tensor(slots, dtype=torch.int64)
+        source = tokens[: len(slots)]
+    dst, src = same_width_views(cache.view(cache.shape[0] * cache.shape[1], -1), source.flatten(1))  # a view: _path()
+    dst.index_copy_(0, index.to(cache.device), src)
+
+
+def _destinations(slots: list[int], block_size: int, block_step: int, slot_step: int) -> tuple[Sequence[int], int]:
+    """Each slot's byte offset in the cache as (index, bytes per index unit) for the copier.
+
+    Blocks back to back in slot steps (the usual case): the slots themselves, ``slot_step``
+    bytes apart. Otherwise (blocks strided apart, NZ): offsets computed whole-array, in units
+    of the steps' greatest common divisor (so that aligned steps keep streaming possible).
+    """
+    if block_step == block_size * slot_step:
+        return slots, slot_step
+    unit = math.gcd(block_step, slot_step) or 1
+    blocks, positions = np.divmod(np.asarray(slots, dtype=np.int64), block_size)
+    return ((blocks * (block_step // unit)) + positions * (slot_step // unit)).tolist(), unit
+
+
+def _row_numel(cache: torch.Tensor, nd: bool) -> int:
+    """Elements in one token row of ``cache``."""
+    return math.prod(cache.shape[2:]) if nd else cache.shape[1] * cache.shape[3]
+
+
+def _row_bytes(cache: torch.Tensor, nd: bool) -> int:
+    return _row_numel(cache, nd) * cache.element_size()
+
+
+def _flat_rows(cache: torch.Tensor) -> torch.Tensor | None:
+    """An ND cache as a ``[num_blocks * block_size, row]`` view, if it is one."""
+    try:
+        return cache.view(cache.shape[0] * cache.shape[1], -1)
+    except RuntimeError:
+        return None
