@@ -1,9 +1,10 @@
 """A fake NPU for tests: PyTorch's PrivateUse1 device, renamed ``npu``, holding host memory.
 
 Device tensors are real host memory (``data_ptr()``, views, strides and in-place ops behave as
-on a device; allocations are 512-byte aligned, op results borrowed from a CPU kernel have the CPU
-allocator's 64); every op without a kernel of its own runs its CPU kernel over that same memory. What a
-real NPU would make the host wait for is counted, so a test can prove a call never does:
+on a device; allocations are 512-byte aligned, op results borrowed from a CPU kernel have the
+CPU allocator's 64); every op without a kernel of its own runs its CPU kernel over that same
+memory. What a real NPU would make the host wait for is counted, so a test can prove a call never
+does:
 
 - ``transfers()``: device-to-host copies (``.cpu()``, ``.to("cpu")``, ``copy_`` into a host
   tensor, ``tolist()``, ``numpy(force=True)``, printing), scalar reads (``item()``, ``bool()``,
@@ -20,7 +21,9 @@ real NPU would make the host wait for is counted, so a test can prove a call nev
 
 ``install()`` builds the C++ extension once (cached under ``$ASCEND_KV_CACHE_DIR`` or
 ``~/.cache/ascend_kv``, keyed by a hash of the sources and the torch version) and installs it for
-the whole process; CPU tensors behave exactly as before. The SoC name reported is
+the whole process. CPU tensors and ops behave as before; what changes is that torch now has an
+accelerator: ``torch.accelerator`` reports ``npu``, so ``pin_memory()`` pins through the fake NPU
+and torch's accelerator helpers call ``torch.npu``. The SoC name reported is
 ``$ASCEND_KV_SOC`` (default ``Ascend910B3``); the number of devices ``$ASCEND_KV_FAKE_NPU_DEVICES``
 (default 2).
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,10 +59,22 @@ def _cache_root() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "ascend_kv"
 
 
+def _put_ninja_on_path() -> None:
+    """torch runs ``ninja`` from PATH; the pip package's binary may sit in a venv that is not active."""
+    if shutil.which("ninja") is not None:
+        return
+    try:
+        import ninja  # type: ignore[import-not-found]
+    except ImportError:
+        return  # torch's own error then says ninja is required
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
 def _build() -> Any:
     """Compile (or reuse) the extension: one build folder per source hash and torch version."""
     from torch.utils import cpp_extension
 
+    _put_ninja_on_path()
     here = Path(__file__).parent
     digest = hashlib.sha256(torch.__version__.encode())
     for name in _SOURCES:
