@@ -18,6 +18,24 @@
 
 namespace ascend_kv {
 
+/// The geometry of `tensor` for the tiling (absent when undefined): sizes, byte strides, element size.
+inline TensorGeom GeometryOf(const at::Tensor& tensor)
+{
+    TensorGeom g;
+    if (!tensor.defined()) {
+        return g;
+    }
+    TORCH_CHECK(tensor.dim() <= kMaxDims, "a tensor of ", tensor.dim(), " dimensions reached the kernels");
+    g.present = true;
+    g.dims = static_cast<int>(tensor.dim());
+    g.elemBytes = static_cast<uint64_t>(tensor.element_size());
+    for (int d = 0; d < g.dims; ++d) {
+        g.sizes[d] = tensor.size(d);
+        g.strides[d] = tensor.stride(d) * tensor.element_size();
+    }
+    return g;
+}
+
 /// Vector cores the kernels may use on `device`.
 uint64_t VectorCoreCount(const at::Device& device);
 

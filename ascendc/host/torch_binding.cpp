@@ -92,23 +92,6 @@ void CheckRowBytes(const char* op, const char* name, int64_t rowBytes)
                 " rows must be a positive multiple of 32 bytes, got ", rowBytes, " bytes");
 }
 
-ascend_kv::TensorGeom Geometry(const at::Tensor& tensor)
-{
-    ascend_kv::TensorGeom g;
-    if (!tensor.defined()) {
-        return g;
-    }
-    TORCH_CHECK(tensor.dim() <= ascend_kv::kMaxDims, "tensor of ", tensor.dim(), " dimensions");
-    g.present = true;
-    g.dims = static_cast<int>(tensor.dim());
-    g.elemBytes = static_cast<uint64_t>(tensor.element_size());
-    for (int d = 0; d < g.dims; ++d) {
-        g.sizes[d] = tensor.size(d);
-        g.strides[d] = tensor.stride(d) * tensor.element_size();
-    }
-    return g;
-}
-
 template <typename Tiling>
 Tiling Checked(const char* op, int status, const Tiling& tiling)
 {
@@ -141,11 +124,11 @@ ascend_kv::KvCacheTiling KvCachePlan(const char* op, const at::Tensor& newKv, co
         CheckIndex(op, layer, "layer_tensor", device, 1);
     }
     ascend_kv::KvCacheGeometry call;
-    call.newKv = Geometry(newKv);
-    call.past = Geometry(past);
-    call.tokenOffset = Geometry(tokenOffset);
-    call.seqLen = Geometry(seqLen);
-    call.layer = Geometry(layer);
+    call.newKv = ascend_kv::GeometryOf(newKv);
+    call.past = ascend_kv::GeometryOf(past);
+    call.tokenOffset = ascend_kv::GeometryOf(tokenOffset);
+    call.seqLen = ascend_kv::GeometryOf(seqLen);
+    call.layer = ascend_kv::GeometryOf(layer);
     call.layerId = layerId;
     ascend_kv::KvCacheTiling tiling{};
     const int status = ascend_kv::ComputeKvCacheTiling(call, ascend_kv::VectorCoreCount(device),
@@ -222,13 +205,13 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
     ascend_kv::PagedLoadGeometry call;
     call.layout = static_cast<uint64_t>(layout);
     call.cumsum = cumsum;
-    call.keyCache = Geometry(keyCache);
-    call.valueCache = Geometry(valueCache);
-    call.blockTable = Geometry(blockTable);
-    call.contextLens = Geometry(contextLens);
-    call.seqStarts = Geometry(seqStarts);
-    call.key = Geometry(key);
-    call.value = Geometry(value);
+    call.keyCache = ascend_kv::GeometryOf(keyCache);
+    call.valueCache = ascend_kv::GeometryOf(valueCache);
+    call.blockTable = ascend_kv::GeometryOf(blockTable);
+    call.contextLens = ascend_kv::GeometryOf(contextLens);
+    call.seqStarts = ascend_kv::GeometryOf(seqStarts);
+    call.key = ascend_kv::GeometryOf(key);
+    call.value = ascend_kv::GeometryOf(value);
     ascend_kv::PagedLoadTiling tiling{};
     const int status = ascend_kv::ComputePagedLoadTiling(call, ascend_kv::VectorCoreCount(device),
                                                          ascend_kv::UsableUbBytes(device), &tiling);

@@ -56,13 +56,8 @@ public:
             return;
         }
         region_.base = tensor.data_ptr();
-        const int64_t item = tensor.element_size();
-        int64_t span = tensor.numel() == 0 ? 0 : item;
-        for (int64_t d = 0; d < tensor.dim(); ++d) {
-            span += tensor.numel() == 0 ? 0 : (tensor.size(d) - 1) * tensor.stride(d) * item;
-        }
-        region_.bytes = static_cast<uint64_t>(span);
-        if (span > 0 && tensor.numel() * item != span) {
+        region_.bytes = SpanBytes(GeometryOf(tensor));
+        if (region_.bytes != static_cast<uint64_t>(tensor.numel() * tensor.element_size())) {
             MarkElements(tensor);
             region_.elements = mask_.data();
         }
