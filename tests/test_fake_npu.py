@@ -136,6 +136,8 @@ OUT_OF_PLACE: dict[str, Callable[[torch.Tensor], object]] = {
     "cumsum": lambda t: t.cumsum(1),
     "searchsorted": lambda t: torch.searchsorted(t[0].contiguous(), t[1:] - 6.5),
     "clamp": lambda t: t.clamp(2, 17),
+    "clamp by a tensor (optional tensor arguments)": lambda t: t.clamp(min=t[1] - 4, max=None),
+    "index with a slice and a tensor (None in Tensor?[])": lambda t: t[:, idx(t, [5, 0])],
     "arange": lambda t: torch.arange(3, 30, 4, device=t.device),
     "sum": lambda t: t.sum(0),
     "max with indices": lambda t: t.max(1),
