@@ -94,14 +94,22 @@ __aicore__ inline Range RowsInside(int64_t base, uint64_t count, uint64_t limit)
     return rows;
 }
 
-/// base + k if 0 <= base + k < limit; otherwise false.
+/// index = base + k if 0 <= base + k < limit (computed exactly, no overflow); otherwise false.
 __aicore__ inline bool IndexInRange(int64_t base, uint64_t k, uint64_t limit, uint64_t& index)
 {
-    const Range one = RowsInside(base, k + 1, limit);
-    if (one.end == 0 || one.end - 1 != static_cast<uint64_t>(base) + k) {
+    if (base >= 0) {
+        const uint64_t first = static_cast<uint64_t>(base);
+        if (first >= limit || k >= limit - first) {
+            return false;
+        }
+        index = first + k;
+        return true;
+    }
+    const uint64_t below = static_cast<uint64_t>(-(base + 1)) + 1;  // -base, without overflow
+    if (k < below || k - below >= limit) {
         return false;
     }
-    index = one.end - 1;
+    index = k - below;
     return true;
 }
 
