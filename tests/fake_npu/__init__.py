@@ -122,6 +122,7 @@ def _device_module(extension: Any) -> types.ModuleType:
     module.get_device_name = get_device_name
     module.get_npu_format = storage_format
     module._is_in_bad_fork = lambda: False
+    module.fake_npu_extension = extension  # found again if this file is imported under another name
     return module
 
 
@@ -129,6 +130,10 @@ def install() -> None:
     """Build the extension once and make ``npu`` a device of this process (idempotent, permanent)."""
     global _extension
     if _extension is not None:
+        return
+    installed = getattr(getattr(torch, "npu", None), "fake_npu_extension", None)
+    if installed is not None:
+        _extension = installed
         return
     backend = torch._C._get_privateuse1_backend_name()
     if backend not in ("privateuseone", "npu"):
