@@ -197,6 +197,20 @@ def test_kv_cache_strided_past_and_new_kv_in_place(configure, cores: int) -> Non
     assert_gaps_unchanged(past_buffer, before, past)
 
 
+def test_kv_cache_broadcast_new_kv_row_is_read_in_place(configure) -> None:
+    """new_kv rows 0 bytes apart (one row expanded): each token is copied on its own."""
+    configure(2, 1024)
+    row = random_bits((1, 32), torch.float16, 3)
+    new_kv = row.expand(6, 32)
+    past = random_bits((1, 2, 8, 32), torch.float16, 4)
+    token_offset, seq_len = torch.tensor([4, 8]), torch.tensor([4, 2])
+    args = KvCacheArgs(new_kv, past, 0, token_offset, seq_len)
+    assert kernel_domain.outside_reason(args) is None
+    expected = reference.kv_cache(new_kv.contiguous(), 0, past.clone(), token_offset, seq_len)
+    sim.kv_cache(args)
+    assert bits_equal(past, expected)
+
+
 def strided_paged_views(layout: KvCacheCfg, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(buffer, key_cache, value_cache)``: two cache views of one buffer."""
     nb, bs = 5, 16
