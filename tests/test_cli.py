@@ -13,18 +13,20 @@ import pytest
 from ascend_kv import cli, device, support
 from ascend_kv.backends import npu
 
-A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True}
-NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False}
-ANSWERS = [
-    ("Ascend910B3", "atlas-a2", A2_A3),
-    ("ascend910b4-1", "atlas-a2", A2_A3),
-    ("  ASCEND910_9391\n", "atlas-a3", A2_A3),
-    ("Ascend950PR_9579", "atlas-350", NONE),
-    ("Ascend910B", "atlas-training", NONE),
-    (" ascend910b ", "atlas-training", NONE),
-    ("Ascend910PremiumA", "atlas-training", NONE),
-    ("ascend310p3vir02", "atlas-inference", NONE),
-    ("Ascend310B1", "atlas-200i-500-a2", NONE),
+A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True}
+RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True}
+NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False}
+ND_NZ, ND, NZ = ["nd", "nz"], ["nd"], ["nz"]
+ANSWERS = [  # (SoC, product line, documented operations, ReshapeAndCache layouts)
+    ("Ascend910B3", "atlas-a2", A2_A3, ND_NZ),
+    ("ascend910b4-1", "atlas-a2", A2_A3, ND_NZ),
+    ("  ASCEND910_9391\n", "atlas-a3", A2_A3, ND_NZ),
+    ("Ascend950PR_9579", "atlas-350", RESHAPE_ONLY, ND),
+    ("Ascend910B", "atlas-training", RESHAPE_ONLY, NZ),
+    (" ascend910b ", "atlas-training", RESHAPE_ONLY, NZ),
+    ("Ascend910PremiumA", "atlas-training", RESHAPE_ONLY, NZ),
+    ("ascend310p3vir02", "atlas-inference", RESHAPE_ONLY, NZ),
+    ("Ascend310B1", "atlas-200i-500-a2", RESHAPE_ONLY, NZ),
 ]
 
 
@@ -34,20 +36,22 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-@pytest.mark.parametrize(("soc", "line", "ops"), ANSWERS)
+@pytest.mark.parametrize(("soc", "line", "ops", "layouts"), ANSWERS)
 def test_support_matrix_for_one_soc_as_json(
-    capsys: pytest.CaptureFixture[str], soc: str, line: str, ops: dict[str, bool]
+    capsys: pytest.CaptureFixture[str], soc: str, line: str, ops: dict[str, bool], layouts: list[str]
 ) -> None:
     status, out, err = run(capsys, "support-matrix", "--soc", soc, "--json")
     assert (status, err) == (0, "")
-    assert json.loads(out) == {"soc": soc, "product_line": line, "ops": ops}
+    assert json.loads(out) == {"soc": soc, "product_line": line, "ops": ops,
+                               "layouts": {"ReshapeAndCacheOperation": layouts}}
 
 
 @pytest.mark.parametrize("soc", ["Ascend910", "Ascend910C", "Ascend 910B3", "", "nvidia-a100"])
 def test_unknown_soc_exits_2_listing_the_known_families(capsys: pytest.CaptureFixture[str], soc: str) -> None:
     status, out, err = run(capsys, "support-matrix", "--soc", soc, "--json")
     assert status == 2
-    assert json.loads(out) == {"soc": soc, "product_line": None, "ops": NONE}
+    assert json.loads(out) == {"soc": soc, "product_line": None, "ops": NONE,
+                               "layouts": {"ReshapeAndCacheOperation": []}}
     assert f"unknown SoC name {soc!r}" in err
     for line in support.PRODUCT_LINES:
         assert line.id in err

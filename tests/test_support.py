@@ -1,4 +1,4 @@
-"""The support matrix and SoC-name rules (HARDWARE.md), and the README's copy of the table."""
+"""The support matrix and SoC-name rules (docs/hardware.md), and the README's copy of the table."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from ascend_kv import support
 
-BOTH = {"KVCacheOperation": True, "PagedCacheLoadOperation": True}
-NEITHER = {"KVCacheOperation": False, "PagedCacheLoadOperation": False}
+ALL = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True}
+RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True}
+NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False}
+LAYOUTS = {"atlas-350": ["nd"], "atlas-a3": ["nd", "nz"], "atlas-a2": ["nd", "nz"], "atlas-training": ["nz"],
+           "atlas-inference": ["nz"], "atlas-200i-500-a2": ["nz"], None: []}
 
 # (SoC name as the runtime or a user may spell it, product line id or None)
 NAMES = [
@@ -40,10 +43,12 @@ NAMES = [
 def test_product_line_of_each_soc_name(soc: str, line: str | None) -> None:
     found = support.product_line(soc)
     assert (found.id if found else None) == line
-    expected_ops = BOTH if line in ("atlas-a2", "atlas-a3") else NEITHER
-    assert support.soc_answer(soc) == {"soc": soc, "product_line": line, "ops": expected_ops}
+    expected_ops = ALL if line in ("atlas-a2", "atlas-a3") else NONE if line is None else RESHAPE_ONLY
+    assert support.soc_answer(soc) == {"soc": soc, "product_line": line, "ops": expected_ops,
+                                       "layouts": {"ReshapeAndCacheOperation": LAYOUTS[line]}}
     for op in support.OPERATIONS:
         assert support.is_supported(op, soc) is expected_ops[op]
+        assert (found is not None and found.kernels_run(op)) is (line in ("atlas-a2", "atlas-a3"))
 
 
 @pytest.mark.parametrize(("soc", "line"), [(s, line) for s, line in NAMES if s])
@@ -61,14 +66,14 @@ def test_any_suffix_after_ascend910b_is_a2_and_exactly_ascend910b_is_first_gener
     assert line is not None and line.id == ("atlas-a2" if suffix else "atlas-training")
 
 
-def test_matrix_is_the_seed_table() -> None:
+def test_matrix_is_huaweis_table() -> None:
     assert support.matrix() == {
-        "atlas-350": NEITHER,
-        "atlas-a3": BOTH,
-        "atlas-a2": BOTH,
-        "atlas-training": NEITHER,
-        "atlas-inference": NEITHER,
-        "atlas-200i-500-a2": NEITHER,
+        "atlas-350": RESHAPE_ONLY,
+        "atlas-a3": ALL,
+        "atlas-a2": ALL,
+        "atlas-training": RESHAPE_ONLY,
+        "atlas-inference": RESHAPE_ONLY,
+        "atlas-200i-500-a2": RESHAPE_ONLY,
     }
 
 
@@ -83,7 +88,8 @@ def test_every_rule_names_a_known_line_and_prefix_rules_never_overlap() -> None:
 
 
 def test_bad_arguments_are_named() -> None:
-    with pytest.raises(ValueError, match="op must be one of KVCacheOperation, PagedCacheLoadOperation, got 'kv'"):
+    with pytest.raises(ValueError, match="op must be one of KVCacheOperation, PagedCacheLoadOperation, "
+                                         "ReshapeAndCacheOperation, got 'kv'"):
         support.is_supported("kv", "Ascend910B3")
     with pytest.raises(TypeError, match="soc must be a str, got int"):
         support.product_line(910)  # type: ignore[arg-type]
@@ -91,12 +97,15 @@ def test_bad_arguments_are_named() -> None:
 
 def test_markdown_table_has_a_row_per_line_from_the_data() -> None:
     rows = support.markdown_table().splitlines()
-    assert rows[0] == "| Product line | id | SoC names | KVCacheOperation | PagedCacheLoadOperation |"
+    assert rows[0] == ("| Product line | id | SoC names | KVCacheOperation | PagedCacheLoadOperation | "
+                       "ReshapeAndCacheOperation | ascend_kv's kernels |")
     assert len(rows) == 2 + len(support.PRODUCT_LINES)
     for row, line in zip(rows[2:], support.PRODUCT_LINES):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[:2] == [line.name, f"`{line.id}`"]
-        assert cells[3:] == ["yes" if line.supports(op) else "no" for op in support.OPERATIONS]
+        assert cells[3:5] == ["yes" if line.supports(op) else "no" for op in support.OPERATIONS[:2]]
+        assert cells[5].startswith("yes (") and all(layout.upper() in cells[5] for layout in line.layouts)
+        assert cells[6] == ("yes" if line.id in ("atlas-a2", "atlas-a3") else "no (the fallback runs on the NPU)")
 
 
 def test_readme_contains_exactly_the_generated_table() -> None:
