@@ -70,3 +70,14 @@ def test_index_tensors_on_another_device_are_refused() -> None:
     with pytest.raises(RuntimeError, match="ascend_kv_host.kv_cache: seq_len is on cpu, expected npu:0"):
         torch.ops.ascend_kv_host.kv_cache(npu(torch.zeros((2, 16), dtype=torch.float16)), past,
                                           npu(torch.tensor([1, 1])), torch.tensor([1, 1]), None, 0)
+
+
+def test_sim_backend_takes_device_data_with_host_index_tensors() -> None:
+    """``sim.kv_cache`` moves host index tensors to the data's device (a test instrument may upload)."""
+    past = random_bits((1, 2, 8, 32), torch.float16, 5)
+    new_kv = random_bits((3, 32), torch.float16, 6)
+    expected = KvCacheArgs(new_kv, past.clone(), 0, torch.tensor([2, 8]), torch.tensor([2, 1]))
+    safe_reference.kv_cache(expected)
+    args = KvCacheArgs(npu(new_kv), npu(past), 0, torch.tensor([2, 8]), torch.tensor([2, 1]))
+    sim.kv_cache(args)
+    assert bits_equal(args.past.cpu(), expected.past)

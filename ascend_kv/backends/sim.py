@@ -139,6 +139,11 @@ def _in_domain(args: KvCacheArgs | PagedLoadArgs) -> dict[str, torch.Tensor]:
             for name, (tensor, first_dim, _) in kernel_domain.row_rules(args).items()}
 
 
+def _index(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """An index tensor as the ops take it: on the data's device, contiguous."""
+    return tensor.to(device).contiguous()
+
+
 def _write_back(given: torch.Tensor, ran: torch.Tensor) -> None:
     if ran is not given:
         given.copy_(ran)
@@ -147,16 +152,18 @@ def _write_back(given: torch.Tensor, ran: torch.Tensor) -> None:
 def kv_cache(args: KvCacheArgs) -> None:
     """Run ``kv_cache_kernel`` on the host; writes ``args.past`` in place.
 
-    Index values are not checked: out-of-range tokens are skipped. Tensors outside the kernels'
-    domain (:func:`kernel_domain.outside_reason`) run on contiguous copies.
+    CPU tensors, or tensors of a PrivateUse1 device that hold host memory; index tensors are moved
+    to the data's device. Index values are not checked: out-of-range tokens are skipped. Tensors
+    outside the kernels' domain (:func:`kernel_domain.outside_reason`) run on contiguous copies.
     """
     load()
     t = _in_domain(args)
+    device = args.past.device
     layer = args.layer_id
-    layer_tensor = layer.contiguous() if isinstance(layer, torch.Tensor) else None
+    layer_tensor = _index(layer, device) if isinstance(layer, torch.Tensor) else None
     layer_id = 0 if isinstance(layer, torch.Tensor) else int(layer)
-    torch.ops.ascend_kv_host.kv_cache(t["new_kv"], t["past"], args.token_offset.contiguous(),
-                                      args.seq_len.contiguous(), layer_tensor, layer_id)
+    torch.ops.ascend_kv_host.kv_cache(t["new_kv"], t["past"], _index(args.token_offset, device),
+                                      _index(args.seq_len, device), layer_tensor, layer_id)
     _write_back(args.past, t["past"])
 
 
@@ -168,9 +175,10 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     """
     load()
     t = _in_domain(args)
-    seq_starts = args.seq_starts.contiguous() if args.seq_starts is not None else None
-    torch.ops.ascend_kv_host.paged_cache_load(t["key_cache"], t["value_cache"], args.block_table.contiguous(),
-                                              args.context_lens.contiguous(), seq_starts, t["key"], t["value"],
+    device = args.key_cache.device
+    seq_starts = _index(args.seq_starts, device) if args.seq_starts is not None else None
+    torch.ops.ascend_kv_host.paged_cache_load(t["key_cache"], t["value_cache"], _index(args.block_table, device),
+                                              _index(args.context_lens, device), seq_starts, t["key"], t["value"],
                                               int(args.layout), bool(args.cumsum))
     _write_back(args.key, t["key"])
     _write_back(args.value, t["value"])
