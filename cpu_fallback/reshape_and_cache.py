@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
         ``[n]``, ``args.slot_mapping``'s values: each negative (padding: skipped) or in
         ``[0, num_blocks * block_size)``, the non-negative ones distinct.
     """
-    if not slots or max(slots) < 0:
+    if not slots:
         return
     nd = args.layout == ND
     block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
@@ -66,13 +67,27 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
     written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
     padded = min(slots) < 0
+    runs: _Runs | None = None
     for way, (tokens, cache) in zip(paths(args), pairs):
         if way == "native":
-            _native(nd, tokens, cache, slots, block_size, padded, stream_min_bytes)
+            runs = runs or _runs(slots, padded)
+            _native(nd, tokens, cache, slots, runs, block_size, stream_min_bytes)
         elif way == "rows":
             _rows(tokens, cache, slots, padded)
         else:
             on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
+
+
+class _Runs(NamedTuple):
+    """The copier's runs, one per token, shared by both caches, each ``[n]``."""
+
+    source: list[int]        #: token ``i`` (``0 .. n - 1``)
+    items: list[int]         #: 1, or 0 for padding (the copier skips the run)
+
+
+def _runs(slots: list[int], padded: bool) -> _Runs:
+    items = np.greater_equal(slots, 0).tolist() if padded else [1] * len(slots)
+    return _Runs(list(range(len(slots))), items)
 
 
 def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
@@ -93,15 +108,14 @@ def _native_takes(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> bool:
     return cache.stride(3) == 1
 
 
-def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int, padded: bool,
+def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], runs: _Runs, block_size: int,
             stream_min_bytes: int) -> None:
-    """One run per token: from ``tokens[i]`` to the address of slot ``slots[i]``, 0 items for padding."""
+    """One run per token: from ``tokens[i]`` to the address of slot ``slots[i]``."""
     size = cache.element_size()
     block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
     destination, index_step = _destinations(slots, block_size, block_step, slot_step)
-    items = np.greater_equal(slots, 0).tolist() if padded else [1] * len(slots)
     row_step = tokens.stride(0) * size
-    runs_at = (tokens.data_ptr(), cache.data_ptr(), range(len(slots)), destination, items)
+    runs_at = (tokens.data_ptr(), cache.data_ptr(), runs.source, destination, runs.items)
     if nd:                                                                       # items: token rows
         native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=_row_bytes(cache, nd),
                          steps=(row_step, slot_step), stream_min_bytes=stream_min_bytes)

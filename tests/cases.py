@@ -184,3 +184,92 @@ def paged_cases(draw: st.DrawFn) -> Case:
         extra_columns=draw(st.integers(0, 2)), index_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
         seed=draw(st.integers(0, 2**31)),
     )
+
+
+# ----------------------------------------------------------------------------- reshape_and_cache
+
+#: (key, value) dtypes of an NZ ``reshape_and_cache``: any cache dtype for keys, 16-bit values (ATB's six pairs).
+RESHAPE_NZ_PAIRS = [(k, v) for k in CACHE_DTYPES for v in (torch.float16, torch.bfloat16)]
+
+
+def in_wider_buffer(t: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
+    """``t``'s values in a view of a random-bits buffer one element wider before and two after along ``dim``."""
+    shape = list(t.shape)
+    shape[dim] += 3
+    view = random_bits(tuple(shape), t.dtype, seed).narrow(dim, 1, t.shape[dim])
+    view.copy_(t)
+    return view
+
+
+def reshape_and_cache_case(
+    kv_cache_cfg: str, slots: list[int], *, num_tokens: int | None = None, key_dtype: torch.dtype = torch.float16,
+    value_dtype: torch.dtype | None = None, key_only: bool = False, num_heads: int = 2, head_size_k: int = 16,
+    head_size_v: int = 16, block_size: int = 16, num_blocks: int = 4, index_dtype: torch.dtype = torch.int32,
+    strided: bool = False, seed: int = 0,
+) -> Case:
+    """A ``reshape_and_cache`` call writing token ``i`` to slot ``slots[i]`` (negative: padding).
+
+    ``num_tokens`` defaults to ``len(slots)``; ``key_only`` passes ``value`` and ``value_cache``
+    as None. ``strided`` gives key and value as column slices of one fused QKV buffer (of
+    each its own buffer when their dtypes differ), and the caches as views of wider buffers
+    with random bits around them: block by block in one ``[num_blocks, 2, ...]`` buffer when
+    they have one shape and dtype, else each a slice of its own (ND: of the columns, NZ: of the
+    fractal groups).
+    """
+    value_dtype = value_dtype or key_dtype
+    num_tokens = len(slots) if num_tokens is None else num_tokens
+    key = random_bits((num_tokens, num_heads, head_size_k), key_dtype, seed)
+    value = random_bits((num_tokens, num_heads, head_size_v), value_dtype, seed + 1)
+    if kv_cache_cfg == "nd":
+        key_cache = random_bits((num_blocks, block_size, num_heads, head_size_k), key_dtype, seed + 2)
+        value_cache = random_bits((num_blocks, block_size, num_heads, head_size_v), value_dtype, seed + 3)
+    else:
+        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
+        key_cache = random_bits((num_blocks, num_heads * head_size_k // ek, block_size, ek), key_dtype, seed + 2)
+        value_cache = random_bits((num_blocks, num_heads * head_size_v // ev, block_size, ev), value_dtype, seed + 3)
+    if strided:
+        if key_dtype == value_dtype:                                             # [tokens, heads, q + k + v]
+            qkv = random_bits((num_tokens, num_heads, 3 + head_size_k + head_size_v), key_dtype, seed + 4)
+            key = qkv[..., 3:3 + head_size_k].copy_(key)
+            value = qkv[..., 3 + head_size_k:].copy_(value)
+        else:
+            key, value = in_wider_buffer(key, -1, seed + 4), in_wider_buffer(value, -1, seed + 5)
+        if key_cache.shape == value_cache.shape and key_dtype == value_dtype:
+            both = torch.stack([key_cache, value_cache], 1)                      # [num_blocks, 2, ...]
+            key_cache, value_cache = both[:, 0], both[:, 1]
+        else:
+            dim = -1 if kv_cache_cfg == "nd" else 1
+            key_cache, value_cache = in_wider_buffer(key_cache, dim, seed + 6), in_wider_buffer(value_cache, dim, seed + 7)
+    mapping = torch.tensor(slots, dtype=index_dtype)
+    if key_only:
+        return Case((key, None, key_cache, None, mapping), {"kv_cache_cfg": kv_cache_cfg})
+    return Case((key, value, key_cache, value_cache, mapping), {"kv_cache_cfg": kv_cache_cfg})
+
+
+@st.composite
+def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
+    """Any valid ``reshape_and_cache`` call on small shapes: ND rows of any size, NZ in its six dtype pairs,
+    key only, padding slots, fewer slots than tokens, strided inputs and caches."""
+    kv_cache_cfg = draw(st.sampled_from(["nd", "nz"]))
+    if kv_cache_cfg == "nd":
+        key_dtype = value_dtype = draw(st.sampled_from(CACHE_DTYPES))
+        block_size = draw(st.sampled_from([1, 3, 16]))
+        head_size_k, head_size_v = (draw(st.sampled_from([1, 7, 16, 33])) for _ in range(2))
+        key_only = draw(st.booleans())
+    else:
+        key_dtype, value_dtype = draw(st.sampled_from(RESHAPE_NZ_PAIRS))
+        block_size = draw(st.sampled_from([16, 32, 128]))
+        head_size_k = nz_elements(key_dtype) * draw(st.integers(1, 2))
+        head_size_v = nz_elements(value_dtype) * draw(st.integers(1, 2))
+        key_only = False
+    num_blocks = draw(st.integers(1, 4))
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    written = draw(st.lists(st.integers(0, num_blocks * block_size - 1), unique=True, max_size=12))
+    padding = draw(st.lists(st.sampled_from([-1, -2, -(2**31)]), max_size=3))
+    slots = draw(st.permutations(written + padding))
+    return reshape_and_cache_case(
+        kv_cache_cfg, slots, num_tokens=len(slots) + draw(st.integers(0, 3)), key_dtype=key_dtype,
+        value_dtype=value_dtype, key_only=key_only, num_heads=draw(st.integers(1, 3)), head_size_k=head_size_k,
+        head_size_v=head_size_v, block_size=block_size, num_blocks=num_blocks, index_dtype=index_dtype,
+        strided=draw(st.booleans()), seed=draw(st.integers(0, 2**31)),
+    )
