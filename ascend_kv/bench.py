@@ -192,7 +192,7 @@ def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
                                        else (w.batch * w.tokens, row), dtype=dtype))
         sets.append((*caches, *outputs))
     key_cache, value_cache, key, value = sets[0]
-    checked = checks.check_paged_cache_load(key_cache, value_cache, table, lens, layout, False, None, key, value)
+    checked = checks.check_paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
 
     def load(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)

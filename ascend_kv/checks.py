@@ -582,12 +582,12 @@ def paged_cache_load(
     value_cache: object,
     block_table: object,
     context_lens: object,
-    kv_cache_cfg: object,
-    cumsum: object,
-    seq_starts: object,
-    key: object,
-    value: object,
     *,
+    kv_cache_cfg: object = KvCacheCfg.K_CACHE_V_CACHE_NZ,
+    cumsum: object = False,
+    seq_starts: object = None,
+    key: object = None,
+    value: object = None,
     read_values: bool = True,
     shapes_only: bool = False,
     count_rows: Callable[[PagedLoadArgs], int] | None = None,
@@ -688,24 +688,13 @@ def paged_cache_load(
     return args_with(key_out, value_out), call
 
 
-def check_paged_cache_load(
-    key_cache: object,
-    value_cache: object,
-    block_table: object,
-    context_lens: object,
-    kv_cache_cfg: object,
-    cumsum: object,
-    seq_starts: object,
-    key: object,
-    value: object,
-) -> PagedLoadCall:
-    """Every rule of a ``paged_cache_load`` call, values included; see :func:`ascend_kv.paged_cache_load`.
+def check_paged_cache_load(*arguments: object, **options: object) -> PagedLoadCall:
+    """Every rule of a ``paged_cache_load`` call, values included: :func:`paged_cache_load`'s call.
 
     Missing outputs are allocated here (zero-filled, on the caches' device), after every
     check has passed, so the returned call is complete.
     """
-    _, call = paged_cache_load(key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts,
-                               key, value)
+    _, call = paged_cache_load(*arguments, **options)  # type: ignore[arg-type]
     assert call is not None
     return call
 
@@ -786,8 +775,8 @@ def reshape_and_cache(
     key_cache: object,
     value_cache: object,
     slot_mapping: object,
-    kv_cache_cfg: object,
     *,
+    kv_cache_cfg: object = "nd",
     read_values: bool = True,
     shapes_only: bool = False,
 ) -> tuple[ReshapeAndCacheArgs, list[int] | None]:

@@ -90,8 +90,7 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
         run=lambda: paged_cache_load(*args, **kwargs),
         reference=lambda: reference.paged_cache_load(*args, **{k: v for k, v in kwargs.items()
                                                               if k not in ("key", "value")}),
-        decide=lambda: library.decision(checks.paged_cache_load(
-            *args, kwargs["kv_cache_cfg"], cumsum, kwargs["seq_starts"], kwargs.get("key"), kwargs.get("value"))[0]),
+        decide=lambda: library.decision(checks.paged_cache_load(*args, **kwargs)[0]),
         bytes_moved=2 * sum(lens) * token_bytes,
     )
 

@@ -120,22 +120,18 @@ def _rows_on_device(args: PagedLoadArgs) -> int:
     return int(on_device.output_rows(args.context_lens, args.cumsum).item())
 
 
-# ----------------------------------------------------------------------------- kv_cache
+# ----------------------------------------------------------------------------- implementations
+# Each takes the operator's arguments as the schema gives them and forwards them to the checks,
+# whose signatures are the schemas' (SCHEMAS above is the one list of the arguments).
 
 
-def _kv_cache_cpu(
-    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
-    seq_len: torch.Tensor,
-) -> None:
-    args = checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len)
+def _kv_cache_cpu(*arguments: object) -> None:
+    args = checks.kv_cache_args(*arguments)
     _kv_cache_on_host(args, checks.kv_cache_call(args))
 
 
-def _kv_cache_device(
-    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
-    seq_len: torch.Tensor,
-) -> None:
-    args = checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len)
+def _kv_cache_device(*arguments: object) -> None:
+    args = checks.kv_cache_args(*arguments)
     checks.require_base_formats({"new_kv": args.new_kv, "past": args.past})
     layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
     if _reads_values(args.token_offset, args.seq_len, layer):
@@ -143,108 +139,67 @@ def _kv_cache_device(
     _kv_cache_on_device(args)
 
 
-def _kv_cache_fake(
-    new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,
-    seq_len: torch.Tensor,
-) -> None:
+def _kv_cache_fake(*arguments: object) -> None:
     """Shapes only: the rules that need neither values nor memory."""
-    checks.kv_cache_args(new_kv, layer_id, past, token_offset, seq_len, shapes_only=True)
+    checks.kv_cache_args(*arguments, shapes_only=True)
 
 
-# ----------------------------------------------------------------------------- paged_cache_load
-
-
-def _paged_load_cpu(
-    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
-    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
-    key: torch.Tensor | None = None, value: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    args, call = checks.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value
-    )
+def _paged_load_cpu(*arguments: object, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+    args, call = checks.paged_cache_load(*arguments, **options)
     assert call is not None  # host index values are always read
     _paged_load_on_host(args, call)
     return args.key, args.value
 
 
-def _paged_load_device(
-    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
-    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
-    key: torch.Tensor | None = None, value: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    checks.require_base_formats({"key_cache": key_cache, "value_cache": value_cache, "key": key, "value": value})
-    args, _ = checks.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
-        read_values=_reads_values(block_table, context_lens, seq_starts), count_rows=_rows_on_device,
-    )
+def _paged_load_device(*arguments: torch.Tensor, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+    tensors = {name: options.get(name) for name in ("key", "value")}
+    checks.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1], **tensors})
+    index = (arguments[2], arguments[3], options.get("seq_starts"))
+    args, _ = checks.paged_cache_load(*arguments, **options, read_values=_reads_values(*index),  # type: ignore[arg-type]
+                                      count_rows=_rows_on_device)
     _paged_load_on_device(args)
     return args.key, args.value
 
 
-def _paged_load_fake(
-    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
-    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_load_fake(*arguments: object, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
     """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``)."""
 
     def unknown_rows(args: PagedLoadArgs) -> int:
         return torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)  # type: ignore[no-any-return]
 
-    args, _ = checks.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, None, None,
-        read_values=False, shapes_only=True, count_rows=unknown_rows,
-    )
+    args, _ = checks.paged_cache_load(*arguments, **options, read_values=False, shapes_only=True,  # type: ignore[arg-type]
+                                      count_rows=unknown_rows)
     return args.key, args.value
 
 
-def _paged_load_into_fake(
-    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
-    *, kv_cache_cfg: int = 0, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
-    key: torch.Tensor, value: torch.Tensor,
-) -> None:
+def _paged_load_into_fake(*arguments: object, **options: object) -> None:
     """Shapes only: the rules that need neither values nor memory."""
-    checks.paged_cache_load(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
-        read_values=False, shapes_only=True,
-    )
+    checks.paged_cache_load(*arguments, **options, read_values=False, shapes_only=True)  # type: ignore[arg-type]
 
 
-# ----------------------------------------------------------------------------- reshape_and_cache
-
-
-def _reshape_and_cache_cpu(
-    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
-    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
-) -> None:
-    args, slots = checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
+def _reshape_and_cache_cpu(*arguments: object, **options: object) -> None:
+    args, slots = checks.reshape_and_cache(*arguments, **options)
     assert slots is not None  # host index values are always read
-    if policy.choose(RESHAPE, key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
+    if policy.choose(RESHAPE, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
         _sim().reshape_and_cache(args)
     else:
         cpu_fallback.reshape_and_cache(args, slots)
 
 
-def _reshape_and_cache_device(
-    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
-    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
-) -> None:
+def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: object) -> None:
+    key, value, key_cache, value_cache, slot_mapping = arguments
     checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache})
-    args, _ = checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg,
-                                       read_values=_reads_values(slot_mapping))
-    args = upload.index_tensors_on_device(args, key_cache.device)
-    if policy.choose(RESHAPE, key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
+    args, _ = checks.reshape_and_cache(*arguments, **options, read_values=_reads_values(slot_mapping))  # type: ignore[arg-type]
+    args = upload.index_tensors_on_device(args, args.key_cache.device)
+    if policy.choose(RESHAPE, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
         npu.reshape_and_cache(args)
     else:
         on_device.reshape_and_cache(args)
 
 
-def _reshape_and_cache_fake(
-    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
-    slot_mapping: torch.Tensor, *, kv_cache_cfg: str = "nd",
-) -> None:
+def _reshape_and_cache_fake(*arguments: object, **options: object) -> None:
     """Shapes only: the rules that need neither values nor memory."""
-    checks.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg, read_values=False,
-                             shapes_only=True)
+    checks.reshape_and_cache(*arguments, **options, read_values=False, shapes_only=True)  # type: ignore[arg-type]
 
 
 def _into(impl: Callable[..., object]) -> Callable[..., None]:

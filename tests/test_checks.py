@@ -188,7 +188,7 @@ def test_call_holds_the_blocks_tokens_read_in_output_order() -> None:
     cache = torch.zeros((10, 4, 1, 16), dtype=torch.float16)
     table = torch.tensor([[5, 1, 2, -1], [3, 0, -1, -1], [7, 6, 4, 9]], dtype=torch.int32)
     call = ascend_kv.checks.check_paged_cache_load(
-        cache, cache.clone(), table, torch.tensor([6, 0, 5]), ND, False, torch.tensor([4, 0, 0]), None, None)
+        cache, cache.clone(), table, torch.tensor([6, 0, 5]), kv_cache_cfg=ND, seq_starts=torch.tensor([4, 0, 0]))
     assert call.blocks == [1, 2, 7, 6]
     assert call.block_table == [row[:3] for row in table.tolist()]              # up to the furthest column needed
 

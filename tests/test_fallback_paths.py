@@ -167,10 +167,7 @@ def test_kv_cache_strided_new_kv_is_not_native() -> None:
 
 
 def paged_paths(case) -> tuple[str, str]:
-    kw = case.kwargs
-    call = checks.check_paged_cache_load(
-        *case.args, kw["kv_cache_cfg"], kw.get("cumsum", False), kw.get("seq_starts"), kw.get("key"), kw.get("value")
-    )
+    call = checks.check_paged_cache_load(*case.args, **case.kwargs)
     return paged.paths(call)
 
 
@@ -197,7 +194,7 @@ def run_paged_views(layout, make: Callable[[], list], view: Callable[[list], tup
     ours, ref = ([t.clone() for t in base] for _ in range(2))
     key_cache, value_cache, key, value = view(ours)
     table, lens = torch.tensor([[2, 0], [1, 3]]), torch.tensor([20, 3])
-    call = checks.check_paged_cache_load(key_cache, value_cache, table, lens, layout, False, None, key, value)
+    call = checks.check_paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
     ways = paged.paths(call)
     ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
     rk, rv, rkey, rvalue = view(ref)

@@ -20,9 +20,9 @@ import torch
 
 import ascend_kv
 from ascend_kv import checks, policy
-from ascend_kv.library import decision as decide_call
 from ascend_kv import device as runtime
 from ascend_kv.backends import kernel_domain, npu
+from ascend_kv.library import decision as decide_call
 
 ERROR = "error"
 SOCS = {"Ascend910B3": True, "Ascend910_9382": True, "Ascend310P3": False, "Ascend999X": None}  # supported?
@@ -45,8 +45,8 @@ def paged_call(contiguous: bool) -> ascend_kv.calls.PagedLoadArgs:
     cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
     key, value = torch.zeros(20, 2, 16, dtype=torch.float16), torch.zeros(20, 2, 16, dtype=torch.float16)
     return checks.paged_cache_load(
-        cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([17, 3]), "nd", False, None,
-        key if contiguous else rows_apart(key), value,
+        cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([17, 3]), kv_cache_cfg="nd",
+        key=key if contiguous else rows_apart(key), value=value,
     )[0]
 
 
