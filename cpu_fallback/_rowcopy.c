@@ -4,13 +4,15 @@
  *           item, src_step, dst_step, pieces, src_piece, dst_piece[, stream_min_bytes])
  *
  * src, dst                       data addresses (torch.Tensor.data_ptr(), plus any offset).
- * src_index, dst_index, items    sequences of n ints (lists, as the fallback holds them), one per run.
+ * src_index, dst_index, items    sequences of n ints (lists, as the fallback holds them), one per run;
+ *                                src_index None means run r reads from index r, items None one item per run.
  * Run r starts at   s = src + src_index[r] * src_index_step
  *                   d = dst + dst_index[r] * dst_index_step + r * dst_run_step
  * and for every piece p < pieces and every item i < items[r] copies `item` bytes
  *     from s + p * src_piece + i * src_step   to   d + p * dst_piece + i * dst_step.
  * (kv_cache: runs are batch entries, items rows; paged ND: runs are blocks, items token rows;
- * paged NZ: items are tokens and pieces their 32-byte fractal rows.) Indices and byte steps
+ * paged NZ: items are tokens and pieces their 32-byte fractal rows; reshape_and_cache: runs are
+ * tokens, dst_index their slots, negative for padding.) Indices and byte steps
  * let the caller pass its metadata lists as they are, with no per-call arithmetic in Python; they
  * are read into one C array here (measured with cold caches: 10-90 us less per call than building
  * int64 buffers in Python first).
@@ -18,7 +20,8 @@
  * item must be a positive multiple of 32 bytes (every row and NZ fractal row is). Bytes move in
  * 32-byte chunks: measured as fast as torch's copy_ and at least as fast as glibc memcpy on these
  * sizes. A run whose items are back to back on both sides (pieces == 1, steps == item) is one
- * stretch of chunks. Runs with 0 items copy nothing (their addresses are not touched).
+ * stretch of chunks. Runs with 0 items or a negative dst_index copy nothing (their addresses are not
+ * touched).
  *
  * Streaming (x86-64 only): when the call writes at least stream_min_bytes in total (default: never)
  * and the destination address and every destination byte step are multiples of 16, the bytes go
@@ -89,16 +92,19 @@ static void stream_items(const char *s, char *d, int64_t k, int64_t item, int64_
     }
 }
 
-/* The three run sequences as one malloc'ed int64 array [3][n] (free() it), or NULL with an exception set. */
+/* The three run sequences as one malloc'ed int64 array [3][n] (PyMem_Free() it), or NULL with an exception set.
+ * A None src_index (k = 0) reads as 0 .. n - 1, a None items (k = 2) as all ones. */
 static int64_t *read_runs(PyObject *const sequences[3], Py_ssize_t *n) {
     PyObject *fast[3] = {NULL, NULL, NULL};
     int64_t *runs = NULL;
     for (int k = 0; k < 3; ++k) {
+        if (k != 1 && sequences[k] == Py_None) continue;
         fast[k] = PySequence_Fast(sequences[k], "copy_runs: src_index, dst_index and items must be sequences of ints");
         if (fast[k] == NULL) goto done;
     }
-    *n = PySequence_Fast_GET_SIZE(fast[0]);
-    if (PySequence_Fast_GET_SIZE(fast[1]) != *n || PySequence_Fast_GET_SIZE(fast[2]) != *n) {
+    *n = PySequence_Fast_GET_SIZE(fast[1]);
+    if ((fast[0] != NULL && PySequence_Fast_GET_SIZE(fast[0]) != *n) ||
+        (fast[2] != NULL && PySequence_Fast_GET_SIZE(fast[2]) != *n)) {
         PyErr_SetString(PyExc_ValueError, "copy_runs: src_index, dst_index and items must have one entry per run");
         goto done;
     }
@@ -108,6 +114,10 @@ static int64_t *read_runs(PyObject *const sequences[3], Py_ssize_t *n) {
         goto done;
     }
     for (int k = 0; k < 3; ++k) {
+        if (fast[k] == NULL) {
+            for (Py_ssize_t r = 0; r < *n; ++r) runs[k * *n + r] = k == 0 ? r : 1;
+            continue;
+        }
         PyObject **values = PySequence_Fast_ITEMS(fast[k]);
         for (Py_ssize_t r = 0; r < *n; ++r) {
             const long long value = PyLong_AsLongLong(values[r]);
@@ -145,14 +155,14 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
     char *dst = (char *)(uintptr_t)dst_addr;
     const int back_to_back = pieces == 1 && s_step == item && d_step == item;
     int64_t total = 0;
-    for (Py_ssize_t r = 0; r < n; ++r) total += items[r] > 0 ? items[r] : 0;
+    for (Py_ssize_t r = 0; r < n; ++r) total += items[r] > 0 && dst_index[r] >= 0 ? items[r] : 0;
     total *= item * pieces;
     const int stream = CAN_STREAM && total >= stream_min &&
                        (dst_addr | (uint64_t)(di_step | run_step | d_step | d_piece)) % 16 == 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < n; ++r) {
         const int64_t k = items[r];
-        if (k <= 0) continue;
+        if (k <= 0 || dst_index[r] < 0) continue;
         const char *s = src + src_index[r] * si_step;
         char *d = dst + dst_index[r] * di_step + r * run_step;
         if (stream) {

@@ -29,9 +29,9 @@ def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
 def copy_runs(
     src: int,
     dst: int,
-    src_index: Sequence[int],
+    src_index: Sequence[int] | None,
     dst_index: Sequence[int],
-    items: Sequence[int],
+    items: Sequence[int] | None,
     *,
     index_steps: tuple[int, int],
     item_bytes: int,
@@ -47,14 +47,16 @@ def copy_runs(
     ``dst_index[r] * index_steps[1] + r * run_step`` of ``dst``; from there, piece ``p`` of item
     ``i`` is ``p * piece_steps[k] + i * steps[k]`` bytes further (``k`` 0 for ``src``, 1 for
     ``dst``). The caller guarantees that every byte touched is inside its tensor and that no
-    two items are written to the same place.
+    two items are written to the same place. A run with 0 items or a negative ``dst_index``
+    copies nothing (its addresses are never formed).
 
     Parameters
     ----------
     src, dst : int
         Host addresses (``tensor.data_ptr()`` plus any byte offset); ``dst`` is written.
     src_index, dst_index, items : sequence of int
-        ``[runs]`` integers; runs with 0 items are skipped.
+        ``[runs]`` integers. ``src_index`` None reads run ``r`` from index ``r``; ``items`` None
+        gives every run one item.
     index_steps : tuple of int
         Bytes per unit of ``src_index`` and of ``dst_index``.
     item_bytes : int

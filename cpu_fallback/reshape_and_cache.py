@@ -5,7 +5,7 @@ Each cache is written on its own, by the first path that applies:
 ``native``
     Host tensors, the compiled copier built, the copied items contiguous and a multiple of 32
     bytes (ND token rows, NZ 32-byte fractal rows): one C call copies every token, one run
-    each; padding tokens are runs of 0 items, which the copier skips.
+    each, to the slot as destination index (the copier skips the negative ones: padding).
 ``rows`` (ND only)
     The cache viewable as ``[num_blocks * block_size, row]``: one ``index_copy_`` with the
     slots as row numbers (padding dropped).
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -57,37 +56,22 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
         ``[n]``, ``args.slot_mapping``'s values: each negative (padding: skipped) or in
         ``[0, num_blocks * block_size)``, the non-negative ones distinct.
     """
-    if not slots:
-        return
     nd = args.layout == ND
-    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    num_blocks, block_size = args.key_cache.shape[0], args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    if not slots or num_blocks * block_size == 0:                               # no slot to write
+        return
     pairs = [(args.key, args.key_cache)]
     if args.value is not None and args.value_cache is not None:
         pairs.append((args.value, args.value_cache))
     written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
-    padded = min(slots) < 0
-    runs: _Runs | None = None
     for way, (tokens, cache) in zip(paths(args), pairs):
         if way == "native":
-            runs = runs or _runs(slots, padded)
-            _native(nd, tokens, cache, slots, runs, block_size, stream_min_bytes)
+            _native(nd, tokens, cache, slots, block_size, stream_min_bytes)
         elif way == "rows":
-            _rows(tokens, cache, slots, padded)
+            _rows(tokens, cache, slots)
         else:
             on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
-
-
-class _Runs(NamedTuple):
-    """The copier's runs, one per token, shared by both caches, each ``[n]``."""
-
-    source: list[int]        #: token ``i`` (``0 .. n - 1``)
-    items: list[int]         #: 1, or 0 for padding (the copier skips the run)
-
-
-def _runs(slots: list[int], padded: bool) -> _Runs:
-    items = np.greater_equal(slots, 0).tolist() if padded else [1] * len(slots)
-    return _Runs(list(range(len(slots))), items)
 
 
 def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
@@ -108,14 +92,14 @@ def _native_takes(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> bool:
     return cache.stride(3) == 1
 
 
-def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], runs: _Runs, block_size: int,
+def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int,
             stream_min_bytes: int) -> None:
-    """One run per token: from ``tokens[i]`` to the address of slot ``slots[i]``."""
+    """One run of one item per token: from ``tokens[i]`` to the address of slot ``slots[i]`` (none for padding)."""
     size = cache.element_size()
     block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
     destination, index_step = _destinations(slots, block_size, block_step, slot_step)
     row_step = tokens.stride(0) * size
-    runs_at = (tokens.data_ptr(), cache.data_ptr(), runs.source, destination, runs.items)
+    runs_at = (tokens.data_ptr(), cache.data_ptr(), None, destination, None)
     if nd:                                                                       # items: token rows
         native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=_row_bytes(cache, nd),
                          steps=(row_step, slot_step), stream_min_bytes=stream_min_bytes)
@@ -126,9 +110,9 @@ def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int
                          stream_min_bytes=stream_min_bytes)
 
 
-def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], padded: bool) -> None:
+def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int]) -> None:
     """One ``index_copy_`` into the ``[num_blocks * block_size, row]`` view, slots as row numbers."""
-    if padded:
+    if min(slots) < 0:                                                           # padding
         values = np.asarray(slots, dtype=np.int64)
         kept = np.flatnonzero(values >= 0)                                       # tokens written
         index = torch.from_numpy(values[kept])
@@ -146,12 +130,15 @@ def _destinations(slots: list[int], block_size: int, block_step: int, slot_step:
     Blocks back to back in slot steps (the usual case): the slots themselves, ``slot_step``
     bytes apart. Otherwise (blocks strided apart, NZ): offsets computed whole-array, in units
     of the steps' greatest common divisor (so that aligned steps keep streaming possible).
+    Padding stays negative either way, so the copier skips it.
     """
     if block_step == block_size * slot_step:
         return slots, slot_step
     unit = math.gcd(block_step, slot_step) or 1
-    blocks, positions = np.divmod(np.asarray(slots, dtype=np.int64), block_size)
-    return ((blocks * (block_step // unit)) + positions * (slot_step // unit)).tolist(), unit
+    values = np.asarray(slots, dtype=np.int64)
+    blocks, positions = np.divmod(values, block_size)
+    offsets = blocks * (block_step // unit) + positions * (slot_step // unit)
+    return np.where(values >= 0, offsets, -1).tolist(), unit
 
 
 def _row_numel(cache: torch.Tensor, nd: bool) -> int:

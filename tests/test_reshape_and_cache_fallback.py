@@ -393,3 +393,18 @@ def test_nz_rows_are_the_fractal_groups_of_the_token() -> None:
     run_host(rac_args(case))
     assert bits_equal(key_cache[1, :, 1, :], key[0].reshape(2, 16))
     assert math.prod(key_cache.shape) == 4 * 2 * 16 * 16
+
+
+@pytest.mark.parametrize("stream_min_bytes", [0, 1 << 62])
+def test_copier_skips_negative_destinations_and_defaults_sources_and_items(stream_min_bytes: int) -> None:
+    # The host path passes the slots as destinations (padding negative), no sources (token r) and no items (one each).
+    if not native.AVAILABLE:
+        pytest.fail("the compiled copier was not built")
+    src = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    buffer = torch.full((8, 32), 255, dtype=torch.uint8)                          # rows 0, 1: a negative index's target
+    dst = buffer[2:]
+    native.copy_runs(src.data_ptr(), dst.data_ptr(), None, [5, -1, 0, -2], None, index_steps=(32, 32), item_bytes=32,
+                     steps=(32, 32), stream_min_bytes=stream_min_bytes)
+    expected = torch.full((8, 32), 255, dtype=torch.uint8)
+    expected[2 + 5], expected[2 + 0] = src[0], src[2]
+    assert torch.equal(buffer, expected)
