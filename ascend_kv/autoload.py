@@ -4,7 +4,7 @@ torch loads the device backends registered under the ``torch.backends`` entry po
 is one) at the end of ``import torch`` unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``, and a backend
 that fails to load makes ``import torch`` itself raise ("Failed to load the backend extension:
 torch_npu"). With torch_npu installed and the CANN runtime missing that is every ``import
-torch`` (HARDWARE.md). :func:`import_torch`, run by ``ascend_kv/__init__.py`` before anything
+torch`` (docs/hardware.md#torch-npu-without-cann). :func:`import_torch`, run by ``ascend_kv/__init__.py`` before anything
 imports torch, does torch's autoload itself, one backend at a time, and keeps each failure
 instead of raising; :mod:`ascend_kv.device` reports it.
 

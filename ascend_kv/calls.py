@@ -1,11 +1,11 @@
-"""The one internal form of a validated call, which every backend takes.
+"""The internal forms of a checked call, which the backends take (docs/architecture.md, section 2).
 
-:mod:`ascend_kv.checks` builds these after every rule of the domain holds, so a backend can
-trust them: every index it derives from them is inside its tensors. Metadata is held as
-lists of Python ints, read from the index tensors once by the checks: for the batch sizes of
-a serving step, list operations cost a small fraction of what numpy's first calls cost when
-a large copy has just swept the CPU caches (see docs/benchmarks.md). Backends that want
-arrays convert them. Treat the lists as read only. The tensors stay where the caller put them.
+``*Args``: the tensors, with every rule that needs no index values checked; index values may
+be unchecked (on the device), so a backend that takes them skips what is out of range
+(docs/semantics.md#safe-semantics). ``*Call``: a call whose index values were read and
+checked, held as lists of Python ints (cheaper than numpy arrays for the batch sizes of a
+serving step), so a backend can trust every index it derives from them. Treat the lists as
+read only. The tensors stay where the caller put them.
 """
 
 from __future__ import annotations

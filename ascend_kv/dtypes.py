@@ -17,7 +17,7 @@ INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
 #: Bytes in one hardware data block: every copied row must be a whole number of them.
 BLOCK_BYTES = 32
 
-#: Largest NZ token row, in bytes: the seed's ``128 * 576`` float16 elements.
+#: Largest NZ token row, in bytes: ``128 * 576`` float16 elements, the limit Huawei documents.
 NZ_MAX_ROW_BYTES = 128 * 576 * 2
 
 #: ``reshape_and_cache`` in NZ: each head of K and V must be below this many bytes.

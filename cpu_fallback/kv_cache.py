@@ -1,6 +1,6 @@
 """KV cache write: each batch entry's new rows into ``past[layer_id]``, by the fastest way that applies.
 
-Paths, chosen in this order (measured on the benchmark, see docs/benchmarks.md):
+Paths, chosen in this order (the fastest first; docs/benchmarks.md has the measurements):
 
 ``native``
     Host tensors, the compiled copier built, rows contiguous and ``past`` rows not
@@ -25,14 +25,13 @@ from . import native
 from .runs import KvRuns, kv_runs, within_run
 from .wide import same_width_views
 
-#: Bytes written from which the copier streams them past the CPU caches (see
-#: :func:`.native.copy_runs`): the rows land in a cache of many steps and layers, far larger
-#: than the CPU caches, and are read back only by a later attention step, so from 1 MB on,
-#: where streaming beat ``copy_`` once the caches hold other data, they bypass the caches.
+#: Bytes written from which the copier streams them past the CPU caches (:func:`.native.copy_runs`):
+#: the rows land in a cache far larger than the CPU caches and are read only by a later step
+#: (the threshold is measured: docs/benchmarks.md, "How the fallback chooses").
 STREAM_MIN_BYTES = 1 << 20
 
-#: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_``
-#: (measured: 32 entries of 1024 float16 values, one thread; ``rows`` wins at 16, ``slices`` at 24).
+#: Mean rows per batch entry from which a ``copy_`` per entry beats one ``index_copy_`` (measured:
+#: docs/benchmarks.md, "How the fallback chooses").
 SLICE_MIN_ROWS = 20
 
 

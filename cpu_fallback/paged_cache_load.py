@@ -1,7 +1,7 @@
 """Paged cache load: every (batch entry, block) run of tokens into the outputs, by the fastest way that applies.
 
 Each cache is gathered into its output on its own, by the first path that applies
-(measured on the benchmark, see docs/benchmarks.md):
+(the fastest first; docs/benchmarks.md has the measurements):
 
 ``native``
     Host tensors, the compiled copier built, token rows (ND) or 32-byte fractal rows (NZ)
@@ -33,14 +33,13 @@ from .wide import same_width_views
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
 #: Bytes written (key and value together) from which the copier streams both outputs past the
-#: CPU caches (see :func:`.native.copy_runs`): attention reads the outputs next, so outputs that
-#: the caches could hold are written through them; streaming wins from 6 MB even when they would
-#: stay. The total decides, as it is the total that the caches would have to hold.
+#: CPU caches (:func:`.native.copy_runs`): attention reads the outputs next, so outputs the
+#: caches could hold go through them; the total decides, as the caches would hold the total
+#: (the threshold is measured: docs/benchmarks.md, "How the fallback chooses").
 STREAM_MIN_BYTES = 6 << 20
 
 #: Per layout, the mean tokens per run from which a ``copy_`` per run beats one indexed gather
-#: (measured: 16 runs of 8 x 128 float16, one thread; ND ``rows`` wins at 96 tokens, ``slices``
-#: at 128; NZ ``gather`` wins at 4, ``slices`` from 8).
+#: (measured: docs/benchmarks.md, "How the fallback chooses").
 SLICE_MIN_ROWS = {ND: 112, NZ: 8}
 
 

@@ -4,9 +4,8 @@ A run is the unit every fast path copies at once. In ``kv_cache`` a run is one b
 new tokens; in ``paged_cache_load`` it is the tokens one batch entry takes from one cache block
 (always from slot 0: ``seq_starts`` only selects the first block-table column), and its block
 is the call's ``blocks`` entry, as the checks validated it. Runs are lists of host ints, built
-with Python work per batch entry and C-speed list operations per run (no
-numpy, whose first calls are slow on cold caches: measured, building the runs of an 8-entry
-call took 80 us with lists, 150 us into ``array`` buffers); the per-token row numbers that
+with Python work per batch entry and C-speed list operations per run (no numpy, whose first
+calls are slow on cold caches: docs/benchmarks.md, "How the fallback chooses"); the per-token row numbers that
 the indexed paths need are numpy arrays, built without a loop over tokens.
 """
 

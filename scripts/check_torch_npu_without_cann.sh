@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The "torch_npu installed, CANN missing" case (HARDWARE.md), checked for real.
+# The "torch_npu installed, CANN missing" case (docs/hardware.md), checked for real.
 #
 # Builds (once, then cached) a separate venv with torch==2.13.0 and the matching torch_npu wheel
 # but no CANN, installs this checkout into it (not editable: the real install layout), and checks

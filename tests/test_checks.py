@@ -1,4 +1,4 @@
-"""Every rule of the domain (SEMANTICS.md): the error, its type, the argument it names, and
+"""Every rule of the domain (docs/semantics.md): the error, its type, the argument it names, and
 that nothing was written. The checks run before dispatch, so one backend is enough here."""
 
 from __future__ import annotations

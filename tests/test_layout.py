@@ -1,4 +1,4 @@
-"""ND <-> NZ helpers: exact inverses, and the element offsets SEMANTICS.md gives."""
+"""ND <-> NZ helpers: exact inverses, and the element offsets docs/semantics.md gives."""
 
 from __future__ import annotations
 

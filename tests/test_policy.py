@@ -61,7 +61,7 @@ CALLS = {"KVCacheOperation": kv_call, "PagedCacheLoadOperation": paged_call}
 
 
 def expected_backend(requested: str, on_npu: bool, supported: bool | None, library: bool, contiguous: bool) -> str:
-    """HARDWARE.md's policy, written as a table (the tensors really are on the host here)."""
+    """The policy of docs/hardware.md, written as a table (the tensors really are on the host here)."""
     if requested == "fallback":
         return "fallback"
     if requested == "sim":

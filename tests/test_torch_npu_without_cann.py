@@ -1,4 +1,4 @@
-"""torch_npu installed, CANN missing (HARDWARE.md): checked for real in its own cached venv.
+"""torch_npu installed, CANN missing (docs/hardware.md): checked for real in its own cached venv.
 
 Runs ``scripts/check_torch_npu_without_cann.sh``, which builds (once) a venv with torch 2.13.0
 and the matching torch_npu wheel but no CANN, installs this checkout into it, and checks that
