@@ -11,7 +11,8 @@ Each cache is written on its own, by the first path that applies:
     slots as row numbers (padding dropped).
 ``general``
     Anything else (unaligned rows in strided caches, NZ without the copier): the device
-    fallback, one ``index_put_`` per cache, which honours any strides.
+    fallback (:func:`.on_device.reshape_and_cache`), one ``index_put_``, which honours any
+    strides.
 """
 
 from __future__ import annotations
@@ -39,10 +40,7 @@ STREAM_MIN_BYTES = 1 << 20
 
 def paths(args: ReshapeAndCacheArgs) -> tuple[str, ...]:
     """The names of the paths :func:`reshape_and_cache` takes for the key cache (and the value cache)."""
-    pairs = [(args.key, args.key_cache)]
-    if args.value is not None and args.value_cache is not None:
-        pairs.append((args.value, args.value_cache))
-    return tuple(_path(args.layout, tokens, cache) for tokens, cache in pairs)
+    return tuple(_path(args.layout, tokens, cache) for tokens, cache in _written(args))
 
 
 def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
@@ -60,9 +58,7 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
     num_blocks, block_size = args.key_cache.shape[0], args.key_cache.shape[1] if nd else args.key_cache.shape[2]
     if not slots or num_blocks * block_size == 0:                               # no slot to write
         return
-    pairs = [(args.key, args.key_cache)]
-    if args.value is not None and args.value_cache is not None:
-        pairs.append((args.value, args.value_cache))
+    pairs = _written(args)
     written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
     for way, (tokens, cache) in zip(paths(args), pairs):
@@ -72,6 +68,13 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
             _rows(tokens, cache, slots)
         else:
             on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
+
+
+def _written(args: ReshapeAndCacheArgs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(tokens, cache) of each cache written: the key's, and the value's unless key only."""
+    if args.value is None or args.value_cache is None:
+        return [(args.key, args.key_cache)]
+    return [(args.key, args.key_cache), (args.value, args.value_cache)]
 
 
 def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
