@@ -53,10 +53,13 @@ _Result = TypeVar("_Result")
 
 
 def _without_grad(impl: Callable[..., _Result]) -> Callable[..., _Result]:
-    """``impl`` run without recording gradients (the operators are not differentiable)."""
+    """``impl`` run without recording gradients (the operators are not differentiable); free when
+    gradients are off already, as in inference."""
 
     @functools.wraps(impl)
     def run(*args: object, **kwargs: object) -> _Result:
+        if not torch.is_grad_enabled():
+            return impl(*args, **kwargs)
         with torch.no_grad():
             return impl(*args, **kwargs)
 

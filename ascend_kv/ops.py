@@ -61,11 +61,12 @@ def kv_cache(
     >>> out is past, past[1, 0, 3].sum().item(), past[1, 1, :2].sum().item()
     (True, 16.0, 32.0)
     """
-    tensors = _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
+    _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
     if isinstance(layer_id, torch.Tensor):
-        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, checks.tensor_argument("layer_id", layer_id), *tensors[1:])
+        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, checks.tensor_argument("layer_id", layer_id), past,
+                                                  token_offset, seq_len)
     else:
-        torch.ops.ascend_kv.kv_cache.default(new_kv, _layer_int(layer_id, tensors[1]), *tensors[1:])
+        torch.ops.ascend_kv.kv_cache.default(new_kv, _layer_int(layer_id, past), past, token_offset, seq_len)
     return past
 
 
@@ -223,18 +224,18 @@ def reshape_and_cache(
     >>> ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([17, -1, 5]))[0][1, 1].sum().item()
     16.0
     """
-    tensors = _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
+    _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
     _tensors(value=value, value_cache=value_cache, optional=True)
     layout = checks.reshape_and_cache_layout(kv_cache_cfg, value is not None)
-    torch.ops.ascend_kv.reshape_and_cache(*tensors[:1], value, tensors[1], value_cache, tensors[2],
-                                          kv_cache_cfg=layout)
+    torch.ops.ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
     return key_cache, value_cache
 
 
-def _tensors(*, optional: bool = False, **arguments: object) -> list[torch.Tensor]:
-    """The arguments, each a dense tensor (or None when ``optional``); the ``TypeError`` saying otherwise."""
-    return [value if value is None and optional else checks.tensor_argument(name, value)  # type: ignore[misc]
-            for name, value in arguments.items()]
+def _tensors(*, optional: bool = False, **arguments: object) -> None:
+    """``TypeError`` unless each argument is a dense tensor (or None when ``optional``)."""
+    for name, value in arguments.items():
+        if type(value) is not torch.Tensor and not (value is None and optional):  # the common case, quickly
+            checks.tensor_argument(name, value)
 
 
 class KVCacheOperation:
