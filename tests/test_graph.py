@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from cases import ND, NZ, bits_equal, kv_cache_case, paged_case
+from cases import ND, NZ, bits_equal, kv_cache_case, paged_case, reshape_and_cache_case
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -58,6 +58,28 @@ def load_into_atb(key_cache: torch.Tensor, value_cache: torch.Tensor, table: tor
     return out_key[:3].flip(0)
 
 
+def write_nd(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+             slots: torch.Tensor) -> torch.Tensor:
+    ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slots)
+    return key_cache[1].flip(0)
+
+
+def write_nz_atb(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 slots: torch.Tensor) -> torch.Tensor:
+    param = ascend_kv.ReshapeAndCacheParam(kv_cache_cfg=ascend_kv.ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE_NZ)
+    _, out_value = ascend_kv.ReshapeAndCacheOperation(param)(key, value, key_cache, value_cache, slots)
+    return out_value[0].flip(0)
+
+
+def write_key_only(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   slots: torch.Tensor) -> torch.Tensor:
+    return ascend_kv.reshape_and_cache(key, None, key_cache, None, slots)[0][2].flip(0)
+
+
+def write_inputs(layout: str) -> list[torch.Tensor]:
+    return list(reshape_and_cache_case(layout, [17, -1, 40, 3], num_tokens=5, key_dtype=torch.bfloat16).args)
+
+
 def kv_inputs() -> list[torch.Tensor]:
     case = kv_cache_case(torch.float16, [2, 0, 1], [2, 16, 9], layers=3)
     new_kv, _, past, offsets, lens = case.args
@@ -84,6 +106,9 @@ STEPS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "paged_cache_load NZ allocating": (load_nz, lambda: load_inputs(NZ, False)),
     "paged_cache_load ND into outputs": (load_into, lambda: load_inputs(ND, True)),
     "PagedCacheLoadOperation into outputs": (load_into_atb, lambda: load_inputs(ND, True)),
+    "reshape_and_cache ND": (write_nd, lambda: write_inputs("nd")),
+    "ReshapeAndCacheOperation NZ": (write_nz_atb, lambda: write_inputs("nz")),
+    "reshape_and_cache key only": (write_key_only, lambda: write_inputs("nd")),
 }
 
 
@@ -113,7 +138,8 @@ def test_make_fx_records_each_public_call_as_one_operator(name: str) -> None:
     ours = [t for t in targets if t.startswith("ascend_kv.")]
     expected = 2 if name == "kv_cache" else 1
     assert len(ours) == expected, targets
-    assert all(t.startswith(("ascend_kv.kv_cache", "ascend_kv.paged_cache_load")) for t in ours)
+    assert all(t.startswith(("ascend_kv.kv_cache", "ascend_kv.paged_cache_load", "ascend_kv.reshape_and_cache"))
+               for t in ours)
 
 
 @pytest.mark.parametrize("name", STEPS)
@@ -135,9 +161,22 @@ def test_layer_tensor_overload_passes_opcheck() -> None:
     torch.library.opcheck(OPS.kv_cache.layer_tensor, (new_kv, layer, past, offsets, lens))
 
 
+@pytest.mark.parametrize("layout", ["nd", "nz", "key only"])
+def test_reshape_and_cache_passes_opcheck(layout: str) -> None:
+    key, value, key_cache, value_cache, slots = write_inputs("nd" if layout == "key only" else layout)
+    if layout == "key only":
+        value = value_cache = None
+    for t in (key, value, key_cache, value_cache):
+        if t is not None:
+            t.nan_to_num_(nan=0.0)
+    torch.library.opcheck(OPS.reshape_and_cache.default, (key, value, key_cache, value_cache, slots),
+                          {"kv_cache_cfg": "nd" if layout == "key only" else layout})
+
+
 def test_every_operator_overload_is_tested_by_opcheck() -> None:
     """The overloads registered are exactly those the opcheck tests of this suite cover."""
-    covered = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into"}
-    registered = {f"{name}.{overload}" for name in ("kv_cache", "paged_cache_load")
+    covered = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into",
+               "reshape_and_cache.default"}
+    registered = {f"{name}.{overload}" for name in ("kv_cache", "paged_cache_load", "reshape_and_cache")
                   for overload in getattr(OPS, name).overloads()}
     assert registered == covered

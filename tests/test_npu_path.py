@@ -19,7 +19,17 @@ import pytest
 import safe_reference
 import torch
 from ascend_kv.cpu_fallback import on_device
-from cases import ND, NZ, Case, bits_equal, kv_cache_cases, paged_case, paged_cases, random_bits
+from cases import (
+    ND,
+    NZ,
+    Case,
+    bits_equal,
+    kv_cache_cases,
+    paged_case,
+    paged_cases,
+    random_bits,
+    reshape_and_cache_cases,
+)
 from hypothesis import given
 from test_device_fallback import garbage_kv_args, garbage_paged_args
 
@@ -50,7 +60,7 @@ def soc(request: pytest.FixtureRequest, kernel_library: None, monkeypatch: pytes
     monkeypatch.setenv("ASCEND_KV_SOC", request.param)
     monkeypatch.setattr(policy, "_warned", set())
     barred = on_device if request.param == SUPPORTED else npu
-    for name in ("kv_cache", "paged_cache_load"):
+    for name in ("kv_cache", "paged_cache_load", "reshape_and_cache"):
         monkeypatch.setattr(barred, name, lambda *a, _name=name: pytest.fail(f"{barred.__name__}.{_name} ran"))
     return str(request.param)
 
@@ -122,6 +132,24 @@ def test_paged_cache_load_on_the_npu_matches_the_reference_and_reads_nothing_bac
     # The allocating form learns its row count from device context_lens: its one documented read.
     assert seen.transfers == (1 if allocating and index_on == "device" else 0)
     assert seen.blocking_uploads == 0
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+
+
+@pytest.mark.parametrize("index_on", ["device", "host"])
+@given(case=reshape_and_cache_cases())
+def test_reshape_and_cache_on_the_npu_matches_the_reference_and_reads_nothing_back(
+    soc: str, index_on: str, case: Case
+) -> None:
+    expected = reference.reshape_and_cache(*case.cloned().args, **case.kwargs)
+    moved = [None if t is None else t.to(NPU) for t in case.args[:4]]
+    slots = case.args[4].to(NPU if index_on == "device" else torch.device("cpu"))
+    on_npu = Case((*moved, slots), case.kwargs)
+    result, seen, fallbacks = run(ascend_kv.reshape_and_cache, on_npu)
+    assert result[0] is moved[2] and result[1] is moved[3]
+    assert bits_equal(host(result[0]), expected[0])
+    assert result[1] is None or bits_equal(host(result[1]), expected[1])
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert seen.uploads == (1 if index_on == "host" and slots.numel() else 0)
     assert len(fallbacks) <= expected_backend_warnings(soc)
 
 
