@@ -1,5 +1,5 @@
 /*
- * Tiling of the two kernels: computed on the host from shapes, byte strides, the vector-core
+ * Tiling of the three kernels: computed on the host from shapes, byte strides, the vector-core
  * count and the UB size (ascendc/host/tiling.cpp), read by the kernels (ascendc/kernels/).
  * Shared by the NPU build and the host build.
  *
@@ -99,6 +99,39 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
+/*
+ * reshape_and_cache: token i (i < tokens) goes to slot s = slot_mapping[i] of each cache when
+ * 0 <= s < numBlocks * blockSize (block s / blockSize, position s % blockSize); other slots are
+ * skipped. The kernel splits the tokens [0, tokens) evenly over usedCores cores. Input rows are
+ * contiguous, `rowStride` bytes apart. Cache token (blk, slot): ND a row at blk * blockStride +
+ * slot * slotStride (any size: the kernel moves it with DataCopyPad); NZ 32-byte pieces p at
+ * blk * blockStride + p * pieceStride + slot * slotStride.
+ */
+#define ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD)                                                   \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(layout, "kLayoutNd or kLayoutNz")                                                      \
+    FIELD(tokens, "entries of slot_mapping: the tokens written")                                 \
+    FIELD(numBlocks, "cache blocks (key_cache and value_cache alike)")                           \
+    FIELD(blockSize, "token slots per cache block")                                              \
+    FIELD(slotElemBytes, "element size of slot_mapping (4 or 8)")                                \
+    FIELD(hasValue, "1: value and value_cache given; 0: key-only mode")                          \
+    FIELD(keyRowBytes, "bytes of one key token row (ND: any size; NZ: a multiple of 32)")        \
+    FIELD(keyRowStride, "bytes between key rows")                                                \
+    FIELD(keySpan, "bytes from key's first element to the end of its last")                      \
+    FIELD(keyBlockStride, "bytes between key_cache blocks")                                      \
+    FIELD(keySlotStride, "bytes between key_cache slots of a block")                             \
+    FIELD(keyPieceStride, "NZ: bytes between the 32-byte pieces of a key token (ND: 0)")         \
+    FIELD(keyCacheSpan, "bytes from key_cache's first element to the end of its last")           \
+    FIELD(valueRowBytes, "bytes of one value token row (0 in key-only mode)")                    \
+    FIELD(valueRowStride, "bytes between value rows")                                            \
+    FIELD(valueSpan, "bytes from value's first element to the end of its last")                  \
+    FIELD(valueBlockStride, "bytes between value_cache blocks")                                  \
+    FIELD(valueSlotStride, "bytes between value_cache slots of a block")                         \
+    FIELD(valuePieceStride, "NZ: bytes between the 32-byte pieces of a value token (ND: 0)")     \
+    FIELD(valueCacheSpan, "bytes from value_cache's first element to the end of its last")       \
+    FIELD(stageBytes, "UB bytes of the staged slot_mapping window, a multiple of 32")            \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+
 #define ASCEND_KV_TILING_DECLARE_FIELD(name, doc) uint64_t name;
 
 struct KvCacheTiling {
@@ -109,6 +142,10 @@ struct PagedLoadTiling {
     ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
+struct ReshapeTiling {
+    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
+
 #undef ASCEND_KV_TILING_DECLARE_FIELD
 
 #define ASCEND_KV_TILING_COUNT_FIELD(name, doc) +1
@@ -116,6 +153,8 @@ static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEN
               "KvCacheTiling must be uint64_t fields only");
 static_assert(sizeof(PagedLoadTiling) == (0 ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "PagedLoadTiling must be uint64_t fields only");
+static_assert(sizeof(ReshapeTiling) == (0 ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "ReshapeTiling must be uint64_t fields only");
 #undef ASCEND_KV_TILING_COUNT_FIELD
 
 }  // namespace ascend_kv

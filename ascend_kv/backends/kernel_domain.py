@@ -10,7 +10,10 @@ tensor's row must be contiguous; every other stride is free:
   by block in one buffer);
 - NZ caches ``[num_blocks, T // E, block_size, E]``: ``stride(3) == 1``;
 - outputs ``key``/``value`` (ND ``[rows, num_heads, head_size]``, NZ ``[rows, T]``): rows
-  contiguous (any row stride).
+  contiguous (any row stride);
+- ``reshape_and_cache`` inputs ``key``/``value`` ``[num_tokens, num_heads, head_size]``: token
+  rows (dims 1, 2) contiguous, any token stride (slices of a fused QKV buffer); its caches as
+  above (absent ones in key-only mode have no rule).
 
 A call outside is still valid: the NPU policy runs it on the fallback, the sim backend on
 contiguous copies. The op binding (``ascendc/host/torch_binding.cpp``) enforces the same rules.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs
+from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ..params import KvCacheCfg
 
 
@@ -34,12 +37,18 @@ def dense_from(tensor: torch.Tensor, first_dim: int) -> bool:
     return True
 
 
-def row_rules(args: KvCacheArgs | PagedLoadArgs) -> dict[str, tuple[torch.Tensor, int, str]]:
-    """``{name: (tensor, first dim that must be dense, what those dims are)}`` for each data tensor."""
+def row_rules(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> dict[str, tuple[torch.Tensor, int, str]]:
+    """``{name: (tensor, first dim that must be dense, what those dims are)}`` for each data tensor
+    the call has (the absent value and value_cache of the key-only mode have none)."""
     if isinstance(args, KvCacheArgs):
         return {"new_kv": (args.new_kv, 1, "rows"), "past": (args.past, 3, "rows (dim 3)")}
     nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
     cache_dim, cache_what = (2, "token rows (dims 2, 3)") if nd else (3, "32-byte pieces (dim 3)")
+    if isinstance(args, ReshapeAndCacheArgs):
+        given = {"key": (args.key, 1, "token rows (dims 1, 2)"), "value": (args.value, 1, "token rows (dims 1, 2)"),
+                 "key_cache": (args.key_cache, cache_dim, cache_what),
+                 "value_cache": (args.value_cache, cache_dim, cache_what)}
+        return {name: (tensor, dim, what) for name, (tensor, dim, what) in given.items() if tensor is not None}
     return {
         "key_cache": (args.key_cache, cache_dim, cache_what),
         "value_cache": (args.value_cache, cache_dim, cache_what),
@@ -48,7 +57,7 @@ def row_rules(args: KvCacheArgs | PagedLoadArgs) -> dict[str, tuple[torch.Tensor
     }
 
 
-def outside_reason(args: KvCacheArgs | PagedLoadArgs) -> str | None:
+def outside_reason(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> str | None:
     """Why the kernels cannot take ``args`` in place, or None when they can."""
     for name, (tensor, first_dim, what) in row_rules(args).items():
         if not dense_from(tensor, first_dim):

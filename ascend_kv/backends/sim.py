@@ -4,7 +4,8 @@ The host build (CMake target ``ascend_kv_host``: the kernel sources against the 
 the AscendC API, the tiling and the shared op binding) is built on first use with CMake and
 cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), keyed by a hash of every
 source file and the build settings, so an edited source is rebuilt. The library registers
-``torch.ops.ascend_kv_host.kv_cache`` and ``.paged_cache_load`` for CPU and PrivateUse1; this
+``torch.ops.ascend_kv_host.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for CPU and
+PrivateUse1; this
 module loads it and calls them. It is a test instrument: a kernel breaking an API rule (the
 host model's message) or an access outside the tensors is a ``RuntimeError``.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs
+from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ..errors import BackendUnavailableError
 from . import kernel_domain
 
@@ -133,7 +134,7 @@ def load() -> None:
 # ----------------------------------------------------------------------------- calls
 
 
-def _in_domain(args: KvCacheArgs | PagedLoadArgs) -> dict[str, torch.Tensor]:
+def _in_domain(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> dict[str, torch.Tensor]:
     """Each data tensor itself when the kernels take it in place, else a contiguous copy."""
     return {name: tensor if kernel_domain.dense_from(tensor, first_dim) else tensor.contiguous()
             for name, (tensor, first_dim, _) in kernel_domain.row_rules(args).items()}
@@ -144,8 +145,8 @@ def _index(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device).contiguous()
 
 
-def _write_back(given: torch.Tensor, ran: torch.Tensor) -> None:
-    if ran is not given:
+def _write_back(given: torch.Tensor | None, ran: torch.Tensor | None) -> None:
+    if given is not None and ran is not given:
         given.copy_(ran)
 
 
@@ -182,3 +183,19 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
                                               int(args.layout), bool(args.cumsum))
     _write_back(args.key, t["key"])
     _write_back(args.value, t["value"])
+
+
+def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
+    """Run ``reshape_and_cache_kernel`` on the host; writes ``args.key_cache`` (and
+    ``args.value_cache``) in place.
+
+    Slot values are not checked: padding and out-of-range slots are skipped; a slot named twice
+    keeps one of its tokens. Tensors outside the kernels' domain run on contiguous copies
+    (caches copied back).
+    """
+    load()
+    t = _in_domain(args)
+    torch.ops.ascend_kv_host.reshape_and_cache(t["key"], t.get("value"), t["key_cache"], t.get("value_cache"),
+                                               _index(args.slot_mapping, args.key_cache.device), int(args.layout))
+    _write_back(args.key_cache, t["key_cache"])
+    _write_back(args.value_cache, t.get("value_cache"))

@@ -25,6 +25,7 @@ find_package(Threads REQUIRED)
 add_library(ascend_kv_host SHARED
   "${ASCEND_KV_ASCENDC_DIR}/kernels/kv_cache.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/kernels/paged_cache_load.cpp"
+  "${ASCEND_KV_ASCENDC_DIR}/kernels/reshape_and_cache.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/host/tiling.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/host/torch_binding.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/sim/launch_host.cpp")

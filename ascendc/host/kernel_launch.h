@@ -54,6 +54,11 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
                      const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
                      const at::Tensor& value, const PagedLoadTiling& tiling);
 
+/// Run reshape_and_cache_kernel on tiling.usedCores cores (> 0); `value` and `valueCache` may be
+/// undefined (key-only mode).
+void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                           const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling);
+
 }  // namespace ascend_kv
 
 #endif  // ASCEND_KV_HOST_KERNEL_LAUNCH_H

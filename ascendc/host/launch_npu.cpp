@@ -36,6 +36,9 @@ uint32_t aclrtlaunch_kv_cache_kernel(uint32_t blockDim, aclrtStream stream, void
 uint32_t aclrtlaunch_paged_cache_load_kernel(uint32_t blockDim, aclrtStream stream, void* keyCache,
                                              void* valueCache, void* blockTable, void* contextLens,
                                              void* seqStarts, void* key, void* value, void* tiling);
+/// kernels/reshape_and_cache.cpp: reshape_and_cache_kernel(key, value, keyCache, valueCache, slotMapping, tiling).
+uint32_t aclrtlaunch_reshape_and_cache_kernel(uint32_t blockDim, aclrtStream stream, void* key, void* value,
+                                              void* keyCache, void* valueCache, void* slotMapping, void* tiling);
 }
 
 namespace ascend_kv {
@@ -146,6 +149,15 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
         return aclrtlaunch_paged_cache_load_kernel(blockDim, stream, Address(keyCache), Address(valueCache),
                                                    Address(blockTable), Address(contextLens), Address(seqStarts),
                                                    Address(key), Address(value), tilingGm);
+    });
+}
+
+void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                           const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling)
+{
+    Queue("reshape_and_cache", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_reshape_and_cache_kernel(blockDim, stream, Address(key), Address(value), Address(keyCache),
+                                                    Address(valueCache), Address(slotMapping), tilingGm);
     });
 }
 

@@ -3,12 +3,13 @@
  * double-buffered copy queue, and the byte geometry the kernels address.
  *
  * UB plan per core (all buffers 32-byte multiples):
- *   index windows: one per staged index tensor (2 for kv_cache, 2 or 3 for paged_cache_load),
+ *   index windows: one per staged index tensor (2 for kv_cache, 2 or 3 for paged_cache_load, 1
+ *                  for reshape_and_cache),
  *                  each stageBytes: the whole tensor when it fits, capped at kMaxStageBytes and
  *                  at a quarter of UB over all windows;
  *   copy queue:    the rest, split into kCopyBuffers equal buffers of chunkBytes (a multiple of
  *                  512 bytes once they are at least 1 KB).
- * Cores: as many as there are rows that can be written (new_kv rows, output rows), at most
+ * Cores: as many as there are rows that can be written (new_kv rows, output rows, tokens), at most
  * coreCount; each kernel splits its tokens over them itself.
  */
 #include "tiling.h"
@@ -94,8 +95,8 @@ const char* TilingStatusMessage(int status)
         case kTilingUbTooSmall:
             return "the UB size leaves no room for the staged index windows and two 32-byte copy buffers";
         case kTilingBadShape:
-            return "a row size is not a positive multiple of 32 bytes, the layout is unknown, or an index "
-                   "tensor's elements are not 4 or 8 bytes";
+            return "a row is empty or not a multiple of 32 bytes where the kernel needs it, the layout is "
+                   "unknown, or an index tensor's elements are not 4 or 8 bytes";
         default:
             return "unknown tiling status";
     }
@@ -197,6 +198,58 @@ int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, ui
     return kTilingOk;
 }
 
+int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64_t ubBytes, ReshapeTiling* tiling)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    const bool nd = call.layout == kLayoutNd;
+    if ((!nd && call.layout != kLayoutNz) || !IndexOk(call.slotMapping)) {
+        return kTilingBadShape;
+    }
+    ReshapeTiling t{};
+    t.layout = call.layout;
+    t.tokens = Size(call.slotMapping, 0);
+    t.numBlocks = Size(call.keyCache, 0);
+    t.blockSize = Size(call.keyCache, nd ? 1 : 2);
+    t.slotElemBytes = call.slotMapping.elemBytes;
+    t.hasValue = call.value.present ? 1 : 0;
+    // ND: [nb, bs, heads, hs] (block, slot); NZ: [nb, T/E, bs, E] (block, piece, slot).
+    const TensorGeom& kc = call.keyCache;
+    t.keyRowBytes = nd ? RowBytes(kc, 2) : Size(kc, 1) * Size(kc, 3) * kc.elemBytes;
+    t.keyRowStride = Stride(call.key, 0);
+    t.keySpan = SpanBytes(call.key);
+    t.keyBlockStride = Stride(kc, 0);
+    t.keySlotStride = Stride(kc, nd ? 1 : 2);
+    t.keyPieceStride = nd ? 0 : Stride(kc, 1);
+    t.keyCacheSpan = SpanBytes(kc);
+    if (call.value.present) {
+        const TensorGeom& vc = call.valueCache;
+        t.valueRowBytes = nd ? RowBytes(vc, 2) : Size(vc, 1) * Size(vc, 3) * vc.elemBytes;
+        t.valueRowStride = Stride(call.value, 0);
+        t.valueSpan = SpanBytes(call.value);
+        t.valueBlockStride = Stride(vc, 0);
+        t.valueSlotStride = Stride(vc, nd ? 1 : 2);
+        t.valuePieceStride = nd ? 0 : Stride(vc, 1);
+        t.valueCacheSpan = SpanBytes(vc);
+    }
+    // ND rows may be any size (DataCopyPad); NZ rows are whole 32-byte pieces.
+    const auto rowOk = [nd](uint64_t rowBytes) { return nd ? rowBytes > 0 : RowOk(rowBytes); };
+    if (!rowOk(t.keyRowBytes) || (t.hasValue != 0 && !rowOk(t.valueRowBytes))) {
+        return kTilingBadShape;
+    }
+    constexpr uint64_t windows = 1;
+    t.stageBytes = StageBytes(t.tokens * t.slotElemBytes, windows, ubBytes);
+    t.chunkBytes = ChunkBytes(ubBytes, windows * t.stageBytes);
+    if (t.chunkBytes < kBlockBytes) {
+        return kTilingUbTooSmall;
+    }
+    const bool nowhere = t.numBlocks == 0 || t.blockSize == 0;
+    t.usedCores = nowhere ? 0 : Min(coreCount, t.tokens);
+    *tiling = t;
+    return kTilingOk;
+}
+
 namespace {
 
 void Field(std::ostringstream& out, const char* name, uint64_t value)
@@ -222,6 +275,13 @@ std::string DescribeTiling(const PagedLoadTiling& tiling)
 {
     std::ostringstream out;
     ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+    return out.str();
+}
+
+std::string DescribeTiling(const ReshapeTiling& tiling)
+{
+    std::ostringstream out;
+    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
     return out.str();
 }
 

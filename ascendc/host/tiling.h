@@ -1,5 +1,5 @@
 /*
- * Host-side tiling of the two kernels: from the call's tensor geometry (shapes, byte strides,
+ * Host-side tiling of the three kernels: from the call's tensor geometry (shapes, byte strides,
  * element sizes), the number of vector cores and the usable UB bytes per core to the tiling
  * structs of ../tiling.h. Never from index values. Used by the NPU build and the host build
  * alike; plain C++17, no torch or CANN headers.
@@ -42,13 +42,21 @@ struct PagedLoadGeometry {
     TensorGeom keyCache, valueCache, blockTable, contextLens, seqStarts, key, value;
 };
 
+/// reshape_and_cache: key [tokens, heads, hs_k] and value [tokens, heads, hs_v] (absent in
+/// key-only mode); caches ND [nb, bs, heads, hs] / NZ [nb, T/E, bs, E] (value_cache absent with
+/// value); slot_mapping [n].
+struct ReshapeGeometry {
+    uint64_t layout = kLayoutNd;
+    TensorGeom key, value, keyCache, valueCache, slotMapping;
+};
+
 /// Result of a tiling computation.
 enum TilingStatus : int {
     kTilingOk = 0,
     kTilingNoCores = 1,     ///< coreCount == 0
     kTilingUbTooSmall = 2,  ///< ubBytes leaves no room for the staged windows and two 32-byte copy buffers
-    kTilingBadShape = 3,    ///< a row that is not a positive multiple of 32 bytes, a zero block size
-                            ///< with tokens to load, an unknown layout or an index element size not 4 or 8
+    kTilingBadShape = 3,    ///< an empty row, a row that is not a multiple of 32 bytes where the
+                            ///< kernel needs it, an unknown layout or an index element size not 4 or 8
 };
 
 /// A sentence describing a TilingStatus.
@@ -65,9 +73,13 @@ int ComputeKvCacheTiling(const KvCacheGeometry& call, uint64_t coreCount, uint64
 int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, uint64_t ubBytes,
                            PagedLoadTiling* tiling);
 
+/// Tiling of reshape_and_cache_kernel; as ComputeKvCacheTiling.
+int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64_t ubBytes, ReshapeTiling* tiling);
+
 /// "name=value" for every field, in order, separated by spaces.
 std::string DescribeTiling(const KvCacheTiling& tiling);
 std::string DescribeTiling(const PagedLoadTiling& tiling);
+std::string DescribeTiling(const ReshapeTiling& tiling);
 
 }  // namespace ascend_kv
 

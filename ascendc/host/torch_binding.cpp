@@ -1,7 +1,7 @@
 /*
- * The op library of the kernels: torch.ops.<ns>.kv_cache / .paged_cache_load (and the tiling
- * each would run, as text: .kv_cache_tiling / .paged_cache_load_tiling). One source for both
- * builds, compiled with
+ * The op library of the kernels: torch.ops.<ns>.kv_cache / .paged_cache_load / .reshape_and_cache
+ * (and the tiling each would run, as text: .kv_cache_tiling / .paged_cache_load_tiling /
+ * .reshape_and_cache_tiling). One source for both builds, compiled with
  *   ASCEND_KV_OP_NAMESPACE=ascend_kv_npu   the NPU build: PrivateUse1 (torch_npu's "npu");
  *   ASCEND_KV_OP_NAMESPACE=ascend_kv_host  the host build: CPU and PrivateUse1 (a device whose
  *                                          tensors hold host memory), kernels on the host model.
@@ -10,8 +10,10 @@
  *            Tensor? layer_tensor, int layer_id) -> ()
  *   paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens,
  *                    Tensor? seq_starts, Tensor(a!) key, Tensor(b!) value, int layout, bool cumsum) -> ()
+ *   reshape_and_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache,
+ *                     Tensor slot_mapping, int layout) -> ()
  * layout: 0 NZ, 1 ND (ascend_kv.KvCacheCfg). With layer_tensor the kernel reads the layer from it
- * and layer_id is ignored.
+ * and layer_id is ignored. reshape_and_cache without value and value_cache is the key-only mode.
  *
  * The ops can be called directly, so every tensor the kernels index is checked here (device,
  * dtype, rank, consistent shapes, strides inside the kernels' domain), with messages naming the
@@ -90,6 +92,13 @@ void CheckRowBytes(const char* op, const char* name, int64_t rowBytes)
 {
     TORCH_CHECK(rowBytes > 0 && rowBytes % static_cast<int64_t>(ascend_kv::kBlockBytes) == 0, Where(op), name,
                 " rows must be a positive multiple of 32 bytes, got ", rowBytes, " bytes");
+}
+
+void CheckLayout(const char* op, int64_t layout)
+{
+    TORCH_CHECK(layout == static_cast<int64_t>(ascend_kv::kLayoutNd) ||
+                    layout == static_cast<int64_t>(ascend_kv::kLayoutNz),
+                Where(op), "layout must be 0 (NZ) or 1 (ND), got ", layout);
 }
 
 template <typename Tiling>
@@ -184,9 +193,7 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
                                          const at::Tensor& seqStarts, const at::Tensor& key, const at::Tensor& value,
                                          int64_t layout, bool cumsum)
 {
-    TORCH_CHECK(layout == static_cast<int64_t>(ascend_kv::kLayoutNd) ||
-                    layout == static_cast<int64_t>(ascend_kv::kLayoutNz),
-                Where(op), "layout must be 0 (NZ) or 1 (ND), got ", layout);
+    CheckLayout(op, layout);
     const bool nd = layout == static_cast<int64_t>(ascend_kv::kLayoutNd);
     const at::Device device = keyCache.device();
     CheckCacheAndOutput(op, nd, keyCache, "key_cache", key, "key", device);
@@ -240,6 +247,94 @@ std::string PagedCacheLoadTilingText(const at::Tensor& keyCache, const at::Tenso
                                                    contextLens, starts, key, value, layout, cumsum));
 }
 
+// ------------------------------------------------------------------------- reshape_and_cache
+
+/// An input [tokens, heads, head_size] and the cache its token rows go to.
+void CheckInputAndCache(const char* op, bool nd, const at::Tensor& in, const char* inName, const at::Tensor& cache,
+                        const char* cacheName, const at::Device& device)
+{
+    CheckRank(op, in, inName, 3, "[num_tokens, num_heads, head_size]");
+    CheckRank(op, cache, cacheName, 4, nd ? "[num_blocks, block_size, num_heads, head_size]"
+                                          : "[num_blocks, T // E, block_size, E]");
+    CheckDevice(op, in, inName, device);
+    CheckDevice(op, cache, cacheName, device);
+    TORCH_CHECK(in.scalar_type() == cache.scalar_type(), Where(op), inName, " has dtype ", in.scalar_type(), ", ",
+                cacheName, " has ", cache.scalar_type(), "; they must match");
+    const bool sameRow = nd ? (in.size(1) == cache.size(2) && in.size(2) == cache.size(3))
+                            : in.size(1) * in.size(2) == cache.size(1) * cache.size(3);
+    TORCH_CHECK(sameRow, Where(op), inName, " rows ", in.sizes().slice(1), " do not match the token rows of ",
+                cacheName, " (shape ", cache.sizes(), ")");
+    const int64_t rowBytes = in.size(1) * in.size(2) * in.element_size();
+    if (nd) {
+        TORCH_CHECK(rowBytes > 0, Where(op), inName, " rows must not be empty, got shape ", in.sizes());
+    } else {
+        TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
+                    cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
+                    cache.element_size(), " bytes");
+        CheckRowBytes(op, cacheName, rowBytes);
+    }
+    CheckDenseFrom(op, in, inName, 1, "token rows (dims 1, 2)");
+    CheckDenseFrom(op, cache, cacheName, nd ? 2 : 3, nd ? "token rows (dims 2, 3)" : "32-byte pieces (dim 3)");
+}
+
+ascend_kv::ReshapeTiling ReshapePlan(const char* op, const at::Tensor& key, const at::Tensor& value,
+                                     const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                     const at::Tensor& slotMapping, int64_t layout)
+{
+    CheckLayout(op, layout);
+    const bool nd = layout == static_cast<int64_t>(ascend_kv::kLayoutNd);
+    const at::Device device = keyCache.device();
+    TORCH_CHECK(value.defined() == valueCache.defined(), Where(op), "value and value_cache must both be given or "
+                "both be None (key-only mode), got value ", value.defined() ? "given" : "None", " and value_cache ",
+                valueCache.defined() ? "given" : "None");
+    CheckInputAndCache(op, nd, key, "key", keyCache, "key_cache", device);
+    CheckRank(op, slotMapping, "slot_mapping", 1, "[n]");
+    const int64_t tokens = slotMapping.size(0);
+    CheckIndex(op, slotMapping, "slot_mapping", device, tokens);
+    TORCH_CHECK(tokens <= key.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
+                key.size(0), " tokens of key");
+    if (value.defined()) {
+        CheckInputAndCache(op, nd, value, "value", valueCache, "value_cache", device);
+        const int slotDim = nd ? 1 : 2;
+        TORCH_CHECK(valueCache.size(0) == keyCache.size(0) && valueCache.size(slotDim) == keyCache.size(slotDim),
+                    Where(op), "value_cache has ", valueCache.size(0), " blocks of ", valueCache.size(slotDim),
+                    " slots, key_cache ", keyCache.size(0), " of ", keyCache.size(slotDim), "; they must match");
+        TORCH_CHECK(tokens <= value.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
+                    value.size(0), " tokens of value");
+    }
+    ascend_kv::ReshapeGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.key = ascend_kv::GeometryOf(key);
+    call.value = ascend_kv::GeometryOf(value);
+    call.keyCache = ascend_kv::GeometryOf(keyCache);
+    call.valueCache = ascend_kv::GeometryOf(valueCache);
+    call.slotMapping = ascend_kv::GeometryOf(slotMapping);
+    ascend_kv::ReshapeTiling tiling{};
+    const int status = ascend_kv::ComputeReshapeTiling(call, ascend_kv::VectorCoreCount(device),
+                                                       ascend_kv::UsableUbBytes(device), &tiling);
+    return Checked(op, status, tiling);
+}
+
+at::Tensor Given(const c10::optional<at::Tensor>& tensor) { return tensor.has_value() ? *tensor : at::Tensor(); }
+
+void ReshapeAndCache(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& keyCache,
+                     const c10::optional<at::Tensor>& valueCache, const at::Tensor& slotMapping, int64_t layout)
+{
+    const auto tiling = ReshapePlan("reshape_and_cache", key, Given(value), keyCache, Given(valueCache), slotMapping,
+                                    layout);
+    if (tiling.usedCores > 0) {
+        ascend_kv::LaunchReshapeAndCache(key, Given(value), keyCache, Given(valueCache), slotMapping, tiling);
+    }
+}
+
+std::string ReshapeAndCacheTilingText(const at::Tensor& key, const c10::optional<at::Tensor>& value,
+                                      const at::Tensor& keyCache, const c10::optional<at::Tensor>& valueCache,
+                                      const at::Tensor& slotMapping, int64_t layout)
+{
+    return ascend_kv::DescribeTiling(ReshapePlan("reshape_and_cache_tiling", key, Given(value), keyCache,
+                                                 Given(valueCache), slotMapping, layout));
+}
+
 // The ops return nothing: under torch.compile / torchair tracing they only mark their outputs written.
 void KvCacheMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                  const c10::optional<at::Tensor>&, int64_t)
@@ -251,16 +346,25 @@ void PagedCacheLoadMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 {
 }
 
+void ReshapeAndCacheMeta(const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&,
+                         const c10::optional<at::Tensor>&, const at::Tensor&, int64_t)
+{
+}
+
 void Define(torch::Library& m)
 {
     m.def("kv_cache(Tensor new_kv, Tensor(a!) past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
           "int layer_id) -> ()");
     m.def("paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, "
           "Tensor? seq_starts, Tensor(a!) key, Tensor(b!) value, int layout, bool cumsum) -> ()");
+    m.def("reshape_and_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, "
+          "Tensor slot_mapping, int layout) -> ()");
     m.def("kv_cache_tiling(Tensor new_kv, Tensor past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
           "int layer_id) -> str");
     m.def("paged_cache_load_tiling(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, "
           "Tensor? seq_starts, Tensor key, Tensor value, int layout, bool cumsum) -> str");
+    m.def("reshape_and_cache_tiling(Tensor key, Tensor? value, Tensor key_cache, Tensor? value_cache, "
+          "Tensor slot_mapping, int layout) -> str");
 }
 
 void Implement(torch::Library& m)
@@ -268,13 +372,16 @@ void Implement(torch::Library& m)
     m.impl("kv_cache", &KvCache);
     m.impl("paged_cache_load", &PagedCacheLoad);
     m.impl("kv_cache_tiling", &KvCacheTilingText);
+    m.impl("reshape_and_cache", &ReshapeAndCache);
     m.impl("paged_cache_load_tiling", &PagedCacheLoadTilingText);
+    m.impl("reshape_and_cache_tiling", &ReshapeAndCacheTilingText);
 }
 
 void ImplementMeta(torch::Library& m)
 {
     m.impl("kv_cache", &KvCacheMeta);
     m.impl("paged_cache_load", &PagedCacheLoadMeta);
+    m.impl("reshape_and_cache", &ReshapeAndCacheMeta);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 /*
- * Pieces shared by the two copy kernels (kv_cache.cpp, paged_cache_load.cpp): reading the
- * tiling, index arithmetic that never leaves the tensors, int32/int64 index tensors staged into
- * UB, and copies of rows (contiguous or strided) through a double-buffered UB queue.
+ * Pieces shared by the copy kernels (kv_cache.cpp, paged_cache_load.cpp, reshape_and_cache.cpp):
+ * reading the tiling, index arithmetic that never leaves the tensors, int32/int64 index tensors
+ * staged into UB, and copies of rows (contiguous or strided) through a double-buffered UB queue.
  *
  * Device code only: the same file is compiled by CANN for the NPU and by g++ against the host
  * model of the AscendC API (ascendc/sim/include) for the host build.
@@ -213,6 +213,9 @@ __aicore__ inline void CopyContiguous(CopyQueue& queue, const AscendC::GlobalTen
     }
 }
 
+/// Bytes between consecutive rows of rowBytes in UB: DataCopyPad starts each row on a 32-byte boundary.
+__aicore__ inline uint64_t UbPitch(uint64_t rowBytes) { return (rowBytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+
 /// The GM-side gap between rows `pitch` bytes apart, if one DataCopyPad can express it.
 __aicore__ inline bool PadGap(uint64_t pitch, uint64_t rowBytes, uint32_t& gap)
 {
@@ -223,7 +226,8 @@ __aicore__ inline bool PadGap(uint64_t pitch, uint64_t rowBytes, uint32_t& gap)
     return true;
 }
 
-/// `rows` (<= kMaxBlockCount) rows of rowBytes, `pitch` bytes apart in GM, into consecutive UB rows.
+/// `rows` (<= kMaxBlockCount) rows of rowBytes (any size), `pitch` bytes apart in GM, into UB rows
+/// UbPitch(rowBytes) apart.
 __aicore__ inline void ReadRows(AscendC::LocalTensor<uint8_t>& buffer, const AscendC::GlobalTensor<uint8_t>& src,
                                 uint64_t pitch, uint64_t rows, uint64_t rowBytes)
 {
@@ -236,11 +240,12 @@ __aicore__ inline void ReadRows(AscendC::LocalTensor<uint8_t>& buffer, const Asc
     }
     AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
     for (uint64_t r = 0; r < rows; ++r) {
-        AscendC::DataCopyPad(buffer[static_cast<uint32_t>(r * rowBytes)], src[r * pitch], one, padding);
+        AscendC::DataCopyPad(buffer[static_cast<uint32_t>(r * UbPitch(rowBytes))], src[r * pitch], one, padding);
     }
 }
 
-/// `rows` (<= kMaxBlockCount) consecutive UB rows of rowBytes to GM rows `pitch` bytes apart.
+/// `rows` (<= kMaxBlockCount) UB rows of rowBytes (any size), UbPitch(rowBytes) apart, to GM rows
+/// `pitch` bytes apart.
 __aicore__ inline void WriteRows(const AscendC::GlobalTensor<uint8_t>& dst, AscendC::LocalTensor<uint8_t>& buffer,
                                  uint64_t pitch, uint64_t rows, uint64_t rowBytes)
 {
@@ -252,7 +257,7 @@ __aicore__ inline void WriteRows(const AscendC::GlobalTensor<uint8_t>& dst, Asce
     }
     AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
     for (uint64_t r = 0; r < rows; ++r) {
-        AscendC::DataCopyPad(dst[r * pitch], buffer[static_cast<uint32_t>(r * rowBytes)], one);
+        AscendC::DataCopyPad(dst[r * pitch], buffer[static_cast<uint32_t>(r * UbPitch(rowBytes))], one);
     }
 }
 

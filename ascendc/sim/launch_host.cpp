@@ -20,6 +20,8 @@ extern "C" void kv_cache_kernel(GM_ADDR newKv, GM_ADDR past, GM_ADDR tokenOffset
 extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable,
                                         GM_ADDR contextLens, GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value,
                                         GM_ADDR tiling);
+extern "C" void reshape_and_cache_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
+                                         GM_ADDR slotMapping, GM_ADDR tiling);
 
 namespace ascend_kv {
 namespace {
@@ -46,10 +48,11 @@ uint64_t Setting(const char* name, uint64_t fallback)
 /// view has gaps (the mask lives as long as the region).
 class Region {
 public:
-    Region(const at::Tensor& tensor, const char* name, bool writable)
+    Region(const at::Tensor& tensor, const char* name, bool writable, bool scatter = false)
     {
         region_.name = name;
         region_.writable = writable;
+        region_.scatter = scatter;
         if (!tensor.defined()) {
             region_.base = nullptr;
             region_.bytes = 0;
@@ -151,6 +154,23 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
     Run("paged_cache_load", t.usedCores, regions, [&]() {
         paged_cache_load_kernel(Gm(keyCache), Gm(valueCache), Gm(blockTable), Gm(contextLens), Gm(seqStarts), Gm(key),
                                 Gm(value), Gm(tilingBytes));
+    });
+}
+
+void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                           const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling)
+{
+    ReshapeTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    // The caches are scatter targets: a slot slot_mapping names twice may be written by two cores.
+    const Region regions[] = {{key, "key", false},
+                              {value, "value", false},
+                              {keyCache, "key_cache", true, /*scatter=*/true},
+                              {valueCache, "value_cache", true, /*scatter=*/true},
+                              {slotMapping, "slot_mapping", false},
+                              {tilingBytes, "tiling", false}};
+    Run("reshape_and_cache", t.usedCores, regions, [&]() {
+        reshape_and_cache_kernel(Gm(key), Gm(value), Gm(keyCache), Gm(valueCache), Gm(slotMapping), Gm(tilingBytes));
     });
 }
 
