@@ -1,4 +1,4 @@
-"""``ascend-kv bench``: both operations on named workloads, against ``Tensor.copy_`` of the same bytes.
+"""``ascend-kv bench``: every operation on named workloads, against ``Tensor.copy_`` of the same bytes.
 
 For every workload, dtype and backend: the time per call over a model's layers (one call per
 layer, each on its own layer's tensors, as a serving step makes them), the GB/s of bytes
@@ -13,7 +13,7 @@ each timed loop or call starts after a sweep buffer is written, as in a serving 
 the model's weights stream through the caches between two layers' cache operations. For the
 fallback, also the copy alone: the backend on a call validated once, outside the timing.
 And the per-call time of a decode step against a bare ``index_copy_`` of the same rows with
-precomputed indices.
+precomputed indices (``kv_cache``; ``reshape_and_cache`` against one per cache).
 
 Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--sweep-mb N]
 [--backends fallback,sim] [--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N]
@@ -40,8 +40,9 @@ from . import cpu_fallback as fallback
 from .cpu_fallback import native
 from .cpu_fallback.kv_cache import path as kv_cache_path
 from .cpu_fallback.paged_cache_load import paths as paged_paths
+from .cpu_fallback.reshape_and_cache import paths as write_paths
 from .errors import BackendUnavailableError
-from .ops import kv_cache, paged_cache_load
+from .ops import kv_cache, paged_cache_load, reshape_and_cache
 from .params import KvCacheCfg
 from .policy import BACKEND_CHOICES, use_backend
 
@@ -51,8 +52,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.in
 #: The fallback timed on a call validated once, outside the timing: the copy without the checks.
 PREVALIDATED = "fallback, prevalidated"
 
-#: Targets of issue 5, as a fraction of ``copy_`` throughput, by workload kind.
-TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5}
+#: Targets, as a fraction of ``copy_`` throughput, by workload kind.
+TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5, "write-prefill": 0.8}
 
 #: Bytes a loop over the layers moves at least: twice the 32 MB L3 of the machine measured, so
 #: the data of each call is out of the CPU caches when it runs.
@@ -68,7 +69,7 @@ class Workload:
     sequence; ``paged_cache_load`` gathers ``tokens`` cached tokens per sequence (see :func:`build`)."""
 
     name: str
-    kind: str                 #: decode, prefill, paged-nd or paged-nz
+    kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode or write-prefill
     batch: int
     tokens: int               #: new tokens (kv_cache) or cached tokens (paged) per sequence
     heads: int = 8
@@ -78,6 +79,8 @@ class Workload:
 
     @property
     def op(self) -> str:
+        if self.kind.startswith("write"):
+            return "reshape_and_cache"
         return "kv_cache" if self.kind in ("decode", "prefill") else "paged_cache_load"
 
 
@@ -96,6 +99,8 @@ def workloads(tiny: bool = False) -> list[Workload]:
         Workload("paged ND 8x2048 MLA 512+64", "paged-nd", 8, 2048, 1, 512, 64),
         Workload("paged NZ 8x2048 8x128", "paged-nz", 8, 2048, 8, 128, 128),
         Workload("paged NZ 8x2048 MLA 512+64", "paged-nz", 8, 2048, 1, 512, 64),
+        Workload("write decode 64x1 8x128", "write-decode", 64, 1, 8, 128, 128),
+        Workload("write prefill 8x512 8x128", "write-prefill", 8, 512, 8, 128, 128),
     ]
     if not tiny:
         return full
@@ -136,7 +141,8 @@ def layers_for(bytes_moved: int, layer_bytes: int) -> int:
 def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     """Tensors for workload ``w`` in ``dtype``, one set per layer (see :func:`layers_for`)."""
     g = torch.Generator().manual_seed(seed)
-    return _kv_call(w, dtype, g) if w.op == "kv_cache" else _paged_call(w, dtype, g)
+    builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call}
+    return builders[w.op](w, dtype, g)
 
 
 def _kv_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
@@ -210,6 +216,52 @@ def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         prevalidated=lambda: fallback.paged_cache_load(checked),
         bytes_moved=2 * out_bytes,
         path="/".join(sorted(set(paged_paths(checked)))),
+    )
+
+
+def _write_slots(w: Workload, g: torch.Generator) -> tuple[int, torch.Tensor]:
+    """``(num_blocks, slot_mapping)``: each sequence's tokens into its own blocks, dealt at random
+    (decode: one token at a random position of the sequence's last block)."""
+    per_seq = -(-w.tokens // w.block_size)
+    num_blocks = w.batch * per_seq
+    blocks = torch.randperm(num_blocks, generator=g).view(w.batch, per_seq)
+    if w.kind == "write-decode":
+        position = torch.randint(0, w.block_size, (w.batch,), generator=g)
+        return num_blocks, (blocks[:, -1] * w.block_size + position).to(torch.int32)
+    token = torch.arange(w.tokens)
+    slots = blocks[:, token // w.block_size] * w.block_size + token % w.block_size     # [batch, tokens]
+    return num_blocks, slots.reshape(-1).to(torch.int32)
+
+
+def _write_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """One slot mapping (shared by the layers of a step); each layer's own caches and new tokens."""
+    num_blocks, slots = _write_slots(w, g)
+    tokens = w.batch * w.tokens
+    token_bytes = w.heads * (w.head_size_k + w.head_size_v) * dtype.itemsize   # key + value
+    bytes_moved = 2 * tokens * token_bytes
+    layers = layers_for(bytes_moved, (num_blocks * w.block_size + tokens) * token_bytes)
+    sets = []                                                   # per layer: (key, value, key_cache, value_cache)
+    for _ in range(layers):
+        key, value = (_payload((tokens, w.heads, size), dtype, g) for size in (w.head_size_k, w.head_size_v))
+        key_cache, value_cache = (torch.zeros((num_blocks, w.block_size, w.heads, size), dtype=dtype)  # written
+                                  for size in (w.head_size_k, w.head_size_v))                          # (no page faults)
+        sets.append((key, value, key_cache, value_cache))
+    key, value, key_cache, value_cache = sets[0]
+    args, checked = checks.reshape_and_cache(key, value, key_cache, value_cache, slots)
+    assert checked is not None
+
+    def loop() -> None:
+        for k, v, k_cache, v_cache in sets:
+            reshape_and_cache(k, v, k_cache, v_cache, slots)
+
+    return Call(
+        layers=layers,
+        loop=loop,
+        single=lambda: reshape_and_cache(key, value, key_cache, value_cache, slots),
+        reference=lambda: reference.reshape_and_cache(key, value, key_cache, value_cache, slots),
+        prevalidated=lambda: fallback.reshape_and_cache(args, checked),
+        bytes_moved=bytes_moved,
+        path="/".join(sorted(set(write_paths(args)))),
     )
 
 
@@ -315,10 +367,12 @@ def _on_backend(name: str, run: Callable[[], object]) -> Callable[[], object]:
 
 def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[], object] | None = None
                     ) -> dict[str, Any]:
-    """Per-call time of the public ``kv_cache`` for the smallest decode workload vs a bare ``index_copy_``.
+    """Per-call time of the public ``kv_cache`` and ``reshape_and_cache`` for decode-shaped calls vs bare
+    ``index_copy_`` calls.
 
-    Both write the same 64 rows of 1024 float16 values; the bare call gets its row numbers
-    precomputed. Each timing is ``calls`` back-to-back calls (warm: the second and later calls
+    ``kv_cache`` and one ``index_copy_`` write the same 64 rows of 1024 float16 values;
+    ``reshape_and_cache`` and one ``index_copy_`` per cache write 64 tokens of 8 x 128 into a
+    key and a value cache with block 128. The bare calls get their row numbers precomputed. Each timing is ``calls`` back-to-back calls (warm: the second and later calls
     find the code and data in the CPU caches), in ``10 * repeats`` interleaved rounds (the
     calls are short, so more rounds cost little and steady the median). With ``sweep``, also
     the same with one call after each ``sweep()`` (``cold_*``): a decode step in a serving loop.
@@ -339,10 +393,20 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[
                 fn()
         return run
 
+    write = next(x for x in workloads() if x.kind == "write-decode")
+    num_blocks, slots = _write_slots(write, g)
+    new_k, new_v = (_payload((write.batch, write.heads, write.head_size_k), torch.float16, g) for _ in range(2))
+    key_cache, value_cache = (torch.zeros((num_blocks, write.block_size, write.heads, write.head_size_k),
+                                          dtype=torch.float16) for _ in range(2))
+    slot_rows = slots.long()
+    flat_k, flat_v = (c.view(-1, write.heads * write.head_size_k) for c in (key_cache, value_cache))
     single: dict[str, Callable[[], object]] = {
         "public kv_cache": lambda: kv_cache(new_kv, 0, past, offset, seq_len),  # auto: as users call it
         "checks only": lambda: checks.check_kv_cache(new_kv, 0, past, offset, seq_len),
         "bare index_copy_": lambda: flat.index_copy_(0, rows, new_kv),
+        "public reshape_and_cache": lambda: reshape_and_cache(new_k, new_v, key_cache, value_cache, slots),
+        "bare index_copy_ x2": lambda: (flat_k.index_copy_(0, slot_rows, new_k.view(write.batch, -1)),
+                                        flat_v.index_copy_(0, slot_rows, new_v.view(write.batch, -1))),
     }
     fns = {name: many(fn) for name, fn in single.items()}
     times = interleaved(fns, warmup, dict.fromkeys(fns, 10 * repeats))
@@ -353,6 +417,8 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[
         "per_call_s": per_call, "per_call_min_s": fastest,
         "ratio_to_index_copy": per_call["public kv_cache"] / per_call["bare index_copy_"],
         "ratio_to_index_copy_of_min": fastest["public kv_cache"] / fastest["bare index_copy_"],
+        "write_ratio_to_index_copy": per_call["public reshape_and_cache"] / per_call["bare index_copy_ x2"],
+        "write_ratio_to_index_copy_of_min": fastest["public reshape_and_cache"] / fastest["bare index_copy_ x2"],
         "target_ratio_to_index_copy": 2.0,
     }
     if sweep is not None:
@@ -360,6 +426,8 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[
         cold_per_call = {name: statistics.median(t) for name, t in cold.items()}
         result["cold_per_call_s"] = cold_per_call
         result["cold_ratio_to_index_copy"] = cold_per_call["public kv_cache"] / cold_per_call["bare index_copy_"]
+        result["cold_write_ratio_to_index_copy"] = (cold_per_call["public reshape_and_cache"]
+                                                    / cold_per_call["bare index_copy_ x2"])
     return result
 
 
@@ -405,13 +473,16 @@ def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) ->
         lines.append(f"small-call overhead ({overhead['workload']}, float16), per call, median (min):")
         lines.extend(f"  {name:18} {t * 1e6:8.1f} us ({overhead['per_call_min_s'][name] * 1e6:.1f})"
                      for name, t in per.items())
-        lines.append(f"  public / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
+        lines.append(f"  public kv_cache / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
                      f"({overhead['ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
+        lines.append(f"  public reshape_and_cache / bare index_copy_ x2 = {overhead['write_ratio_to_index_copy']:.2f} "
+                     f"({overhead['write_ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
         if "cold_per_call_s" in overhead:
             cold = overhead["cold_per_call_s"]
             lines.append("  one call after each sweep (cold caches), median: " + ", ".join(
                 f"{name} {t * 1e6:.1f} us" for name, t in cold.items()))
-            lines.append(f"  cold public / bare index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}")
+            lines.append(f"  cold: kv_cache / index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}, "
+                         f"reshape_and_cache / index_copy_ x2 = {overhead['cold_write_ratio_to_index_copy']:.2f}")
     return "\n".join(lines)
 
 

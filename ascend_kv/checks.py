@@ -250,19 +250,19 @@ def on_host(*tensors: torch.Tensor | None) -> bool:
     return all(t is None or t.is_cpu for t in tensors)
 
 
-def host_values(tensors: Sequence[torch.Tensor | None]) -> list[list[int] | None]:
-    """Each tensor's values as a flat list of ints (None stays None).
+def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Each tensor's values as a flat list of ints.
 
     Host tensors are read directly; the device-resident ones are gathered on their device and
     read back in one transfer (the one synchronisation of full validation).
     """
-    on_device = [t for t in tensors if t is not None and not t.is_cpu]
+    on_device = [t for t in tensors if not t.is_cpu]
     fetched: Iterator[list[int]] = iter(())
     if on_device:
         flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
         sizes = itertools.accumulate(t.numel() for t in on_device)
         fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
-    return [None if t is None else _flat_list(t) if t.is_cpu else next(fetched) for t in tensors]
+    return [_flat_list(t) if t.is_cpu else next(fetched) for t in tensors]
 
 
 def _flat_list(t: torch.Tensor) -> list[int]:
@@ -395,10 +395,9 @@ def require_layer_in_range(layer: int, layers: int) -> None:
 
 def kv_cache_call(args: KvCacheArgs) -> KvCacheCall:
     """The rules of a ``kv_cache`` call on its index values, read to the host (one transfer at most)."""
-    layer_values, offsets, lengths = host_values(
-        [args.layer_id if isinstance(args.layer_id, torch.Tensor) else None, args.token_offset, args.seq_len]
-    )
-    layer = args.layer_id if layer_values is None else layer_values[0]
+    layer_tensor = [args.layer_id] if isinstance(args.layer_id, torch.Tensor) else []
+    offsets, lengths, *layer_values = host_values([args.token_offset, args.seq_len, *layer_tensor])
+    layer = layer_values[0][0] if layer_values else args.layer_id
     require_layer_in_range(int(layer), args.past.shape[0])
     max_seq_len = args.past.shape[2]
     if min(lengths, default=0) < 0:  # each rule screens at C speed, then finds the first offender
@@ -639,7 +638,10 @@ def paged_cache_load(
     end_row = None
     if read_values:
         table_on_host = table.is_cpu
-        lens_given, starts, table_values = host_values([lens_tensor, starts_tensor, None if table_on_host else table])
+        optional = {"starts": starts_tensor, "table": None if table_on_host else table}
+        lens_given, *read = host_values([lens_tensor, *(t for t in optional.values() if t is not None)])
+        values = dict(zip((name for name, t in optional.items() if t is not None), read))
+        starts, table_values = values.get("starts"), values.get("table")
         lens, out_start = _lengths_and_starts(lens_given, batch, cumsum)
         if starts is None:
             first_column = [0] * batch
@@ -810,10 +812,9 @@ def reshape_and_cache(
         doc = ("a 4-D ND cache [num_blocks, block_size, num_heads, head_size]" if nd
                else "a 4-D NZ cache [num_blocks, num_heads * head_size // E, block_size, E]")
         require_ndim(f"{name}_cache", cache, (4,), doc)
-    if nd and value is not None and value_cache.dtype != key_cache.dtype:  # type: ignore[union-attr]
+    if nd and len(pairs) == 2 and pairs[1][2].dtype != key_cache.dtype:
         raise TypeError(
-            f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, "
-            f"got {value_cache.dtype}"  # type: ignore[union-attr]
+            f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, got {pairs[1][2].dtype}"
         )
     if len(pairs) == 2:
         value_tokens, value_cache_t = pairs[1][1], pairs[1][2]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -147,14 +147,14 @@ def _kv_cache_fake(*arguments: object) -> None:
     checks.kv_cache_args(*arguments, shapes_only=True)
 
 
-def _paged_load_cpu(*arguments: object, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_load_cpu(*arguments: object, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     args, call = checks.paged_cache_load(*arguments, **options)
     assert call is not None  # host index values are always read
     _paged_load_on_host(args, call)
     return args.key, args.value
 
 
-def _paged_load_device(*arguments: torch.Tensor, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_load_device(*arguments: torch.Tensor, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     tensors = {name: options.get(name) for name in ("key", "value")}
     checks.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1], **tensors})
     index = (arguments[2], arguments[3], options.get("seq_starts"))
@@ -164,23 +164,23 @@ def _paged_load_device(*arguments: torch.Tensor, **options: object) -> tuple[tor
     return args.key, args.value
 
 
-def _paged_load_fake(*arguments: object, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_load_fake(*arguments: object, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``)."""
 
     def unknown_rows(args: PagedLoadArgs) -> int:
-        return torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)  # type: ignore[no-any-return]
+        return torch.library.get_ctx().new_dynamic_size(min=0, max=checks.INT32_MAX)  # type: ignore[return-value]
 
     args, _ = checks.paged_cache_load(*arguments, **options, read_values=False, shapes_only=True,  # type: ignore[arg-type]
                                       count_rows=unknown_rows)
     return args.key, args.value
 
 
-def _paged_load_into_fake(*arguments: object, **options: object) -> None:
+def _paged_load_into_fake(*arguments: object, **options: Any) -> None:
     """Shapes only: the rules that need neither values nor memory."""
     checks.paged_cache_load(*arguments, **options, read_values=False, shapes_only=True)  # type: ignore[arg-type]
 
 
-def _reshape_and_cache_cpu(*arguments: object, **options: object) -> None:
+def _reshape_and_cache_cpu(*arguments: object, **options: Any) -> None:
     args, slots = checks.reshape_and_cache(*arguments, **options)
     assert slots is not None  # host index values are always read
     if policy.choose(RESHAPE, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
@@ -189,7 +189,7 @@ def _reshape_and_cache_cpu(*arguments: object, **options: object) -> None:
         cpu_fallback.reshape_and_cache(args, slots)
 
 
-def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: object) -> None:
+def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: Any) -> None:
     key, value, key_cache, value_cache, slot_mapping = arguments
     checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache})
     args, _ = checks.reshape_and_cache(*arguments, **options, read_values=_reads_values(slot_mapping))  # type: ignore[arg-type]
@@ -200,7 +200,7 @@ def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: object
         on_device.reshape_and_cache(args)
 
 
-def _reshape_and_cache_fake(*arguments: object, **options: object) -> None:
+def _reshape_and_cache_fake(*arguments: object, **options: Any) -> None:
     """Shapes only: the rules that need neither values nor memory."""
     checks.reshape_and_cache(*arguments, **options, read_values=False, shapes_only=True)  # type: ignore[arg-type]
 
@@ -230,7 +230,8 @@ def _reject_negated_views(schema: str) -> Callable[..., None]:
 
 # ----------------------------------------------------------------------------- registration
 
-_IMPLEMENTATIONS = {
+_Implementation = Callable[..., Any]
+_IMPLEMENTATIONS: dict[str, tuple[_Implementation, _Implementation, _Implementation]] = {
     "kv_cache": (_kv_cache_cpu, _kv_cache_device, _kv_cache_fake),
     "kv_cache.layer_tensor": (_kv_cache_cpu, _kv_cache_device, _kv_cache_fake),
     "paged_cache_load": (_paged_load_cpu, _paged_load_device, _paged_load_fake),

@@ -40,4 +40,5 @@ def index_tensors_on_device(args: _Args, device: torch.device) -> _Args:
             if isinstance(value := getattr(args, name), torch.Tensor) and value.device != device}
     if not host:
         return args
-    return dataclasses.replace(args, **dict(zip(host, to_device(list(host.values()), device))))
+    moved = dict(zip(host, to_device(list(host.values()), device)))
+    return dataclasses.replace(args, **moved)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ def test_workloads_cover_the_issue() -> None:
     names = [w.name for w in bench.workloads()]
     for kind in ("decode 64x1 h1024", "decode 256x1 h4096", "prefill 8x512 h4096", "prefill 1x4096 h1024",
                  "paged ND 8x2048 8x128", "paged ND 8x2048 MLA 512+64", "paged NZ 8x2048 8x128",
-                 "paged NZ 8x2048 MLA 512+64"):
+                 "paged NZ 8x2048 MLA 512+64", "write decode 64x1 8x128", "write prefill 8x512 8x128"):
         assert kind in names
     assert [w.name for w in bench.workloads(tiny=True)] == names
 
@@ -50,13 +50,14 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
         assert row["single_ratio_to_copy"] == pytest.approx(row["single_copy_median_s"] / row["single_median_s"])
         assert row["speedup_over_reference"] == pytest.approx(row["reference_median_s"] / row["single_median_s"])
         assert 2 <= row["layers"] <= bench.MAX_LAYERS
-        assert row["path"] in {"native", "slices", "rows", "scatter", "gather"}
+        assert set(row["path"].split("/")) <= {"native", "slices", "rows", "scatter", "gather", "general"}
         assert row["prevalidated_median_s"] > 0
         assert row["prevalidated_ratio_to_copy"] == pytest.approx(
             row["single_copy_median_s"] / row["prevalidated_median_s"])
     overhead = result["decode_overhead"]
-    assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_"}
-    assert overhead["ratio_to_index_copy"] > 0
+    assert set(overhead["per_call_s"]) == {"public kv_cache", "checks only", "bare index_copy_",
+                                           "public reshape_and_cache", "bare index_copy_ x2"}
+    assert overhead["ratio_to_index_copy"] > 0 and overhead["write_ratio_to_index_copy"] > 0
     assert set(overhead["cold_per_call_s"]) == set(overhead["per_call_s"]) and overhead["cold_ratio_to_index_copy"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
