@@ -260,19 +260,18 @@ void CheckInputAndCache(const char* op, bool nd, const at::Tensor& in, const cha
     CheckDevice(op, cache, cacheName, device);
     TORCH_CHECK(in.scalar_type() == cache.scalar_type(), Where(op), inName, " has dtype ", in.scalar_type(), ", ",
                 cacheName, " has ", cache.scalar_type(), "; they must match");
+    if (!nd) {
+        TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
+                    cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
+                    cache.element_size(), " bytes");
+    }
     const bool sameRow = nd ? (in.size(1) == cache.size(2) && in.size(2) == cache.size(3))
                             : in.size(1) * in.size(2) == cache.size(1) * cache.size(3);
     TORCH_CHECK(sameRow, Where(op), inName, " rows ", in.sizes().slice(1), " do not match the token rows of ",
                 cacheName, " (shape ", cache.sizes(), ")");
+    // ND rows may be any size (the kernel moves exact bytes); NZ rows are whole 32-byte pieces.
     const int64_t rowBytes = in.size(1) * in.size(2) * in.element_size();
-    if (nd) {
-        TORCH_CHECK(rowBytes > 0, Where(op), inName, " rows must not be empty, got shape ", in.sizes());
-    } else {
-        TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
-                    cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
-                    cache.element_size(), " bytes");
-        CheckRowBytes(op, cacheName, rowBytes);
-    }
+    TORCH_CHECK(rowBytes > 0, Where(op), inName, " rows must not be empty, got shape ", in.sizes());
     CheckDenseFrom(op, in, inName, 1, "token rows (dims 1, 2)");
     CheckDenseFrom(op, cache, cacheName, nd ? 2 : 3, nd ? "token rows (dims 2, 3)" : "32-byte pieces (dim 3)");
 }

@@ -1,0 +1,387 @@
+"""The reshape_and_cache kernel on the host model (sim backend), bit for bit against the reference.
+
+Calls go straight to ``ascend_kv.backends.sim.reshape_and_cache`` with :class:`ReshapeAndCacheArgs`
+under core counts 1, 2, 7, 40 and 48 and UB sizes small enough to force many groups, row
+segments and staged windows. ND rows of any byte size (7 and 33 float16 elements are not
+32-byte multiples), MLA's 512 + 64, key-only, NZ in ATB's six dtype pairs with block sizes 16
+and 128; key/value as column slices of a fused QKV buffer and caches as views of wider buffers,
+written in place with the bytes around them watched. Then raw slot values (the safe semantics),
+the op binding's checks and the tiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import safe_reference
+import test_sim
+import torch
+from cases import (
+    ND,
+    NZ,
+    RESHAPE_NZ_PAIRS,
+    Case,
+    bits,
+    bits_equal,
+    random_bits,
+    reshape_and_cache_case,
+    reshape_and_cache_cases,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+from test_kernels_safe import INDEX_DTYPES, LIMITS, raw
+from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
+
+from ascend_kv import reference
+from ascend_kv.backends import kernel_domain, sim
+from ascend_kv.calls import ReshapeAndCacheArgs
+
+configure = test_sim.configure  # the fixture that sets the simulated cores and UB
+
+
+def reshape_args(case: Case) -> ReshapeAndCacheArgs:
+    key, value, key_cache, value_cache, slot_mapping = case.args
+    layout = ND if case.kwargs["kv_cache_cfg"] == "nd" else NZ
+    return ReshapeAndCacheArgs(layout, key, value, key_cache, value_cache, slot_mapping)
+
+
+def assert_reshape_matches(case: Case) -> None:
+    """The kernel writes the caches as the reference does (views in place when the kernel domain
+    takes them, else through contiguous copies)."""
+    ref = case.cloned()
+    key, value, key_cache, value_cache, slots = ref.args
+    expected_key, expected_value = reference.reshape_and_cache(
+        key, value, key_cache.contiguous(), None if value_cache is None else value_cache.contiguous(), slots,
+        **ref.kwargs)
+    args = reshape_args(case.cloned())
+    sim.reshape_and_cache(args)
+    assert bits_equal(args.key_cache, expected_key)
+    assert args.value_cache is None or bits_equal(args.value_cache, expected_value)
+
+
+# ----------------------------------------------------------------------------- fixed workloads
+
+
+def workloads() -> list[Case]:
+    some = [5, 6, 7, -1, 40, 0, 63, 16, 17, 18, 19, 2]  # runs of consecutive slots, padding, block ends
+    return [
+        reshape_and_cache_case("nd", some, seed=1),
+        reshape_and_cache_case("nd", some, key_dtype=torch.bfloat16, index_dtype=torch.int64, seed=2),
+        reshape_and_cache_case("nd", some, key_dtype=torch.int8, head_size_k=32, head_size_v=64, seed=3),
+        # rows of 2 * 7 * 2 = 28 and 2 * 33 * 2 = 132 bytes: not 32-byte multiples
+        reshape_and_cache_case("nd", some, head_size_k=7, head_size_v=33, seed=4),
+        reshape_and_cache_case("nd", some, num_heads=1, head_size_k=7, head_size_v=1, block_size=3, num_blocks=22,
+                               seed=5),
+        reshape_and_cache_case("nd", [9, -1, 30, 31, 0], num_tokens=9, num_heads=1, head_size_k=512,
+                               head_size_v=64, seed=6),  # MLA, fewer slots than tokens
+        reshape_and_cache_case("nd", some, key_only=True, num_heads=1, head_size_k=576, seed=7),
+        reshape_and_cache_case("nd", [], num_tokens=3, seed=8),
+        reshape_and_cache_case("nd", [], num_tokens=0, seed=9),
+        reshape_and_cache_case("nd", [-1, -5, -(2**31)], seed=10),
+        reshape_and_cache_case("nd", list(range(64, 0, -1)), num_blocks=5, seed=11),
+        reshape_and_cache_case("nz", some, seed=12),
+        reshape_and_cache_case("nz", [200, 201, 202, 203, 5, -1, 511, 128], block_size=128, num_blocks=4,
+                               key_dtype=torch.int8, value_dtype=torch.bfloat16, head_size_k=64, seed=13),
+        reshape_and_cache_case("nz", [3, 4, 5], num_tokens=5, num_heads=1, head_size_k=512, head_size_v=64,
+                               index_dtype=torch.int64, seed=14),
+    ]
+
+
+@pytest.mark.parametrize("ub", UB_SIZES)
+@pytest.mark.parametrize("cores", CORES)
+def test_fixed_workloads_on_every_core_count_and_ub_size(configure, cores: int, ub: int) -> None:
+    configure(cores, ub)
+    for case in workloads():
+        assert_reshape_matches(case)
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize(("key_dtype", "value_dtype"), RESHAPE_NZ_PAIRS)
+def test_nz_each_dtype_pair_and_block_size(configure, key_dtype: torch.dtype, value_dtype: torch.dtype,
+                                           block_size: int) -> None:
+    configure(7, 1024)
+    slots = [block_size + 3, block_size + 4, 1, -1, 3 * block_size - 1, 0, 2 * block_size]
+    for strided in (False, True):
+        assert_reshape_matches(reshape_and_cache_case(
+            "nz", slots, num_tokens=9, key_dtype=key_dtype, value_dtype=value_dtype, num_heads=2,
+            head_size_k=32 // key_dtype.itemsize * 2, head_size_v=32 // value_dtype.itemsize, block_size=block_size,
+            num_blocks=3, strided=strided, seed=block_size))
+
+
+@given(case=reshape_and_cache_cases(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES + [512, 4096]))
+def test_any_case_any_config(configure, case: Case, cores: int, ub: int) -> None:
+    configure(cores, ub)
+    assert_reshape_matches(case)
+
+
+def test_prefill_runs_longer_than_a_buffer(configure) -> None:
+    """2048 tokens into consecutive slots of 16 blocks of 128: long runs split over cores and buffers."""
+    configure(40, DEFAULT_UB)
+    assert_reshape_matches(reshape_and_cache_case("nd", list(range(2048)), num_heads=8, head_size_k=128,
+                                                  head_size_v=128, block_size=128, num_blocks=16, seed=20))
+
+
+# ----------------------------------------------------------------------------- strided views, in place
+
+
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+@pytest.mark.parametrize("cores", [1, 2, 7])
+def test_fused_qkv_slices_and_cache_views_in_place(configure, layout: str, cores: int) -> None:
+    """key/value column slices of one QKV buffer; the caches block by block in one buffer whose other
+    bytes (and those of every buffer read) must not change."""
+    configure(cores, 2048)
+    nb, bs, heads, hs = 4, 16, 2, 16
+    row = heads * hs  # [tokens, 5 + q + k + v]: key and value rows contiguous, 101 elements apart
+    qkv = random_bits((11, 5 + 3 * row), torch.float16, 1)
+    key = qkv[:, 5 + row:5 + 2 * row].unflatten(1, (heads, hs))
+    value = qkv[:, 5 + 2 * row:].unflatten(1, (heads, hs))
+    shape = (nb, 2, bs, row + 3) if layout == "nd" else (nb, 2, row // 16 + 1, bs, 16)
+    buffer = random_bits(shape, torch.float16, 2)
+    if layout == "nd":  # token rows 1 element into 35-element slots, K and V block by block
+        key_cache, value_cache = (buffer[:, k, :, 1:1 + row].unflatten(-1, (heads, hs)) for k in (0, 1))
+    else:
+        key_cache, value_cache = buffer[:, 0, 1:], buffer[:, 1, :-1]
+    slots = torch.tensor([17, 18, 19, -1, 63, 0, 30, 31, 32, 2], dtype=torch.int64)
+    args = ReshapeAndCacheArgs(ND if layout == "nd" else NZ, key, value, key_cache, value_cache, slots)
+    assert kernel_domain.outside_reason(args) is None
+    expected_key, expected_value = reference.reshape_and_cache(key, value, key_cache.clone(), value_cache.clone(),
+                                                               slots, kv_cache_cfg=layout)
+    cache_before, qkv_before = buffer.clone(), qkv.clone()
+    sim.reshape_and_cache(args)
+    assert bits_equal(key_cache, expected_key) and bits_equal(value_cache, expected_value)
+    assert_gaps_unchanged(buffer, cache_before, key_cache, value_cache)
+    assert bits_equal(qkv, qkv_before)
+
+
+def test_nd_slots_strided_and_rows_unaligned_in_place(configure) -> None:
+    """Slots two rows apart, rows of 66 bytes inside 80-byte slots: DataCopyPad's exact bytes only."""
+    configure(3, 512)
+    buffer = random_bits((3, 8, 1, 40), torch.float16, 3)
+    cache = buffer[:, ::2, :, 2:35]  # [3, 4, 1, 33]
+    key = random_bits((6, 1, 33), torch.float16, 4)
+    slots = torch.tensor([1, 2, 3, 11, -3, 4], dtype=torch.int32)
+    args = ReshapeAndCacheArgs(ND, key, None, cache, None, slots)
+    expected, _ = reference.reshape_and_cache(key, None, cache.clone(), None, slots)
+    before = buffer.clone()
+    sim.reshape_and_cache(args)
+    assert bits_equal(cache, expected)
+    assert_gaps_unchanged(buffer, before, cache)
+
+
+def test_outside_the_domain_runs_on_contiguous_copies(configure) -> None:
+    """Token rows that are not contiguous (heads and head dims transposed) give the reference's
+    answer, written back into the caller's caches."""
+    configure(7, 1024)
+    case = reshape_and_cache_case("nd", [4, 9, -1, 2], seed=30)
+    expected_key, expected_value = reference.reshape_and_cache(*case.cloned().args, **case.kwargs)
+    key, value, key_cache, value_cache, slots = case.args
+    transposed = key.transpose(1, 2).contiguous().transpose(1, 2)
+    args = ReshapeAndCacheArgs(ND, transposed, value, key_cache, value_cache, slots)
+    assert "key has sizes (4, 2, 16)" in (kernel_domain.outside_reason(args) or "")
+    sim.reshape_and_cache(args)
+    assert bits_equal(key_cache, expected_key) and bits_equal(value_cache, expected_value)
+
+
+# ----------------------------------------------------------------------------- raw slot values
+
+
+def cloned(args: ReshapeAndCacheArgs) -> ReshapeAndCacheArgs:
+    return dataclasses.replace(args, **{f.name: getattr(args, f.name).clone() for f in dataclasses.fields(args)
+                                        if isinstance(getattr(args, f.name), torch.Tensor)})
+
+
+def widened(cache: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(buffer, view)``: ``cache``'s values in a view of a random-bits buffer, one slot (ND) or
+    piece (NZ) wider before and two after in every block."""
+    shape = list(cache.shape)
+    shape[1] += 3
+    buffer = random_bits(tuple(shape), cache.dtype, seed)
+    view = buffer.narrow(1, 1, cache.shape[1])
+    view.copy_(cache)
+    return buffer, view
+
+
+@st.composite
+def raw_calls(draw: st.DrawFn) -> tuple[ReshapeAndCacheArgs, list[torch.Tensor]]:
+    """``(args with slots nobody checked, the buffers the caches are views of)``; no slot twice."""
+    args = reshape_args(draw(reshape_and_cache_cases()))
+    dtype = draw(st.sampled_from(INDEX_DTYPES))
+    slots = draw(st.lists(st.one_of(st.integers(-3, 600), raw(dtype)), min_size=args.slot_mapping.numel(),
+                          max_size=args.slot_mapping.numel(), unique=True))
+    key_buffer, key_cache = widened(args.key_cache.contiguous(), 1)
+    buffers, value_cache = [key_buffer], None
+    if args.value_cache is not None:
+        value_buffer, value_cache = widened(args.value_cache.contiguous(), 2)
+        buffers.append(value_buffer)
+    args = dataclasses.replace(args, key_cache=key_cache, value_cache=value_cache,
+                               slot_mapping=torch.tensor(slots, dtype=dtype))
+    return args, buffers
+
+
+@given(call=raw_calls(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES))
+def test_raw_slots_follow_the_safe_semantics(configure, call, cores: int, ub: int) -> None:
+    configure(cores, ub)
+    args, buffers = call
+    expected = cloned(args)
+    safe_reference.reshape_and_cache(expected)
+    before = [b.clone() for b in buffers]
+    sim.reshape_and_cache(args)
+    assert bits_equal(args.key_cache, expected.key_cache)
+    assert args.value_cache is None or bits_equal(args.value_cache, expected.value_cache)
+    for buffer, old, cache in zip(buffers, before, (args.key_cache, args.value_cache)):
+        assert cache is not None
+        assert_gaps_unchanged(buffer, old, cache)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_slots_at_the_integer_limits_write_nothing(configure, index_dtype: torch.dtype) -> None:
+    configure(2, DEFAULT_UB)
+    info = torch.iinfo(index_dtype)
+    limits = sorted({v for v in LIMITS if info.min <= v <= info.max} | {4 * 16, 4 * 16 + 1})  # 64 slots: first out
+    case = reshape_and_cache_case("nd", limits, index_dtype=index_dtype, seed=40)
+    key, value, key_cache, value_cache, slots = case.args
+    before = key_cache.clone(), value_cache.clone()
+    sim.reshape_and_cache(ReshapeAndCacheArgs(ND, key, value, key_cache, value_cache, slots))
+    assert bits_equal(key_cache, before[0]) and bits_equal(value_cache, before[1])
+
+
+@pytest.mark.parametrize("cores", CORES)
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+def test_a_slot_named_twice_holds_one_of_its_tokens(configure, layout: str, cores: int) -> None:
+    """Slots 5 and 40 are each named by several tokens (on one core or several): each holds the whole
+    row of one of them; every other slot is written as usual."""
+    configure(cores, 1024)
+    slots = [5, 40, 6, 5, 7, 40, 8, 5, 40]
+    case = reshape_and_cache_case(layout, slots, seed=50)
+    args = reshape_args(case)
+    expected = cloned(args)
+    safe_reference.reshape_and_cache(expected)
+    sim.reshape_and_cache(args)
+    for cache, want, rows in ((args.key_cache, expected.key_cache, args.key),
+                              (args.value_cache, expected.value_cache, args.value)):
+        assert cache is not None and want is not None and rows is not None
+        flat = bits(cache if layout == "nd" else cache.transpose(1, 2)).reshape(4 * 16, -1)
+        flat_want = bits(want if layout == "nd" else want.transpose(1, 2)).reshape(4 * 16, -1)
+        for slot in (5, 40):
+            candidates = [bits(rows[i]).reshape(-1) for i, s in enumerate(slots) if s == slot]
+            assert any(torch.equal(flat[slot], c) for c in candidates), slot
+        others = [s for s in range(64) if s not in (5, 40)]
+        assert torch.equal(flat[others], flat_want[others])
+
+
+# ----------------------------------------------------------------------------- the op binding
+
+
+def _call() -> dict[str, object]:
+    return {"key": random_bits((3, 2, 7), torch.float16, 1), "value": random_bits((3, 2, 5), torch.float16, 2),
+            "key_cache": random_bits((4, 8, 2, 7), torch.float16, 3),
+            "value_cache": random_bits((4, 8, 2, 5), torch.float16, 4),
+            "slot_mapping": torch.tensor([1, 9, -1]), "layout": 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"value": None}, "value and value_cache must both be given or both be None (key-only mode), got value None"),
+        ({"value_cache": random_bits((3, 8, 2, 5), torch.float16, 5)},
+         "value_cache has 3 blocks of 8 slots, key_cache 4 of 8; they must match"),
+        ({"key": random_bits((3, 2, 8), torch.float16, 6)}, "key rows [2, 8] do not match the token rows of key_cache"),
+        ({"value": random_bits((3, 2, 5), torch.bfloat16, 7)}, "value has dtype BFloat16, value_cache has Half"),
+        ({"slot_mapping": torch.tensor([1, 2, 3, 4])}, "slot_mapping has 4 entries, more than the 3 tokens of key"),
+        ({"value": random_bits((2, 2, 5), torch.float16, 8), "slot_mapping": torch.tensor([1, 2, 3])},
+         "slot_mapping has 3 entries, more than the 2 tokens of value"),
+        ({"slot_mapping": torch.tensor([1.0, 2.0])}, "slot_mapping must be int32 or int64, got Float"),
+        ({"slot_mapping": torch.tensor([[1, 2]])}, "slot_mapping must be 1-D [n], got shape [1, 2]"),
+        ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, "slot_mapping must be contiguous"),
+        ({"key": random_bits((3, 7, 2), torch.float16, 9).transpose(1, 2)},
+         "key's token rows (dims 1, 2) must be contiguous"),
+        ({"key_cache": random_bits((4, 8, 7, 2), torch.float16, 10).transpose(2, 3)},
+         "key_cache's token rows (dims 2, 3) must be contiguous"),
+        ({"layout": 2}, "layout must be 0 (NZ) or 1 (ND), got 2"),
+        ({"layout": 0}, "key_cache (NZ) must have 32-byte last dimension pieces, got 7 x 2 bytes"),
+        ({"key": torch.zeros((3, 2, 0), dtype=torch.float16), "key_cache": torch.zeros((4, 8, 2, 0),
+                                                                                        dtype=torch.float16)},
+         "key rows must not be empty"),
+    ],
+)
+def test_binding_checks_every_tensor(change: dict[str, object], message: str) -> None:
+    sim.load()
+    call = {**_call(), **change}
+    with pytest.raises(RuntimeError, match="ascend_kv_host.reshape_and_cache: .*" + re.escape(message)):
+        torch.ops.ascend_kv_host.reshape_and_cache(**call)
+
+
+def test_binding_nz_rows_must_be_whole_pieces() -> None:
+    sim.load()
+    cache = random_bits((2, 1, 16, 16), torch.float16, 1)
+    with pytest.raises(RuntimeError, match=re.escape("key rows [1, 8] do not match the token rows of key_cache")):
+        torch.ops.ascend_kv_host.reshape_and_cache(random_bits((2, 1, 8), torch.float16, 2), None, cache, None,
+                                                   torch.tensor([0, 1]), 0)
+
+
+def test_meta_implementation_traces_without_data() -> None:
+    sim.load()
+    call = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in _call().items()}
+    torch.ops.ascend_kv_host.reshape_and_cache(**call)
+
+
+# ----------------------------------------------------------------------------- the tiling
+
+
+def tiling(monkeypatch: pytest.MonkeyPatch, *, cores: int = 40, ub: int = DEFAULT_UB, **change: object) -> dict[str, int]:
+    monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
+    monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
+    sim.load()
+    text = torch.ops.ascend_kv_host.reshape_and_cache_tiling(**{**_call(), **change})
+    return {name: int(value) for name, value in (word.split("=") for word in text.split())}
+
+
+@given(tokens=st.integers(0, 5000), cores=st.integers(1, 64), ub=st.integers(256 // 32, DEFAULT_UB // 32),
+       index=st.sampled_from(INDEX_DTYPES))
+def test_tiling_cores_and_buffers(monkeypatch: pytest.MonkeyPatch, tokens: int, cores: int, ub: int,
+                                  index: torch.dtype) -> None:
+    ub *= 32
+    key = torch.empty((tokens, 2, 7), dtype=torch.float16)
+    t = tiling(monkeypatch, cores=cores, ub=ub, key=key, value=torch.empty((tokens, 2, 5), dtype=torch.float16),
+               slot_mapping=torch.zeros(tokens, dtype=index))
+    assert t["usedCores"] == min(cores, tokens) and t["tokens"] == tokens
+    assert t["stageBytes"] % 32 == 0 and 32 <= t["stageBytes"] <= 16 * 1024 and t["chunkBytes"] % 32 == 0
+    assert t["stageBytes"] + 2 * t["chunkBytes"] <= ub
+    assert (t["keyRowBytes"], t["valueRowBytes"], t["slotElemBytes"]) == (28, 20, index.itemsize)
+
+
+def test_tiling_geometry_of_qkv_slices_mla_and_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    qkv = torch.empty((5, 1, 640), dtype=torch.float16)
+    latent = torch.empty((7, 16, 1, 576), dtype=torch.float16)
+    t = tiling(monkeypatch, key=qkv[..., 64:576], value=qkv[..., 576:], key_cache=latent[..., :512],
+               value_cache=latent[..., 512:], slot_mapping=torch.tensor([1, 2], dtype=torch.int32))
+    assert (t["keyRowBytes"], t["keyRowStride"], t["keySpan"]) == (1024, 1280, 4 * 1280 + 1024)
+    assert (t["valueRowBytes"], t["valueRowStride"], t["hasValue"]) == (128, 1280, 1)
+    assert (t["keyBlockStride"], t["keySlotStride"], t["keyPieceStride"]) == (16 * 1152, 1152, 0)
+    assert (t["numBlocks"], t["blockSize"], t["layout"]) == (7, 16, 1)
+    t = tiling(monkeypatch, key=qkv[..., 64:576], value=None, key_cache=latent[..., :512], value_cache=None,
+               slot_mapping=torch.tensor([1, 2], dtype=torch.int32))
+    assert (t["hasValue"], t["valueRowBytes"], t["valueCacheSpan"]) == (0, 0, 0)
+    pair = torch.empty((5, 2, 32, 4, 32), dtype=torch.int8)  # NZ [nb, K/V, T/E, bs, E]
+    key = torch.empty((3, 4, 256), dtype=torch.int8)
+    t = tiling(monkeypatch, key=key, value=key, key_cache=pair[:, 0], value_cache=pair[:, 1], layout=0,
+               slot_mapping=torch.tensor([0, 1, 2]))
+    assert (t["keyBlockStride"], t["keyPieceStride"], t["keySlotStride"]) == (2 * 32 * 128, 128, 32)
+    assert (t["keyRowBytes"], t["blockSize"], t["layout"]) == (1024, 4, 0)
+
+
+def test_no_slots_or_no_cache_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert tiling(monkeypatch, slot_mapping=torch.zeros(0, dtype=torch.int64))["usedCores"] == 0
+    empty = {"key_cache": torch.empty((0, 8, 2, 7), dtype=torch.float16),
+             "value_cache": torch.empty((0, 8, 2, 5), dtype=torch.float16)}
+    assert tiling(monkeypatch, **empty)["usedCores"] == 0
+
+
+def test_tiling_fields_are_printed_in_struct_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    header = (sim.source_root() / "tiling.h").read_text()
+    section = header[header.index("ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD)"):]
+    positions = [section.index(f"FIELD({name},") for name in tiling(monkeypatch)]
+    assert positions == sorted(positions)
+
