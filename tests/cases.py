@@ -210,10 +210,11 @@ def reshape_and_cache_case(
     """A ``reshape_and_cache`` call writing token ``i`` to slot ``slots[i]`` (negative: padding).
 
     ``num_tokens`` defaults to ``len(slots)``; ``key_only`` passes ``value`` and ``value_cache``
-    as None. ``strided`` gives key and value as column slices of one fused QKV buffer (of
-    each its own buffer when their dtypes differ), and the caches as views of wider buffers
-    with random bits around them: block by block in one ``[num_blocks, 2, ...]`` buffer when
-    they have one shape and dtype, else each a slice of its own (ND: of the columns, NZ: of the
+    as None. ``strided`` gives key and value as column slices of one fused QKV projection
+    ``[num_tokens, 3 + T_k + T_v]`` (each of its own wider buffer when their dtypes differ), so
+    token rows stay contiguous but lie apart, and the caches as views of wider buffers with
+    random bits around them: block by block in one ``[num_blocks, 2, ...]`` buffer when they
+    have one shape and dtype, else each a slice of its own (ND: of the columns, NZ: of the
     fractal groups).
     """
     value_dtype = value_dtype or key_dtype
@@ -228,12 +229,14 @@ def reshape_and_cache_case(
         key_cache = random_bits((num_blocks, num_heads * head_size_k // ek, block_size, ek), key_dtype, seed + 2)
         value_cache = random_bits((num_blocks, num_heads * head_size_v // ev, block_size, ev), value_dtype, seed + 3)
     if strided:
-        if key_dtype == value_dtype:                                             # [tokens, heads, q + k + v]
-            qkv = random_bits((num_tokens, num_heads, 3 + head_size_k + head_size_v), key_dtype, seed + 4)
-            key = qkv[..., 3:3 + head_size_k].copy_(key)
-            value = qkv[..., 3 + head_size_k:].copy_(value)
+        tk, tv = num_heads * head_size_k, num_heads * head_size_v
+        if key_dtype == value_dtype:                                             # [tokens, q + T_k + T_v]
+            qkv = random_bits((num_tokens, 3 + tk + tv), key_dtype, seed + 4)
+            key = qkv[:, 3:3 + tk].view(key.shape).copy_(key)
+            value = qkv[:, 3 + tk:].view(value.shape).copy_(value)
         else:
-            key, value = in_wider_buffer(key, -1, seed + 4), in_wider_buffer(value, -1, seed + 5)
+            key = in_wider_buffer(key.flatten(1), -1, seed + 4).view(key.shape)
+            value = in_wider_buffer(value.flatten(1), -1, seed + 5).view(value.shape)
         if key_cache.shape == value_cache.shape and key_dtype == value_dtype:
             both = torch.stack([key_cache, value_cache], 1)                      # [num_blocks, 2, ...]
             key_cache, value_cache = both[:, 0], both[:, 1]

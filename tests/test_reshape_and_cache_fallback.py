@@ -109,8 +109,18 @@ def check_against_reference(case: Case, run: Callable[[ReshapeAndCacheArgs], Non
 # ----------------------------------------------------------------------------- in domain: the reference
 
 
-@given(case=reshape_and_cache_cases(), fallback=st.sampled_from(sorted(FALLBACKS)), noncontiguous=st.booleans())
-def test_matches_reference_and_changes_nothing_else(case: Case, fallback: str, noncontiguous: bool) -> None:
+def heads_apart(case: Case) -> Case:
+    """``case`` with key and value rows whose heads lie apart (each head a column slice of a wider buffer)."""
+    key, value, *rest = case.args
+    apart = [None if t is None else in_wider_buffer(t, -1, seed) for t, seed in ((key, 21), (value, 22))]
+    return Case((*apart, *rest), case.kwargs)
+
+
+@given(case=reshape_and_cache_cases(), fallback=st.sampled_from(sorted(FALLBACKS)), noncontiguous=st.booleans(),
+       gapped=st.booleans())
+def test_matches_reference_and_changes_nothing_else(case: Case, fallback: str, noncontiguous: bool,
+                                                    gapped: bool) -> None:
+    case = heads_apart(case) if gapped else case
     check_against_reference(case, FALLBACKS[fallback], scattered if noncontiguous else lambda t: t)
 
 
@@ -195,7 +205,8 @@ def _case_for(path: str) -> Case:
         key, value, key_cache, value_cache, mapping = reshape_and_cache_case("nd", slots, num_heads=2).args
         return Case((key, value, in_wider_buffer(key_cache, -1, 1), in_wider_buffer(value_cache, -1, 2), mapping),
                     {"kv_cache_cfg": "nd"})
-    return reshape_and_cache_case("nd", slots, num_heads=2, head_size_k=7, head_size_v=7, strided=True)  # general
+    return heads_apart(reshape_and_cache_case("nd", slots, num_heads=2, head_size_k=7, head_size_v=7,
+                                              strided=True))                   # general
 
 
 @pytest.mark.parametrize(("path", "expected"), [
