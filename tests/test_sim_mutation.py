@@ -4,9 +4,10 @@ with a message naming the tensor and the offset.
 The kernel sources are copied, mutated, built through the sim backend's own CMake build (cached
 like any build, by the sources' hash, so a warm machine builds nothing) and run in a child process (a process can load one ``ascend_kv_host`` library).
 Mutants: an off-by-one row in each kernel's offsets (reads past new_kv, writes past key in ND and
-NZ), a byte stride replaced by the row size (which lands in the gaps of strided views), the
-staged index window read without its MTE2_S flag, and a kernel that no longer declares itself
-vector-only. The unmutated library passes the same calls.
+NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size (which lands in
+the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
+instead of DataCopyPad, the staged index window read without its MTE2_S flag, and a kernel that
+no longer declares itself vector-only. The unmutated library passes the same calls.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ MUTANTS = {
          "CopyRows(queue_, pair.out[(outRow + 1) * pair.rowStride]"),
         ("kernels/paged_cache_load.cpp", "WriteRows(pair.out[(outRow + done) * pair.rowStride",
          "WriteRows(pair.out[(outRow + done + 1) * pair.rowStride"),
+        ("kernels/reshape_and_cache.cpp", "block * target.blockStride + position * target.slotStride;",
+         "block * target.blockStride + (position + 1) * target.slotStride;"),
     ],
     "strides-and-task-type": [
         ("kernels/kv_cache.cpp", "dstPos * t_.pastSeqStride", "dstPos * t_.rowBytes"),
         ("kernels/paged_cache_load.cpp", "pair.cache[tokenAt], pair.slotStride,", "pair.cache[tokenAt], pair.rowBytes,"),
         ("kernels/kv_cache.cpp", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""),
+        ("kernels/reshape_and_cache.cpp", "WriteRows(target.cache[tokenAt + offset], rows, target.slotStride, run, bytes);",
+         "AscendC::DataCopy(target.cache[tokenAt + offset], rows, static_cast<uint32_t>(bytes));"),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
@@ -60,8 +65,14 @@ def paged_mla():
     buffer = torch.ones(3, 16, 1, 576, dtype=h)
     ops.paged_cache_load(buffer[..., :512], buffer[..., 512:], torch.tensor([[1]]), torch.tensor([7]), None,
                          torch.zeros(7, 1, 512, dtype=h), torch.zeros(7, 1, 64, dtype=h), 1, False)
+def reshape(layout, cache_shape, head_size):
+    # slot 31 is the caches' last (2 blocks of 16); tokens in slots 31, 0, 5, 6 (runs of 1 and 2)
+    cache = torch.zeros(cache_shape, dtype=h)
+    ops.reshape_and_cache(torch.ones(4, 1, head_size, dtype=h), None, cache, None, torch.tensor([31, 0, 5, 6]), layout)
 CALLS = {"kv_dense": kv_dense, "kv_strided": kv_strided, "paged_mla": paged_mla,
-         "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,))}
+         "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
+         "reshape_nd_unaligned": lambda: reshape(1, (2, 16, 1, 7), 7),
+         "reshape_nz": lambda: reshape(0, (2, 2, 16, 16), 32)}
 try:
     CALLS[sys.argv[2]]()
     print("ok")
@@ -143,6 +154,20 @@ def test_staged_indices_read_without_mte2_s_are_stopped(libraries: dict[str, Pat
     assert "LocalTensor::GetValue" in message and "S reads its bytes" in message and "MTE2_S" in message
 
 
-@pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla"])
+@pytest.mark.parametrize("call", ["reshape_nd_unaligned", "reshape_nz"])
+def test_reshape_slot_off_by_one_writes_past_key_cache(libraries: dict[str, Path], call: str) -> None:
+    """Slot 31 is the last of key_cache (2 x 16 slots); one slot further is past its end."""
+    buffer, offset, count = overrun(run(libraries["offsets"], call), "write", "key_cache")
+    assert buffer == 2 * 16 * (14 if call == "reshape_nd_unaligned" else 64) and offset + count > buffer
+
+
+def test_reshape_unaligned_row_stored_with_data_copy_is_stopped(libraries: dict[str, Path]) -> None:
+    """A 7-element float16 row is 14 bytes: DataCopy moves whole 32-byte blocks only."""
+    message = run(libraries["strides-and-task-type"], "reshape_nd_unaligned")
+    assert "DataCopy: count 14 * sizeof(T) 1 = 14 bytes is not a multiple of 32" in message
+
+
+@pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla", "reshape_nd_unaligned",
+                                  "reshape_nz"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str) -> None:
     assert run(libraries["unmutated"], call) == "ok"
