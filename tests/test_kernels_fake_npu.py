@@ -15,7 +15,7 @@ import torch
 from cases import ND, NZ, bits_equal, random_bits
 
 from ascend_kv.backends import sim
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -65,11 +65,50 @@ def test_paged_load_of_block_interleaved_caches_on_the_device(layout) -> None:
     assert bits_equal(key_out.cpu()[:, :4], out[:, :4]) and bits_equal(key_out.cpu()[:, 36:], out[:, 36:])
 
 
+@pytest.mark.parametrize(("layout", "index_dtype"), [(ND, torch.int32), (NZ, torch.int64)])
+def test_reshape_and_cache_reads_device_slots_without_a_transfer(layout, index_dtype) -> None:
+    """key/value column slices of a device QKV buffer into K and V caches held block by block in one
+    device buffer; garbage slots (out of range, int limits) are skipped, padding writes nothing."""
+    info = torch.iinfo(index_dtype)
+    slots = torch.tensor([17, 18, -1, info.max, info.min, 64, 0, 63], dtype=index_dtype)
+    qkv = random_bits((10, 3 * 32 + 4), torch.float16, 7)
+    shape = (4, 2, 16, 2, 16) if layout == ND else (4, 2, 2, 16, 16)
+    buffer = random_bits(shape, torch.float16, 8)
+    key, value = qkv[:, 36:68].unflatten(1, (2, 16)), qkv[:, 68:].unflatten(1, (2, 16))
+    expected = ReshapeAndCacheArgs(layout, key, value, buffer[:, 0].clone(), buffer[:, 1].clone(), slots)
+    safe_reference.reshape_and_cache(expected)
+    device_qkv, device_buffer = npu(qkv), npu(buffer)
+    device_key, device_value = device_qkv[:, 36:68].unflatten(1, (2, 16)), device_qkv[:, 68:].unflatten(1, (2, 16))
+    device_slots = npu(slots)
+    with fake_npu.counting() as seen:
+        torch.ops.ascend_kv_host.reshape_and_cache(device_key, device_value, device_buffer[:, 0], device_buffer[:, 1],
+                                                   device_slots, int(layout))
+    assert seen.transfers == 0
+    written = device_buffer.cpu()
+    assert bits_equal(written[:, 0], expected.key_cache) and bits_equal(written[:, 1], expected.value_cache)
+
+
+def test_sim_reshape_and_cache_takes_device_caches_in_key_only_mode() -> None:
+    """``sim.reshape_and_cache`` with host slots and device data: the slots move to the device."""
+    cache = random_bits((3, 8, 1, 33), torch.float16, 9)
+    key = random_bits((4, 1, 33), torch.float16, 10)
+    slots = torch.tensor([23, -1, 0, 9])
+    expected = ReshapeAndCacheArgs(ND, key, None, cache.clone(), None, slots)
+    safe_reference.reshape_and_cache(expected)
+    args = ReshapeAndCacheArgs(ND, npu(key), None, npu(cache), None, slots)
+    sim.reshape_and_cache(args)
+    assert bits_equal(args.key_cache.cpu(), expected.key_cache)
+
+
 def test_index_tensors_on_another_device_are_refused() -> None:
     past = npu(torch.zeros((1, 2, 4, 16), dtype=torch.float16))
     with pytest.raises(RuntimeError, match="ascend_kv_host.kv_cache: seq_len is on cpu, expected npu:0"):
         torch.ops.ascend_kv_host.kv_cache(npu(torch.zeros((2, 16), dtype=torch.float16)), past,
                                           npu(torch.tensor([1, 1])), torch.tensor([1, 1]), None, 0)
+    cache = npu(torch.zeros((2, 4, 1, 16), dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="ascend_kv_host.reshape_and_cache: slot_mapping is on cpu, expected npu:0"):
+        torch.ops.ascend_kv_host.reshape_and_cache(npu(torch.zeros((2, 1, 16), dtype=torch.float16)), None, cache,
+                                                   None, torch.tensor([1, 2]), 1)
 
 
 def test_sim_backend_takes_device_data_with_host_index_tensors() -> None:
