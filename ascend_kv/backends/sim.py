@@ -146,7 +146,8 @@ def _index(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _write_back(given: torch.Tensor | None, ran: torch.Tensor | None) -> None:
-    if given is not None and ran is not given:
+    """Copy what the kernel wrote into the caller's tensor when it ran on a copy (absent: nothing)."""
+    if given is not None and ran is not None and ran is not given:
         given.copy_(ran)
 
 
