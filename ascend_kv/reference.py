@@ -1,4 +1,4 @@
-"""The seeds' pseudo-code, literally: plain loops, one row at a time.
+"""The operations as docs/semantics.md states them (Huawei's pseudo-code, literally): plain loops, one row at a time.
 
 This is the oracle every backend is tested against, bit for bit. It is slow on purpose and
 never on the hot path. It assumes valid arguments (the tests pass it the same arguments
@@ -54,7 +54,7 @@ def paged_cache_load(
     key: torch.Tensor | None = None,
     value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PagedCacheLoadOperation's semantics (SEMANTICS.md), one token at a time.
+    """PagedCacheLoadOperation's semantics (docs/semantics.md §4), one token at a time.
 
     Outputs are written in place when given, else allocated zero-filled with
     ``sum(context_lens)`` rows (``context_lens[-1]`` in cumsum mode).

@@ -14,12 +14,10 @@
  * paged NZ: items are tokens and pieces their 32-byte fractal rows; reshape_and_cache: runs are
  * tokens, dst_index their slots, negative for padding.) Indices and byte steps
  * let the caller pass its metadata lists as they are, with no per-call arithmetic in Python; they
- * are read into one C array here (measured with cold caches: 10-90 us less per call than building
- * int64 buffers in Python first).
+ * are read into one C array here.
  *
  * item must be a positive multiple of 32 bytes (every row and NZ fractal row is). Bytes move in
- * 32-byte chunks: measured as fast as torch's copy_ and at least as fast as glibc memcpy on these
- * sizes. A run whose items are back to back on both sides (pieces == 1, steps == item) is one
+ * 32-byte chunks (as fast as torch's copy_ on these sizes: docs/benchmarks.md). A run whose items are back to back on both sides (pieces == 1, steps == item) is one
  * stretch of chunks. Runs with 0 items or a negative dst_index copy nothing (their addresses are not
  * touched).
  *
@@ -27,11 +25,9 @@
  * and the destination address and every destination byte step are multiples of 16, the bytes go
  * out through 16-byte non-temporal stores, and one store fence ends the call. Why: a large KV
  * cache write or paged load fills the caches with lines this thread does not read again soon,
- * and each one costs a read for ownership first; streamed stores skip both. Measured on a 2-CPU
- * EPYC VM, one thread, a 64 MB add_ between calls: 8-32 MB in rows of 512 to 8192 bytes ran at
- * 1.15-1.35x torch's copy_ streamed, 0.9-1.0x through the chunk loop. A copy whose bytes stay in
- * the caches (a few MB, called in a loop) is 10-30% slower streamed, hence the threshold,
- * measured and set in cpu_fallback/native.py. Streamed NZ pieces go eight at a time, item by item
+ * and each one costs a read for ownership first; streamed stores skip both. A copy whose bytes
+ * stay in the caches is slower streamed, hence the threshold each operation sets
+ * (docs/benchmarks.md, "How the fallback chooses"). Streamed NZ pieces go eight at a time, item by item
  * within the group (see stream_items). Elsewhere (e.g. aarch64 hosts), or built with -DROWCOPY_PORTABLE
  * (how the tests run that build on x86-64), the chunk loop always runs.
  * copy_runs returns whether it streamed.

@@ -71,13 +71,9 @@ def copy_runs(
         Byte step between consecutive pieces in ``src`` and in ``dst``.
     stream_min_bytes : int
         Stream the bytes past the CPU caches (non-temporal stores, x86-64 only) when the call
-        writes at least this many and the destination and its steps are 16-byte aligned.
-        Measured on a 2-CPU EPYC VM, one thread, rows of 256 and 2048 bytes: with a 16 MB
-        ``copy_`` between calls (the written lines are not in the caches before and are not
-        read soon after) streaming ran at 1.0-1.3x ``copy_`` from 1 MB written, the plain
-        loop at 0.8-1.0x; called in a loop on bytes that stay in the caches, streaming was
-        0.7-0.9x the plain loop for 3-4 MB, about even at 5 MB and 1.0-1.6x from 6 MB. Each
-        operation sets its own threshold from where its written bytes are read next.
+        writes at least this many and the destination and its steps are 16-byte aligned. Each
+        operation sets its own threshold from where its written bytes are read next (the
+        measurements: docs/benchmarks.md, "How the fallback chooses").
 
     Returns
     -------

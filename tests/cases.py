@@ -14,7 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from ascend_kv import KvCacheCfg
-from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
+from ascend_kv.dtypes import CACHE_DTYPES, NZ_VALUE_DTYPES, nz_dtype_pair_allowed, nz_elements
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8}
@@ -189,7 +189,7 @@ def paged_cases(draw: st.DrawFn) -> Case:
 # ----------------------------------------------------------------------------- reshape_and_cache
 
 #: (key, value) dtypes of an NZ ``reshape_and_cache``: any cache dtype for keys, 16-bit values (ATB's six pairs).
-RESHAPE_NZ_PAIRS = [(k, v) for k in CACHE_DTYPES for v in (torch.float16, torch.bfloat16)]
+RESHAPE_NZ_PAIRS = [(k, v) for k in CACHE_DTYPES for v in NZ_VALUE_DTYPES]
 
 
 def in_wider_buffer(t: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
