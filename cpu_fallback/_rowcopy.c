@@ -59,7 +59,7 @@ static void copy_items(const char *s, char *d, int64_t k, int64_t item, int64_t 
 #define CAN_STREAM 1
 /* n bytes, n a multiple of 32, d 16-byte aligned: non-temporal stores (the caller fences). */
 static void stream_chunks(char *d, const char *s, int64_t n) {
-    for (int64_t i = 0; i < n; i += 32) { /* both loads before the stores: measured 15-20% faster */
+    for (int64_t i = 0; i < n; i += 32) { /* both loads before the stores (faster: docs/benchmarks.md) */
         const __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
         _mm_stream_si128((__m128i *)(d + i), a);
         _mm_stream_si128((__m128i *)(d + i + 16), b);
@@ -74,10 +74,8 @@ static void stream_chunks(char *d, const char *s, int64_t n) {
 
 /* Pieces eight at a time, item by item within a group. For NZ (32-byte pieces) each item's group
  * is 256 destination bytes, whole cache lines, and the source is read as eight sequential
- * streams. Measured on 2-32 MB NZ loads: 0.7-1.9x copy_ in groups of eight (the chunk loop:
- * 0.4-0.8x); one piece at a time (the chunk loop's order) 0.1-0.3x, two 0.3-0.8x, all of an
- * item's pieces 0.4-0.6x (half-written lines leave the write-combining buffers, or the source is
- * read in too many streams). */
+ * streams: fewer pieces leave half-written lines in the write-combining buffers, more read the
+ * source in too many streams (the group sizes measured: docs/benchmarks.md). */
 #define PIECE_GROUP 8
 static void stream_items(const char *s, char *d, int64_t k, int64_t item, int64_t s_step, int64_t d_step,
                          int64_t pieces, int64_t s_piece, int64_t d_piece) {
