@@ -11,6 +11,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a virtual environment of its own, with wheels from the package index
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_torch_npu_without_cann.sh"
 
 
