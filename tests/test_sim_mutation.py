@@ -6,8 +6,9 @@ like any build, by the sources' hash, so a warm machine builds nothing) and run 
 Mutants: an off-by-one row in each kernel's offsets (reads past new_kv, writes past key in ND and
 NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size (which lands in
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
-instead of DataCopyPad, the staged index window read without its MTE2_S flag, and a kernel that
-no longer declares itself vector-only. The unmutated library passes the same calls.
+instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
+boundary), the staged index window read without its MTE2_S flag, and a kernel that no longer
+declares itself vector-only. The unmutated library passes the same calls.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ MUTANTS = {
         ("kernels/kv_cache.cpp", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""),
         ("kernels/reshape_and_cache.cpp", "WriteRows(target.cache[tokenAt + offset], rows, target.slotStride, run, bytes);",
          "AscendC::DataCopy(target.cache[tokenAt + offset], rows, static_cast<uint32_t>(bytes));"),
+    ],
+    "packed-ub-rows": [
+        ("kernels/reshape_and_cache.cpp", "buffer[static_cast<uint32_t>(k * UbPitch(bytes))]",
+         "buffer[static_cast<uint32_t>(k * bytes)]"),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
@@ -165,6 +170,12 @@ def test_reshape_unaligned_row_stored_with_data_copy_is_stopped(libraries: dict[
     """A 7-element float16 row is 14 bytes: DataCopy moves whole 32-byte blocks only."""
     message = run(libraries["strides-and-task-type"], "reshape_nd_unaligned")
     assert "DataCopy: count 14 * sizeof(T) 1 = 14 bytes is not a multiple of 32" in message
+
+
+def test_reshape_unaligned_rows_assumed_packed_in_ub_are_stopped(libraries: dict[str, Path]) -> None:
+    """The second 14-byte row sits at UB byte 32 of the buffer, not 14."""
+    message = run(libraries["packed-ub-rows"], "reshape_nd_unaligned")
+    assert "DataCopyPad: UB address not 32-byte aligned" in message and "at byte offset 14" in message
 
 
 @pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla", "reshape_nd_unaligned",
