@@ -22,13 +22,13 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 import torch
 
 from . import checks, cpu_fallback, policy, upload, validation
 from .backends import kernel_domain, npu
-from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall, ReshapeAndCacheArgs
+from .calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from .cpu_fallback import on_device
 
 NAMESPACE = "ascend_kv"
@@ -69,48 +69,42 @@ def _without_grad(impl: Callable[..., _Result]) -> Callable[..., _Result]:
 # ----------------------------------------------------------------------------- running a checked call
 
 
-def decision(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> policy.Decision:
+_Args = Union[KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs]
+#: Per form of a checked call: the operation's ATB name and the backends' function name.
+_OPERATIONS = {KvCacheArgs: (KV_CACHE, "kv_cache"), PagedLoadArgs: (PAGED_LOAD, "paged_cache_load"),
+               ReshapeAndCacheArgs: (RESHAPE, "reshape_and_cache")}
+
+
+def _data_device(args: _Args) -> torch.device:
+    return args.past.device if isinstance(args, KvCacheArgs) else args.key_cache.device
+
+
+def decision(args: _Args) -> policy.Decision:
     """What runs a checked call, and why (the decision the implementations take)."""
-    if isinstance(args, KvCacheArgs):
-        op, dev = KV_CACHE, args.past.device
+    return policy.decide(_OPERATIONS[type(args)][0], _data_device(args), lambda: kernel_domain.outside_reason(args))
+
+
+def _choose(args: _Args) -> tuple[str, str]:
+    """``(backend, function name)`` for a checked call (a fallback on an NPU warns once per reason)."""
+    op, function = _OPERATIONS[type(args)]
+    return policy.choose(op, _data_device(args), lambda: kernel_domain.outside_reason(args)), function
+
+
+def _run_on_host(args: _Args, host_fallback: Callable[[], None]) -> None:
+    """Run a call on host tensors: the host build when ``sim`` is chosen, else ``host_fallback()``."""
+    backend, function = _choose(args)
+    if backend == "sim":
+        getattr(importlib.import_module("ascend_kv.backends.sim"), function)(args)  # may compile on first use
     else:
-        op, dev = (PAGED_LOAD if isinstance(args, PagedLoadArgs) else RESHAPE), args.key_cache.device
-    return policy.decide(op, dev, lambda: kernel_domain.outside_reason(args))
+        host_fallback()
 
 
-def _sim():  # type: ignore[no-untyped-def]
-    """The host build's backend module, imported on first use (it may compile the kernels)."""
-    return importlib.import_module("ascend_kv.backends.sim")
-
-
-def _kv_cache_on_host(args: KvCacheArgs, call: KvCacheCall) -> None:
-    if policy.choose(KV_CACHE, args.past.device, lambda: kernel_domain.outside_reason(args)) == "sim":
-        _sim().kv_cache(args)
-    else:
-        cpu_fallback.kv_cache(call)
-
-
-def _paged_load_on_host(args: PagedLoadArgs, call: PagedLoadCall) -> None:
-    if policy.choose(PAGED_LOAD, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
-        _sim().paged_cache_load(args)
-    else:
-        cpu_fallback.paged_cache_load(call)
-
-
-def _kv_cache_on_device(args: KvCacheArgs) -> None:
-    args = upload.index_tensors_on_device(args, args.past.device)
-    if policy.choose(KV_CACHE, args.past.device, lambda: kernel_domain.outside_reason(args)) == "npu":
-        npu.kv_cache(args)
-    else:
-        on_device.kv_cache(args)
-
-
-def _paged_load_on_device(args: PagedLoadArgs) -> None:
-    args = upload.index_tensors_on_device(args, args.key_cache.device)
-    if policy.choose(PAGED_LOAD, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
-        npu.paged_cache_load(args)
-    else:
-        on_device.paged_cache_load(args)
+def _run_on_device(args: _Args) -> None:
+    """Run a call on device tensors: host index tensors uploaded in one copy, then the kernels or the
+    device fallback; neither reads an index value back."""
+    args = upload.index_tensors_on_device(args, _data_device(args))  # type: ignore[type-var]
+    backend, function = _choose(args)
+    getattr(npu if backend == "npu" else on_device, function)(args)
 
 
 def _reads_values(*index_tensors: torch.Tensor | None) -> bool:
@@ -130,7 +124,8 @@ def _rows_on_device(args: PagedLoadArgs) -> int:
 
 def _kv_cache_cpu(*arguments: object) -> None:
     args = checks.kv_cache_args(*arguments)
-    _kv_cache_on_host(args, checks.kv_cache_call(args))
+    call = checks.kv_cache_call(args)
+    _run_on_host(args, lambda: cpu_fallback.kv_cache(call))
 
 
 def _kv_cache_device(*arguments: object) -> None:
@@ -139,7 +134,7 @@ def _kv_cache_device(*arguments: object) -> None:
     layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
     if _reads_values(args.token_offset, args.seq_len, layer):
         checks.kv_cache_call(args)
-    _kv_cache_on_device(args)
+    _run_on_device(args)
 
 
 def _kv_cache_fake(*arguments: object) -> None:
@@ -150,7 +145,7 @@ def _kv_cache_fake(*arguments: object) -> None:
 def _paged_load_cpu(*arguments: object, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     args, call = checks.paged_cache_load(*arguments, **options)
     assert call is not None  # host index values are always read
-    _paged_load_on_host(args, call)
+    _run_on_host(args, lambda: cpu_fallback.paged_cache_load(call))
     return args.key, args.value
 
 
@@ -160,7 +155,7 @@ def _paged_load_device(*arguments: torch.Tensor, **options: Any) -> tuple[torch.
     index = (arguments[2], arguments[3], options.get("seq_starts"))
     args, _ = checks.paged_cache_load(*arguments, **options, read_values=_reads_values(*index),  # type: ignore[arg-type]
                                       count_rows=_rows_on_device)
-    _paged_load_on_device(args)
+    _run_on_device(args)
     return args.key, args.value
 
 
@@ -183,21 +178,14 @@ def _paged_load_into_fake(*arguments: object, **options: Any) -> None:
 def _reshape_and_cache_cpu(*arguments: object, **options: Any) -> None:
     args, slots = checks.reshape_and_cache(*arguments, **options)
     assert slots is not None  # host index values are always read
-    if policy.choose(RESHAPE, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "sim":
-        _sim().reshape_and_cache(args)
-    else:
-        cpu_fallback.reshape_and_cache(args, slots)
+    _run_on_host(args, lambda: cpu_fallback.reshape_and_cache(args, slots))
 
 
 def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: Any) -> None:
     key, value, key_cache, value_cache, slot_mapping = arguments
     checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache})
     args, _ = checks.reshape_and_cache(*arguments, **options, read_values=_reads_values(slot_mapping))  # type: ignore[arg-type]
-    args = upload.index_tensors_on_device(args, args.key_cache.device)
-    if policy.choose(RESHAPE, args.key_cache.device, lambda: kernel_domain.outside_reason(args)) == "npu":
-        npu.reshape_and_cache(args)
-    else:
-        on_device.reshape_and_cache(args)
+    _run_on_device(args)
 
 
 def _reshape_and_cache_fake(*arguments: object, **options: Any) -> None:
@@ -240,11 +228,11 @@ _IMPLEMENTATIONS: dict[str, tuple[_Implementation, _Implementation, _Implementat
 }
 
 for _name, _schema in SCHEMAS.items():
-    _on_cpu, _on_device, _fake = _IMPLEMENTATIONS[_name]
+    _cpu_impl, _device_impl, _fake_impl = _IMPLEMENTATIONS[_name]
     _LIB.define(_schema)
     _LIB.impl(_name, torch.library.fallthrough_kernel, "Autograd")
     _LIB.impl(_name, _reject_negated_views(_schema), "Negative")
-    _LIB.impl(_name, _without_grad(_on_cpu), "CPU")
-    _LIB.impl(_name, _without_grad(_on_device), "PrivateUse1")
-    _LIB.impl(_name, _without_grad(_on_device), "CompositeExplicitAutograd")  # every other device
-    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake, lib=_LIB)
+    _LIB.impl(_name, _without_grad(_cpu_impl), "CPU")
+    _LIB.impl(_name, _without_grad(_device_impl), "PrivateUse1")
+    _LIB.impl(_name, _without_grad(_device_impl), "CompositeExplicitAutograd")  # every other device
+    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake_impl, lib=_LIB)

@@ -1,7 +1,7 @@
 """The NPU backend: the compiled AscendC kernels, called through their PyTorch op library.
 
 The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` or CMake on a host
-with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache`` and ``.paged_cache_load`` for
+with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for
 PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU_LIB`` when
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
 loaded once, lazily. The kernels' host build registers the same operators as
@@ -30,7 +30,7 @@ LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
 LIBRARY_FILE = "libascend_kv_npu.so"
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "lib" / LIBRARY_FILE
 NAMESPACES = ("ascend_kv_npu", "ascend_kv_host")  # the NPU build, then the host build standing in for it
-OPS = ("kv_cache", "paged_cache_load")
+OPS = ("kv_cache", "paged_cache_load", "reshape_and_cache")
 
 
 @dataclass(frozen=True)
