@@ -18,19 +18,16 @@ else runs on the fallback, and a fallback on an NPU is reported once per reason 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
-import functools
 import importlib
-import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from . import device as runtime
-from . import support
+from . import settings, support
 from .backends import npu
 from .errors import BackendUnavailableError, FallbackWarning
 
@@ -39,7 +36,6 @@ BACKEND_ENV = "ASCEND_KV_BACKEND"
 _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation",
              "reshape_and_cache": "ReshapeAndCacheOperation"}
 
-_chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("ascend_kv_backend", default=None)
 _warned: set[str] = set()
 _off_npu_choices: dict[tuple[str, torch.device, str], str] = {}
 
@@ -80,29 +76,14 @@ class Decision:
         return f"{self.op} on {self.device} ({self.requested}): {runs}: {self.reason}"
 
 
-def _check_choice(name: str, source: str) -> str:
-    if name not in BACKEND_CHOICES:
-        raise ValueError(f"{source} must be one of {', '.join(BACKEND_CHOICES)}, got {name!r}")
-    return name
+BACKEND = settings.Setting(BACKEND_ENV, BACKEND_CHOICES, "auto", "backend")
+environment_backend = BACKEND.environment
+"""``ASCEND_KV_BACKEND``, or ``"auto"`` when unset; read once (``environment_backend.cache_clear()`` reads it again)."""
+requested_backend = BACKEND.current
+"""The backend asked for: :func:`use_backend`, else ``ASCEND_KV_BACKEND``, else ``"auto"``."""
 
 
-@functools.cache
-def environment_backend() -> str:
-    """``ASCEND_KV_BACKEND``, or ``"auto"`` when unset; read once (``environment_backend.cache_clear()``
-    reads it again). ``ValueError`` for an unknown name (not remembered: every call raises)."""
-    return _check_choice(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto", BACKEND_ENV)
-
-
-def requested_backend() -> str:
-    """The backend asked for: :func:`use_backend`, else ``ASCEND_KV_BACKEND``, else ``"auto"``."""
-    chosen = _chosen.get()
-    if chosen is not None:
-        return chosen
-    return environment_backend()
-
-
-@contextlib.contextmanager
-def use_backend(name: str) -> Iterator[None]:
+def use_backend(name: str) -> contextlib.AbstractContextManager[None]:
     """Run the calls inside the ``with`` block on backend ``name`` (or ``"auto"``).
 
     Examples
@@ -110,11 +91,7 @@ def use_backend(name: str) -> Iterator[None]:
     >>> with ascend_kv.use_backend("fallback"):
     ...     ascend_kv.kv_cache(new_kv, 0, past, token_offset, seq_len)
     """
-    token = _chosen.set(_check_choice(name, "backend"))
-    try:
-        yield
-    finally:
-        _chosen.reset(token)
+    return BACKEND.use(name)
 
 
 def _sim_unavailable() -> str | None:
@@ -248,7 +225,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     name = _OP_NAMES.get(op, op)
     if name not in support.OPERATIONS:
         raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
-    requested = requested_backend() if backend is None else _check_choice(backend, "backend")
+    requested = requested_backend() if backend is None else BACKEND.check(backend, "backend")
     decision = _decide(name, _device_argument(device), requested, lambda: None)
     state = runtime.npu_runtime() if device is None else None
     if state is not None and not state.available and requested in ("auto", "npu"):
