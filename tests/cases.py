@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ascend_kv import KvCacheCfg
+from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.dtypes import CACHE_DTYPES, NZ_VALUE_DTYPES, nz_dtype_pair_allowed, nz_elements
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -276,3 +278,115 @@ def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
         head_size_v=head_size_v, block_size=block_size, num_blocks=num_blocks, index_dtype=index_dtype,
         strided=draw(st.booleans()), seed=draw(st.integers(0, 2**31)),
     )
+
+
+# ----------------------------------------------------------------------------- index values nobody checked
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Index values nobody checked: small ones (in range or just outside), padding, and the int32/int64 limits.
+EXTREMES = [-1, -2, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1, 2**62, -(2**62), 2**31 - 1, -(2**31), 2**32]
+
+
+def garbage(index_dtype: torch.dtype) -> st.SearchStrategy[int]:
+    """Any index value ``index_dtype`` holds, weighted to small values and to the limits."""
+    info = torch.iinfo(index_dtype)
+    return st.one_of(st.integers(-3, 40), st.sampled_from([v for v in EXTREMES if info.min <= v <= info.max]),
+                     st.integers(info.min, info.max))
+
+
+def mostly(plausible: st.SearchStrategy[int], index_dtype: torch.dtype) -> st.SearchStrategy[int]:
+    """``plausible`` values three times in four, garbage otherwise, so that many calls write something."""
+    return st.integers(0, 3).flatmap(lambda pick: garbage(index_dtype) if pick == 3 else plausible)
+
+
+def scattered(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a non-contiguous view (every element two apart)."""
+    return torch.stack([t, torch.full_like(t, 7)], -1)[..., 0]
+
+
+def row_shape(layout: KvCacheCfg, cache: torch.Tensor) -> tuple[int, ...]:
+    return tuple(cache.shape[2:]) if layout == ND else (cache.shape[1] * cache.shape[3],)
+
+
+def index(values: list[int], dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+@st.composite
+def garbage_kv_args(draw: st.DrawFn) -> KvCacheArgs:
+    """A structurally valid ``kv_cache`` call whose index values are anything their dtype holds."""
+    dtype = draw(st.sampled_from(CACHE_DTYPES))
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    layers, batch, max_seq_len = draw(st.integers(1, 3)), draw(st.integers(0, 4)), draw(st.integers(1, 10))
+    hidden = nz_elements(dtype) * draw(st.integers(1, 2))
+    ntokens = draw(st.integers(0, 12))
+    seed = draw(st.integers(0, 2**31))
+    past = random_bits((layers, batch, max_seq_len, hidden), dtype, seed)
+    new_kv = random_bits((ntokens, hidden), dtype, seed + 1)
+    # Lengths mostly plausible so that many tokens land, offsets anything.
+    seq_len = draw(st.lists(mostly(st.integers(-1, 6), index_dtype), min_size=batch, max_size=batch))
+    token_offset = draw(st.lists(mostly(st.integers(-1, max_seq_len + 3), index_dtype), min_size=batch, max_size=batch))
+    layer_value = draw(mostly(st.integers(0, layers), index_dtype))
+    layer_id: int | torch.Tensor = layer_value
+    if draw(st.booleans()):
+        layer_id = torch.tensor([layer_value], dtype=index_dtype)
+    return KvCacheArgs(new_kv, past, layer_id, index(token_offset, index_dtype), index(seq_len, index_dtype))
+
+
+def cloned(args: Any) -> Any:
+    return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
+
+
+@st.composite
+def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
+    """A structurally valid ``paged_cache_load`` call with given outputs and index values of any kind."""
+    layout = draw(st.sampled_from([ND, NZ]))
+    key_dtype, value_dtype = draw(st.sampled_from(
+        [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if (k == v if layout == ND else nz_dtype_pair_allowed(k, v))]))
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    block_size = draw(st.sampled_from([1, 2, 5, 16] if layout == ND else [16, 32]))
+    num_blocks, batch, columns = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    num_heads = draw(st.sampled_from([1, 2]))
+    unit = max(nz_elements(key_dtype), nz_elements(value_dtype)) // math.gcd(
+        max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
+    head_k, head_v = unit * draw(st.integers(1, 2)), unit * draw(st.integers(1, 2))
+    seed = draw(st.integers(0, 2**31))
+    if layout == ND:
+        key_cache = random_bits((num_blocks, block_size, num_heads, head_k), key_dtype, seed)
+        value_cache = random_bits((num_blocks, block_size, num_heads, head_v), value_dtype, seed + 1)
+    else:
+        tk, tv = num_heads * head_k, num_heads * head_v
+        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
+        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed)
+        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 1)
+    key_rows, value_rows = draw(st.integers(0, 40)), draw(st.integers(0, 40))
+    key = random_bits((key_rows, *row_shape(layout, key_cache)), key_dtype, seed + 2)
+    value = random_bits((value_rows, *row_shape(layout, value_cache)), value_dtype, seed + 3)
+    blocks = mostly(st.integers(-1, num_blocks), index_dtype)
+    table = draw(st.lists(blocks, min_size=batch * columns, max_size=batch * columns))
+    cumsum = draw(st.booleans())
+    lens = mostly(st.integers(-3, 3 * block_size), index_dtype)
+    context_lens = draw(st.lists(lens, min_size=batch + cumsum, max_size=batch + cumsum))
+    if cumsum and draw(st.booleans()):                                           # mostly non-decreasing: unique writers
+        context_lens = sorted(context_lens)
+    starts = draw(st.none() | st.lists(mostly(st.integers(-2 * block_size, 3 * block_size), index_dtype),
+                                       min_size=batch, max_size=batch))
+    return PagedLoadArgs(layout, key_cache, value_cache, index(table, index_dtype).reshape(batch, columns),
+                         index(context_lens, index_dtype), None if starts is None else index(starts, index_dtype),
+                         cumsum, key, value)
+
+
+class IndexPutRecorder(TorchDispatchMode):
+    """Records the (indices, values) of every ``index_put_`` call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
+            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
+        return func(*args, **(kwargs or {}))
+
+

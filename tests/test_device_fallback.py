@@ -9,7 +9,6 @@ are views of wider buffers must change nowhere but in their own elements.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,37 +16,33 @@ import pytest
 import safe_reference
 import torch
 from ascend_kv.cpu_fallback import on_device
-from cases import ND, NZ, Case, bits, bits_equal, kv_cache_cases, paged_case, paged_cases, random_bits
+from cases import (
+    INT64_MAX,
+    INT64_MIN,
+    ND,
+    NZ,
+    Case,
+    IndexPutRecorder,
+    bits,
+    bits_equal,
+    cloned,
+    garbage,
+    garbage_kv_args,
+    garbage_paged_args,
+    kv_cache_cases,
+    paged_case,
+    paged_cases,
+    random_bits,
+    row_shape,
+    scattered,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from sync_guard import HostReadError, no_host_reads
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ascend_kv import reference
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
 from ascend_kv.params import KvCacheCfg
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-#: Index values nobody checked: small ones (in range or just outside), padding, and the int32/int64 limits.
-EXTREMES = [-1, -2, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1, 2**62, -(2**62), 2**31 - 1, -(2**31), 2**32]
-
-
-def garbage(index_dtype: torch.dtype) -> st.SearchStrategy[int]:
-    """Any index value ``index_dtype`` holds, weighted to small values and to the limits."""
-    info = torch.iinfo(index_dtype)
-    return st.one_of(st.integers(-3, 40), st.sampled_from([v for v in EXTREMES if info.min <= v <= info.max]),
-                     st.integers(info.min, info.max))
-
-
-def mostly(plausible: st.SearchStrategy[int], index_dtype: torch.dtype) -> st.SearchStrategy[int]:
-    """``plausible`` values three times in four, garbage otherwise, so that many calls write something."""
-    return st.integers(0, 3).flatmap(lambda pick: garbage(index_dtype) if pick == 3 else plausible)
-
-
-def scattered(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values in a non-contiguous view (every element two apart)."""
-    return torch.stack([t, torch.full_like(t, 7)], -1)[..., 0]
 
 
 def guarded(fn: Callable[[Any], None], args: Any) -> None:
@@ -74,14 +69,10 @@ def paged_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda
     key, value = kw.get("key"), kw.get("value")
     if key is None or value is None:
         rows = int(on_device.output_rows(context_lens, cumsum).item())          # the allocating form's one read
-        key, value = (torch.zeros((rows, *_row_shape(layout, c)), dtype=c.dtype) for c in (key_cache, value_cache))
+        key, value = (torch.zeros((rows, *row_shape(layout, c)), dtype=c.dtype) for c in (key_cache, value_cache))
     starts = kw.get("seq_starts")
     return PagedLoadArgs(layout, key_cache, value_cache, view(block_table), view(context_lens),
                          None if starts is None else view(starts), cumsum, key, value)
-
-
-def _row_shape(layout: KvCacheCfg, cache: torch.Tensor) -> tuple[int, ...]:
-    return tuple(cache.shape[2:]) if layout == ND else (cache.shape[1] * cache.shape[3],)
 
 
 @given(case=kv_cache_cases(), noncontiguous=st.booleans())
@@ -139,38 +130,9 @@ def test_output_rows_of_garbage_is_never_negative_nor_wrapped(values: list[int],
 # ----------------------------------------------------------------------------- out of domain: the safe semantics
 
 
-def _index(values: list[int], dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor(values, dtype=dtype)
-
-
-@st.composite
-def garbage_kv_args(draw: st.DrawFn) -> KvCacheArgs:
-    """A structurally valid ``kv_cache`` call whose index values are anything their dtype holds."""
-    dtype = draw(st.sampled_from(CACHE_DTYPES))
-    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
-    layers, batch, max_seq_len = draw(st.integers(1, 3)), draw(st.integers(0, 4)), draw(st.integers(1, 10))
-    hidden = nz_elements(dtype) * draw(st.integers(1, 2))
-    ntokens = draw(st.integers(0, 12))
-    seed = draw(st.integers(0, 2**31))
-    past = random_bits((layers, batch, max_seq_len, hidden), dtype, seed)
-    new_kv = random_bits((ntokens, hidden), dtype, seed + 1)
-    # Lengths mostly plausible so that many tokens land, offsets anything.
-    seq_len = draw(st.lists(mostly(st.integers(-1, 6), index_dtype), min_size=batch, max_size=batch))
-    token_offset = draw(st.lists(mostly(st.integers(-1, max_seq_len + 3), index_dtype), min_size=batch, max_size=batch))
-    layer_value = draw(mostly(st.integers(0, layers), index_dtype))
-    layer_id: int | torch.Tensor = layer_value
-    if draw(st.booleans()):
-        layer_id = torch.tensor([layer_value], dtype=index_dtype)
-    return KvCacheArgs(new_kv, past, layer_id, _index(token_offset, index_dtype), _index(seq_len, index_dtype))
-
-
-def _cloned(args: Any) -> Any:
-    return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
-
-
 @given(args=garbage_kv_args())
 def test_kv_cache_garbage_indices_follow_safe_semantics(args: KvCacheArgs) -> None:
-    expected = _cloned(args)
+    expected = cloned(args)
     safe_reference.kv_cache(expected)
     guarded(on_device.kv_cache, args)
     assert bits_equal(args.past, expected.past)
@@ -194,45 +156,6 @@ def test_kv_cache_layer_out_of_range_writes_nothing(layer_id: int, as_tensor: bo
                        torch.tensor([2, 2]))
     guarded(on_device.kv_cache, args)
     assert bits_equal(args.past, past)
-
-
-@st.composite
-def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
-    """A structurally valid ``paged_cache_load`` call with given outputs and index values of any kind."""
-    layout = draw(st.sampled_from([ND, NZ]))
-    key_dtype, value_dtype = draw(st.sampled_from(
-        [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if (k == v if layout == ND else nz_dtype_pair_allowed(k, v))]))
-    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
-    block_size = draw(st.sampled_from([1, 2, 5, 16] if layout == ND else [16, 32]))
-    num_blocks, batch, columns = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    num_heads = draw(st.sampled_from([1, 2]))
-    unit = max(nz_elements(key_dtype), nz_elements(value_dtype)) // math.gcd(
-        max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
-    head_k, head_v = unit * draw(st.integers(1, 2)), unit * draw(st.integers(1, 2))
-    seed = draw(st.integers(0, 2**31))
-    if layout == ND:
-        key_cache = random_bits((num_blocks, block_size, num_heads, head_k), key_dtype, seed)
-        value_cache = random_bits((num_blocks, block_size, num_heads, head_v), value_dtype, seed + 1)
-    else:
-        tk, tv = num_heads * head_k, num_heads * head_v
-        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
-        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed)
-        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 1)
-    key_rows, value_rows = draw(st.integers(0, 40)), draw(st.integers(0, 40))
-    key = random_bits((key_rows, *_row_shape(layout, key_cache)), key_dtype, seed + 2)
-    value = random_bits((value_rows, *_row_shape(layout, value_cache)), value_dtype, seed + 3)
-    blocks = mostly(st.integers(-1, num_blocks), index_dtype)
-    table = draw(st.lists(blocks, min_size=batch * columns, max_size=batch * columns))
-    cumsum = draw(st.booleans())
-    lens = mostly(st.integers(-3, 3 * block_size), index_dtype)
-    context_lens = draw(st.lists(lens, min_size=batch + cumsum, max_size=batch + cumsum))
-    if cumsum and draw(st.booleans()):                                           # mostly non-decreasing: unique writers
-        context_lens = sorted(context_lens)
-    starts = draw(st.none() | st.lists(mostly(st.integers(-2 * block_size, 3 * block_size), index_dtype),
-                                       min_size=batch, max_size=batch))
-    return PagedLoadArgs(layout, key_cache, value_cache, _index(table, index_dtype).reshape(batch, columns),
-                         _index(context_lens, index_dtype), None if starts is None else _index(starts, index_dtype),
-                         cumsum, key, value)
 
 
 def _entry(args: PagedLoadArgs, b: int, key: torch.Tensor, value: torch.Tensor) -> PagedLoadArgs:
@@ -266,7 +189,7 @@ def assert_safe_paged(before: PagedLoadArgs, after: PagedLoadArgs) -> None:
     covers keeps its bits.
     """
     if not before.cumsum:
-        expected = _cloned(before)
+        expected = cloned(before)
         safe_reference.paged_cache_load(expected)
         assert bits_equal(after.key, expected.key) and bits_equal(after.value, expected.value)
         return
@@ -285,7 +208,7 @@ def assert_safe_paged(before: PagedLoadArgs, after: PagedLoadArgs) -> None:
 
 @given(args=garbage_paged_args())
 def test_paged_garbage_indices_follow_safe_semantics(args: PagedLoadArgs) -> None:
-    before = _cloned(args)
+    before = cloned(args)
     guarded(on_device.paged_cache_load, args)
     assert_safe_paged(before, args)
     assert bits_equal(args.key_cache, before.key_cache) and bits_equal(args.value_cache, before.value_cache)
@@ -302,7 +225,7 @@ def test_paged_lengths_near_int64_limits_follow_safe_semantics(cumsum: bool, con
     args = PagedLoadArgs(ND, random_bits((4, 4, 1, 16), torch.float16, 0), random_bits((4, 4, 1, 16), torch.float16, 1),
                          torch.arange(4 * batch).reshape(batch, 4) % 4, torch.tensor(context_lens), None, cumsum,
                          random_bits((12, 1, 16), torch.float16, 2), random_bits((9, 1, 16), torch.float16, 3))
-    before = _cloned(args)
+    before = cloned(args)
     guarded(on_device.paged_cache_load, args)
     assert_safe_paged(before, args)
     assert not bits_equal(args.key, before.key)                                  # something landed
@@ -315,7 +238,7 @@ def test_paged_cumsum_overlap_takes_one_writer_and_unique_rows_exactly() -> None
     table = torch.tensor([[0, 1], [2, 3], [3, 2]])
     args = PagedLoadArgs(ND, key_cache, value_cache, table, torch.tensor([0, 6, 2, 9]), None, True,
                          random_bits((10, 1, 16), torch.float16, 2), random_bits((10, 1, 16), torch.float16, 3))
-    before = _cloned(args)
+    before = cloned(args)
     guarded(on_device.paged_cache_load, args)
     assert_safe_paged(before, args)
     assert bits_equal(args.key[9], before.key[9])                                # no writer: kept
@@ -357,7 +280,7 @@ def test_kv_cache_garbage_into_one_half_of_a_kv_buffer_changes_nothing_else(args
     both = torch.stack([args.past, random_bits(args.past.shape, args.past.dtype, 5)], 1)   # [L, 2, B, S, H]
     both = both if half == 0 else both.flip(1)
     original = both.clone()
-    expected = _cloned(args)
+    expected = cloned(args)
     safe_reference.kv_cache(expected)
     guarded(on_device.kv_cache, KvCacheArgs(args.new_kv, both[:, half], args.layer_id, args.token_offset, args.seq_len))
     original[:, half] = expected.past
@@ -386,7 +309,7 @@ def test_paged_mla_column_slices_of_one_cache_buffer() -> None:
 def test_paged_strided_caches_and_outputs_change_nothing_else(args: PagedLoadArgs, pads: tuple[int, int]) -> None:
     # Key and value caches block by block in one buffer when they have one shape and dtype (else each in its own
     # wider buffer), and outputs that are column slices of wider rows with random bits in the gaps.
-    before = _cloned(args)
+    before = cloned(args)
     if args.key_cache.shape == args.value_cache.shape and args.key_cache.dtype == args.value_cache.dtype:
         caches = torch.stack([args.key_cache, args.value_cache], 1)              # [num_blocks, 2, ...]
         key_cache, value_cache = caches[:, 0], caches[:, 1]
@@ -407,23 +330,10 @@ def test_paged_strided_caches_and_outputs_change_nothing_else(args: PagedLoadArg
 # ----------------------------------------------------------------------------- race freedom of the one index_put_
 
 
-class _IndexPutRecorder(TorchDispatchMode):
-    """Records the (indices, values) of every ``index_put_`` call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
-            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
-        return func(*args, **(kwargs or {}))
-
-
 @given(args=garbage_kv_args())
 def test_kv_cache_duplicate_destinations_carry_identical_rows(args: KvCacheArgs) -> None:
     # index_put_ on a parallel device leaves duplicate indices with different values undefined.
-    recorder = _IndexPutRecorder()
+    recorder = IndexPutRecorder()
     with recorder:
         on_device.kv_cache(args)
     assert len(recorder.calls) <= 1

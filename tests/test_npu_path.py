@@ -24,6 +24,9 @@ from cases import (
     NZ,
     Case,
     bits_equal,
+    cloned,
+    garbage_kv_args,
+    garbage_paged_args,
     kv_cache_cases,
     paged_case,
     paged_cases,
@@ -31,7 +34,6 @@ from cases import (
     reshape_and_cache_cases,
 )
 from hypothesis import given
-from test_device_fallback import garbage_kv_args, garbage_paged_args
 
 import ascend_kv
 from ascend_kv import policy, reference
@@ -174,10 +176,6 @@ def test_unsupported_soc_runs_the_fallback_on_the_npu_with_one_warning(soc: str)
 
 def on_npu_args(args: KvCacheArgs | PagedLoadArgs) -> Any:
     return type(args)(**{k: v.to(NPU) if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
-
-
-def cloned(args: Any) -> Any:
-    return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
 
 
 @given(args=garbage_kv_args())

@@ -24,12 +24,14 @@ from cases import (
     NZ,
     RESHAPE_NZ_PAIRS,
     Case,
+    IndexPutRecorder,
     bits,
     bits_equal,
     in_wider_buffer,
     random_bits,
     reshape_and_cache_case,
     reshape_and_cache_cases,
+    scattered,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -63,11 +65,6 @@ def run_device(args: ReshapeAndCacheArgs) -> None:
 
 
 FALLBACKS = {"host": run_host, "device": run_device}
-
-
-def scattered(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values in a non-contiguous view (every element two apart)."""
-    return torch.stack([t, torch.full_like(t, 7)], -1)[..., 0]
 
 
 def buffers(tensors: list[torch.Tensor | None]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -330,23 +327,10 @@ def test_device_slots_near_int64_limits_are_skipped() -> None:
     assert bits_equal(key_cache, before)
 
 
-class _IndexPutRecorder(TorchDispatchMode):
-    """Records the (indices, values) of every ``index_put_`` call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
-            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
-        return func(*args, **(kwargs or {}))
-
-
 @given(case=garbage_cases())
 def test_device_duplicate_destinations_carry_identical_rows(case: Case) -> None:
     # index_put_ on a parallel device leaves duplicate indices with different values undefined.
-    recorder = _IndexPutRecorder()
+    recorder = IndexPutRecorder()
     with recorder:
         on_device.reshape_and_cache(rac_args(case))
     assert len(recorder.calls) <= 2                                              # one per cache
