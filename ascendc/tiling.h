@@ -102,10 +102,12 @@ constexpr uint64_t kLayoutNd = 1;
 /*
  * reshape_and_cache: token i (i < tokens) goes to slot s = slot_mapping[i] of each cache when
  * 0 <= s < numBlocks * blockSize (block s / blockSize, position s % blockSize); other slots are
- * skipped. The kernel splits the tokens [0, tokens) evenly over usedCores cores. Input rows are
- * contiguous, `rowStride` bytes apart. Cache token (blk, slot): ND a row at blk * blockStride +
- * slot * slotStride (any size: the kernel moves it with DataCopyPad); NZ 32-byte pieces p at
- * blk * blockStride + p * pieceStride + slot * slotStride.
+ * skipped. Every slot has one writing core: position p of block b lies in stripe p / stripeSlots,
+ * which core (b * blockStripes + p / stripeSlots) % usedCores owns; each core scans all tokens and
+ * writes those bound for its stripes, in token order. Input rows are contiguous, `rowStride`
+ * bytes apart. Cache token (blk, slot): ND a row at blk * blockStride + slot * slotStride (any
+ * size: the kernel moves it with DataCopyPad); NZ 32-byte pieces p at blk * blockStride +
+ * p * pieceStride + slot * slotStride.
  */
 #define ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD)                                                   \
     FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
@@ -113,6 +115,8 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(tokens, "entries of slot_mapping: the tokens written")                                 \
     FIELD(numBlocks, "cache blocks (key_cache and value_cache alike)")                           \
     FIELD(blockSize, "token slots per cache block")                                              \
+    FIELD(stripeSlots, "positions per stripe, the unit of slots a core owns (1..blockSize)")     \
+    FIELD(blockStripes, "stripe number step from block to block, coprime to usedCores")          \
     FIELD(slotElemBytes, "element size of slot_mapping (4 or 8)")                                \
     FIELD(hasValue, "1: value and value_cache given; 0: key-only mode")                          \
     FIELD(keyRowBytes, "bytes of one key token row (ND: any size; NZ: a multiple of 32)")        \

@@ -7,8 +7,9 @@ Mutants: an off-by-one row in each kernel's offsets (reads past new_kv, writes p
 NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size (which lands in
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
-boundary), the staged index window read without its MTE2_S flag, and a kernel that no longer
-declares itself vector-only. The unmutated library passes the same calls.
+boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
+twice is then written by two cores), the staged index window read without its MTE2_S flag, and a
+kernel that no longer declares itself vector-only. The unmutated library passes the same calls.
 """
 
 from __future__ import annotations
@@ -31,19 +32,23 @@ MUTANTS = {
          "CopyRows(queue_, pair.out[(outRow + 1) * pair.rowStride]"),
         ("kernels/paged_cache_load.cpp", "WriteRows(pair.out[(outRow + done) * pair.rowStride",
          "WriteRows(pair.out[(outRow + done + 1) * pair.rowStride"),
-        ("kernels/reshape_and_cache.cpp", "block * target.blockStride + position * target.slotStride;",
-         "block * target.blockStride + (position + 1) * target.slotStride;"),
+        ("kernels/reshape_and_cache.cpp", "block * target.blockStride + (position + done) * target.slotStride;",
+         "block * target.blockStride + (position + done + 1) * target.slotStride;"),
     ],
     "strides-and-task-type": [
         ("kernels/kv_cache.cpp", "dstPos * t_.pastSeqStride", "dstPos * t_.rowBytes"),
         ("kernels/paged_cache_load.cpp", "pair.cache[tokenAt], pair.slotStride,", "pair.cache[tokenAt], pair.rowBytes,"),
         ("kernels/kv_cache.cpp", "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n", ""),
-        ("kernels/reshape_and_cache.cpp", "WriteRows(target.cache[tokenAt + offset], rows, target.slotStride, run, bytes);",
-         "AscendC::DataCopy(target.cache[tokenAt + offset], rows, static_cast<uint32_t>(bytes));"),
+        ("kernels/reshape_and_cache.cpp", "WriteRows(target.cache[tokenAt + offset], buffer, target.slotStride, group, bytes);",
+         "AscendC::DataCopy(target.cache[tokenAt + offset], buffer, static_cast<uint32_t>(bytes));"),
     ],
     "packed-ub-rows": [
-        ("kernels/reshape_and_cache.cpp", "buffer[static_cast<uint32_t>(k * UbPitch(bytes))]",
-         "buffer[static_cast<uint32_t>(k * bytes)]"),
+        ("kernels/reshape_and_cache.cpp", "const uint64_t ubRow = UbPitch(target.rowBytes);",
+         "const uint64_t ubRow = target.rowBytes;"),
+    ],
+    "even-token-split": [  # the split of the tokens the kernel had before every slot had one core
+        ("kernels/reshape_and_cache.cpp", "if ((block * t_.blockStripes + stripe) % t_.usedCores == core) {",
+         "if (i * t_.usedCores / t_.tokens == core) {"),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
@@ -70,14 +75,19 @@ def paged_mla():
     buffer = torch.ones(3, 16, 1, 576, dtype=h)
     ops.paged_cache_load(buffer[..., :512], buffer[..., 512:], torch.tensor([[1]]), torch.tensor([7]), None,
                          torch.zeros(7, 1, 512, dtype=h), torch.zeros(7, 1, 64, dtype=h), 1, False)
-def reshape(layout, cache_shape, head_size):
+def reshape(layout, cache_shape, head_size, slots=(31, 0, 5, 6)):
     # slot 31 is the caches' last (2 blocks of 16); tokens in slots 31, 0, 5, 6 (runs of 1 and 2)
     cache = torch.zeros(cache_shape, dtype=h)
-    ops.reshape_and_cache(torch.ones(4, 1, head_size, dtype=h), None, cache, None, torch.tensor([31, 0, 5, 6]), layout)
+    ops.reshape_and_cache(torch.ones(len(slots), 1, head_size, dtype=h), None, cache, None, torch.tensor(slots), layout)
 CALLS = {"kv_dense": kv_dense, "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape(1, (2, 16, 1, 7), 7),
-         "reshape_nz": lambda: reshape(0, (2, 2, 16, 16), 32)}
+         "reshape_nz": lambda: reshape(0, (2, 2, 16, 16), 32),
+         # one run of 4096 rows of 14 bytes: more than a UB buffer holds at 32 bytes a row
+         "reshape_nd_long_run": lambda: reshape(1, (1, 4096, 1, 7), 7, range(4096)),
+         # slot 3 twice, by the first token and the last: with two cores, in the shares of both
+         "reshape_nd_twice": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 3)),
+         "reshape_nd_distinct": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 4))}
 try:
     CALLS[sys.argv[2]]()
     print("ok")
@@ -107,8 +117,8 @@ def libraries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {**built, "unmutated": sim.library_path()}
 
 
-def run(library: Path, call: str) -> str:
-    env = {**os.environ, "ASCEND_KV_SIM_CORES": "1"}
+def run(library: Path, call: str, cores: int = 1) -> str:
+    env = {**os.environ, "ASCEND_KV_SIM_CORES": str(cores)}
     env.pop("ASCEND_KV_SIM_UB_BYTES", None)
     done = subprocess.run([sys.executable, "-c", CHILD, str(library), call], capture_output=True, text=True,
                           env=env, check=False, timeout=120)
@@ -173,12 +183,23 @@ def test_reshape_unaligned_row_stored_with_data_copy_is_stopped(libraries: dict[
 
 
 def test_reshape_unaligned_rows_assumed_packed_in_ub_are_stopped(libraries: dict[str, Path]) -> None:
-    """The second 14-byte row sits at UB byte 32 of the buffer, not 14."""
-    message = run(libraries["packed-ub-rows"], "reshape_nd_unaligned")
-    assert "DataCopyPad: UB address not 32-byte aligned" in message and "at byte offset 14" in message
+    """Rows of 14 bytes counted 14 bytes apart in UB, not 32 (DataCopyPad starts each on a 32-byte
+    boundary): a buffer seems to hold more rows than it does, and the strided read overruns it."""
+    message = run(libraries["packed-ub-rows"], "reshape_nd_long_run")
+    assert "DataCopyPad: UB side spans" in message and "bytes but the LocalTensor" in message
 
 
+def test_reshape_even_token_split_with_a_slot_named_twice_is_a_race(libraries: dict[str, Path]) -> None:
+    """Splitting the tokens instead of the slots is right for distinct slots; a slot named by tokens
+    of two cores' shares is written by both, a cross-core race on the hardware."""
+    assert run(libraries["even-token-split"], "reshape_nd_distinct", cores=2) == "ok"
+    message = run(libraries["even-token-split"], "reshape_nd_twice", cores=2)
+    assert ("cross-core race on GM tensor 'key_cache' bytes [42, 56): written by core 0 and written by core 1"
+            in message)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla", "reshape_nd_unaligned",
-                                  "reshape_nz"])
-def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str) -> None:
-    assert run(libraries["unmutated"], call) == "ok"
+                                  "reshape_nz", "reshape_nd_long_run", "reshape_nd_twice", "reshape_nd_distinct"])
+def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:
+    assert run(libraries["unmutated"], call, cores) == "ok"

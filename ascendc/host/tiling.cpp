@@ -9,8 +9,9 @@
  *                  at a quarter of UB over all windows;
  *   copy queue:    the rest, split into kCopyBuffers equal buffers of chunkBytes (a multiple of
  *                  512 bytes once they are at least 1 KB).
- * Cores: as many as there are rows that can be written (new_kv rows, output rows, tokens), at most
- * coreCount; each kernel splits its tokens over them itself.
+ * Cores: as many as there are rows that can be written (new_kv rows, output rows, tokens; for
+ * reshape_and_cache also at most one per cache slot), at most coreCount; kv_cache and
+ * paged_cache_load split their rows over them, reshape_and_cache its cache slots (SplitSlots).
  */
 #include "tiling.h"
 
@@ -21,8 +22,10 @@ namespace {
 
 constexpr uint64_t kIndexShareDivisor = 4;  // the index windows together get at most ubBytes / 4
 constexpr uint64_t kGmBurstBytes = 512;     // GM accesses aligned to 512 B are faster on A2
+constexpr uint64_t kStripesPerCore = 16;    // reshape_and_cache: slot stripes per core a call's tokens fill
 
-uint64_t RoundUp(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+uint64_t CeilDiv(uint64_t value, uint64_t divisor) { return (value + divisor - 1) / divisor; }
+uint64_t RoundUp(uint64_t value, uint64_t multiple) { return CeilDiv(value, multiple) * multiple; }
 uint64_t RoundDown(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
 uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 uint64_t Max(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -69,6 +72,39 @@ uint64_t RowBytes(const TensorGeom& t, int firstDim)
         elements *= Size(t, d);
     }
     return elements * t.elemBytes;
+}
+
+uint64_t Gcd(uint64_t a, uint64_t b)
+{
+    while (b != 0) {
+        const uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/**
+ * reshape_and_cache: the stripes that give every cache slot one writing core (t.usedCores and
+ * t.blockSize set). About kStripesPerCore stripes of the call's tokens per core: a prefill into
+ * consecutive positions spreads over all cores in stripes that stay long runs, while the runs a
+ * core copies (each a DMA in and out) stay few. Decode tokens lie in distinct blocks, whose
+ * owners spread because blockStripes, the step from block to block, is coprime to usedCores
+ * (with a step sharing a factor with the core count, equal positions of consecutive blocks would
+ * land on a fraction of the cores). One core owns everything: one stripe per block.
+ */
+void SplitSlots(ReshapeTiling& t)
+{
+    if (t.usedCores == 0) {
+        return;
+    }
+    const uint64_t stripes = kStripesPerCore * t.usedCores;
+    const uint64_t wanted = t.usedCores == 1 ? t.blockSize : Min(CeilDiv(t.tokens, stripes), t.blockSize);
+    t.stripeSlots = CeilDiv(t.blockSize, CeilDiv(t.blockSize, wanted));  // as many stripes, evened out
+    t.blockStripes = CeilDiv(t.blockSize, t.stripeSlots);
+    while (Gcd(t.blockStripes, t.usedCores) != 1) {
+        ++t.blockStripes;
+    }
 }
 
 }  // namespace
@@ -244,8 +280,8 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
     if (t.chunkBytes < kBlockBytes) {
         return kTilingUbTooSmall;
     }
-    const bool nowhere = t.numBlocks == 0 || t.blockSize == 0;
-    t.usedCores = nowhere ? 0 : Min(coreCount, t.tokens);
+    t.usedCores = Min(Min(coreCount, t.tokens), t.numBlocks * t.blockSize);
+    SplitSlots(t);
     *tiling = t;
     return kTilingOk;
 }

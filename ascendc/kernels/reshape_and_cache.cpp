@@ -6,15 +6,19 @@
  * blockSize: block s / blockSize, position s % blockSize. Other slots (padding, garbage) are
  * skipped, so slot values nobody checked never make the kernel touch memory outside its tensors.
  *
- * Work split: each core takes an even share of the tokens. It reads the rows of as many
- * consecutive tokens as fit in a UB buffer with one strided DataCopyPad (rows 32-byte aligned in
- * UB), then stores each token where its slot says:
- *   ND: tokens bound for consecutive positions of one block go out as one strided run. Rows
- *       may be any number of bytes: DataCopyPad moves exactly a row's bytes both ways.
+ * Work split: every cache slot has one writing core. The slots of a block are cut into stripes of
+ * stripeSlots positions; stripe j of block b belongs to core (b * blockStripes + j) % usedCores
+ * (blockStripes is coprime to usedCores, so consecutive blocks start on different cores). Each core
+ * scans all of slot_mapping in token order, cuts it into runs (consecutive tokens bound for
+ * consecutive slots of one stripe) and copies the runs it owns: the rows of up to a UB buffer of
+ * tokens come in with one strided DataCopyPad (rows 32-byte aligned in UB), then
+ *   ND: go out as one strided run. Rows may be any number of bytes: DataCopyPad moves exactly a
+ *       row's bytes both ways.
  *   NZ: a token's row is T/E 32-byte pieces pieceStride bytes apart in the cache: one strided
  *       DataCopyPad per token (split at 4095 pieces).
- * A row larger than a buffer moves in segments. A slot named twice (a broken precondition) gets
- * the later token when one core writes both; tokens of different cores race on the hardware.
+ * A row larger than a buffer moves in segments. A slot named twice (a broken precondition) is
+ * written by its one core, whose stores leave in token order on one pipe (MTE3): the slot ends up
+ * with the last token that names it.
  */
 #include "copy_common.h"
 
@@ -64,10 +68,24 @@ public:
         if (core >= t_.usedCores) {
             return;
         }
-        const Range mine = CoreShare(t_.tokens, core, t_.usedCores);
-        Scatter(key_, mine);
-        if (t_.hasValue != 0) {
-            Scatter(value_, mine);
+        for (uint64_t i = 0; i < t_.tokens;) {
+            uint64_t slot = 0;
+            if (!SlotOf(i, slot)) {
+                ++i;
+                continue;
+            }
+            const uint64_t block = slot / t_.blockSize;
+            const uint64_t position = slot - block * t_.blockSize;
+            const uint64_t stripe = position / t_.stripeSlots;
+            const uint64_t stripeEnd = MinU64((stripe + 1) * t_.stripeSlots, t_.blockSize);
+            const uint64_t run = RunLength(i, slot, MinU64(t_.tokens - i, stripeEnd - position));
+            if ((block * t_.blockStripes + stripe) % t_.usedCores == core) {
+                CopyRun(key_, i, block, position, run);
+                if (t_.hasValue != 0) {
+                    CopyRun(value_, i, block, position, run);
+                }
+            }
+            i += run;
         }
     }
 
@@ -83,54 +101,6 @@ private:
         return true;
     }
 
-    /// Tokens `mine` into one cache: groups of consecutive tokens through UB, whole rows when a
-    /// row fits in a buffer, else one token in segments of a buffer.
-    __aicore__ inline void Scatter(CacheTarget& target, Range mine)
-    {
-        const uint64_t segmentBytes = MinU64(target.rowBytes, t_.chunkBytes);
-        const uint64_t ubRow = UbPitch(target.rowBytes);
-        const uint64_t tokensPerBuffer = ubRow <= t_.chunkBytes ? MinU64(t_.chunkBytes / ubRow, kMaxBlockCount) : 1;
-        for (uint64_t first = mine.begin; first < mine.end;) {
-            const uint64_t group = MinU64(tokensPerBuffer, mine.end - first);
-            for (uint64_t offset = 0; offset < target.rowBytes; offset += segmentBytes) {
-                const uint64_t bytes = MinU64(segmentBytes, target.rowBytes - offset);
-                AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
-                ReadRows(buffer, target.in[first * target.rowStride + offset], target.rowStride, group, bytes);
-                queue_.EnQue(buffer);
-                buffer = queue_.DeQue<uint8_t>();
-                StoreGroup(target, buffer, first, group, offset, bytes);
-                queue_.FreeTensor(buffer);
-            }
-            first += group;
-        }
-    }
-
-    /// Bytes [offset, offset + bytes) of the `group` tokens from token `first` (UB rows
-    /// UbPitch(bytes) apart) to their slots; tokens without a slot are skipped.
-    __aicore__ inline void StoreGroup(CacheTarget& target, AscendC::LocalTensor<uint8_t>& buffer, uint64_t first,
-                                      uint64_t group, uint64_t offset, uint64_t bytes)
-    {
-        for (uint64_t k = 0; k < group;) {
-            uint64_t slot = 0;
-            if (!SlotOf(first + k, slot)) {
-                ++k;
-                continue;
-            }
-            const uint64_t block = slot / t_.blockSize;
-            const uint64_t position = slot - block * t_.blockSize;
-            const uint64_t tokenAt = block * target.blockStride + position * target.slotStride;
-            AscendC::LocalTensor<uint8_t> rows = buffer[static_cast<uint32_t>(k * UbPitch(bytes))];
-            if (t_.layout == kLayoutNd) {
-                const uint64_t run = RunLength(first + k, slot, MinU64(group - k, t_.blockSize - position));
-                WriteRows(target.cache[tokenAt + offset], rows, target.slotStride, run, bytes);
-                k += run;
-            } else {
-                WritePieces(target, rows, tokenAt + offset / kBlockBytes * target.pieceStride, bytes / kBlockBytes);
-                ++k;
-            }
-        }
-    }
-
     /// Tokens from token i (bound for `slot`), at most `limit`, bound for consecutive slots.
     __aicore__ inline uint64_t RunLength(uint64_t i, uint64_t slot, uint64_t limit)
     {
@@ -139,6 +109,46 @@ private:
             ++run;
         }
         return run;
+    }
+
+    /// The `count` tokens from token `first` into positions from `position` of `block` of one
+    /// cache: as many tokens per UB buffer as fit, whole rows when a row fits in a buffer, else one
+    /// token in segments of a buffer.
+    __aicore__ inline void CopyRun(CacheTarget& target, uint64_t first, uint64_t block, uint64_t position,
+                                   uint64_t count)
+    {
+        const uint64_t segmentBytes = MinU64(target.rowBytes, t_.chunkBytes);
+        const uint64_t ubRow = UbPitch(target.rowBytes);
+        const uint64_t tokensPerBuffer = ubRow <= t_.chunkBytes ? MinU64(t_.chunkBytes / ubRow, kMaxBlockCount) : 1;
+        for (uint64_t done = 0; done < count;) {
+            const uint64_t group = MinU64(tokensPerBuffer, count - done);
+            const uint64_t tokenAt = block * target.blockStride + (position + done) * target.slotStride;
+            for (uint64_t offset = 0; offset < target.rowBytes; offset += segmentBytes) {
+                const uint64_t bytes = MinU64(segmentBytes, target.rowBytes - offset);
+                AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
+                ReadRows(buffer, target.in[(first + done) * target.rowStride + offset], target.rowStride, group, bytes);
+                queue_.EnQue(buffer);
+                buffer = queue_.DeQue<uint8_t>();
+                if (t_.layout == kLayoutNd) {
+                    WriteRows(target.cache[tokenAt + offset], buffer, target.slotStride, group, bytes);
+                } else {
+                    StorePieces(target, buffer, tokenAt + offset / kBlockBytes * target.pieceStride, group, bytes);
+                }
+                queue_.FreeTensor(buffer);
+            }
+            done += group;
+        }
+    }
+
+    /// NZ: bytes [offset, offset + bytes) of `group` tokens (UB rows `bytes` apart, a multiple of
+    /// 32) to consecutive slots, the first token's first piece at cache byte `first`.
+    __aicore__ inline void StorePieces(CacheTarget& target, AscendC::LocalTensor<uint8_t>& buffer, uint64_t first,
+                                       uint64_t group, uint64_t bytes)
+    {
+        for (uint64_t k = 0; k < group; ++k) {
+            AscendC::LocalTensor<uint8_t> row = buffer[static_cast<uint32_t>(k * bytes)];
+            WritePieces(target, row, first + k * target.slotStride, bytes / kBlockBytes);
+        }
     }
 
     /// NZ: `pieces` 32-byte pieces of one token from UB to the cache, pieceStride bytes apart from cache byte `first`.

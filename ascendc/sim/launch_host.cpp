@@ -48,11 +48,10 @@ uint64_t Setting(const char* name, uint64_t fallback)
 /// view has gaps (the mask lives as long as the region).
 class Region {
 public:
-    Region(const at::Tensor& tensor, const char* name, bool writable, bool scatter = false)
+    Region(const at::Tensor& tensor, const char* name, bool writable)
     {
         region_.name = name;
         region_.writable = writable;
-        region_.scatter = scatter;
         if (!tensor.defined()) {
             region_.base = nullptr;
             region_.bytes = 0;
@@ -162,11 +161,10 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
 {
     ReshapeTiling t = tiling;
     const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
-    // The caches are scatter targets: a slot slot_mapping names twice may be written by two cores.
     const Region regions[] = {{key, "key", false},
                               {value, "value", false},
-                              {keyCache, "key_cache", true, /*scatter=*/true},
-                              {valueCache, "value_cache", true, /*scatter=*/true},
+                              {keyCache, "key_cache", true},
+                              {valueCache, "value_cache", true},
                               {slotMapping, "slot_mapping", false},
                               {tilingBytes, "tiling", false}};
     Run("reshape_and_cache", t.usedCores, regions, [&]() {

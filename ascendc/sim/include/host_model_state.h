@@ -44,18 +44,13 @@ constexpr uint8_t kDefaultGarbage = 0xA5; // fill byte of freshly allocated UB
 // elements span. A region that is not `writable` is an input: any kernel write into it is an
 // error. `elements` (one byte per byte of the span, nonzero = part of an element) describes a
 // strided view whose span has gaps; null means every byte of the span is an element's. Every
-// access must stay on the elements of the tensor its GlobalTensor was set up for. `scatter`
-// marks a tensor written at places an index tensor names: when the index names a place twice
-// (a broken precondition of the caller), two cores may write the same bytes, so writes of
-// different cores to one byte are not reported as a race there (a read of bytes another core
-// writes still is).
+// access must stay on the elements of the tensor its GlobalTensor was set up for.
 struct GmRegion {
     const void* base;
     uint64_t bytes;
     const char* name;
     bool writable = true;
     const uint8_t* elements = nullptr;
-    bool scatter = false;
 };
 
 // The engines (pipes) whose ordering the model checks. S = scalar unit (GetValue/SetValue),
@@ -182,8 +177,8 @@ inline void GmTouch(int r, const void* p, uint64_t bytes, bool write, const char
 }
 
 // A GM byte written by one core and read or written by another core in the same launch is a
-// race on hardware (cores run concurrently there, in turn here), except two writes to a scatter
-// region. Returns "" or a description.
+// race on hardware (cores run concurrently there, in turn here): two writes as much as a write
+// and a read, since the bytes may end up mixing both writes. Returns "" or a description.
 inline std::string CrossCoreRaces()
 {
     auto& st = State();
@@ -195,8 +190,7 @@ inline std::string CrossCoreRaces()
             open.erase(std::remove_if(open.begin(), open.end(), [&](const GmSpan& y) { return y.end <= x.begin; }),
                        open.end());
             for (const GmSpan& y : open) {
-                const bool bothWrite = x.write && y.write;
-                if (y.core != x.core && (x.write || y.write) && !(bothWrite && st.regions[r].scatter)) {
+                if (y.core != x.core && (x.write || y.write)) {
                     uint64_t a = std::max(x.begin, y.begin), b = std::min(x.end, y.end);
                     std::ostringstream os;
                     os << "cross-core race on GM tensor '" << st.regions[r].name << "' bytes [" << a << ", " << b

@@ -42,8 +42,7 @@
 //     GetValue/SetValue on UB are S-pipe accesses (they need e.g. MTE2_S after a DataCopy in).
 //     Tracked per 32-byte UB block.
 //   - Cores: a GM byte written by one core and read or written by another core in the same
-//     launch is reported as a cross-core race when the launch ends (writable allocations only;
-//     writes of two cores may meet in a region registered as a scatter target).
+//     launch is reported as a cross-core race when the launch ends (writable allocations only).
 //
 // What it does NOT model:
 //   - True concurrency: cores run one after another, each core's engines run in program order;

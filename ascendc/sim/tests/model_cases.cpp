@@ -287,12 +287,12 @@ extern "C" __global__ __aicore__ void misuse(GM_ADDR src, GM_ADDR dst, uint32_t 
     } else if (c == "setglobalbuffer_outside") {
         GlobalTensor<int32_t> g;
         g.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src) + 8, total); // runs 8 past the allocation
-    } else if (c == "cross_core_race" || c == "scatter_write_race") {
+    } else if (c == "cross_core_race") {
         DataCopy(t, s, 32);
         q.EnQue(t);
         t = q.DeQue<int32_t>();
         DataCopy(d, t, 32); // every core writes dst[0:32]
-    } else if (c == "scatter_read_race") {
+    } else if (c == "cross_core_read_race") {
         DataCopy(t, GetBlockIdx() == 0 ? s : d, 32); // core 1 reads dst[0:32], which core 0 writes
         q.EnQue(t);
         t = q.DeQue<int32_t>();
@@ -435,7 +435,6 @@ int main(int argc, char** argv)
         }
     } else {
         g_case = name;
-        regions[1].scatter = name.rfind("scatter", 0) == 0; // dst written where an index says
         rc = ASCENDC_HOST_LAUNCH(misuse, blocks, ub, regions, 2, err, sizeof(err),
                                  reinterpret_cast<GM_ADDR>(src.data()), reinterpret_cast<GM_ADDR>(dst.data()), total);
     }
