@@ -291,6 +291,7 @@ def test_a_slot_named_twice_holds_its_last_token(configure, slots: list[int], la
     as usual."""
     configure(cores, 1024)
     args = reshape_args(reshape_and_cache_case(layout, slots, num_tokens=len(slots), seed=50))
+    assert args.value_cache is not None
     key_buffer, key_cache = widened(args.key_cache, 3)
     value_buffer, value_cache = widened(args.value_cache, 4)
     args = dataclasses.replace(args, key_cache=key_cache, value_cache=value_cache)

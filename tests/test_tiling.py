@@ -8,6 +8,10 @@ shapes, strides, the core count and the UB size only, never on index values.
 
 from __future__ import annotations
 
+import math
+import random
+from collections import Counter
+
 import pytest
 import torch
 from hypothesis import given
@@ -143,3 +147,75 @@ def test_fields_are_printed_in_struct_order(monkeypatch: pytest.MonkeyPatch) -> 
     t = kv_tiling(monkeypatch, torch.empty((2, 16), dtype=torch.float16), torch.empty((1, 1, 4, 16), dtype=torch.float16))
     positions = [header.index(f"FIELD({name},") for name in t]
     assert positions == sorted(positions) and next(iter(t)) == "usedCores"
+
+
+def reshape_tiling(monkeypatch: pytest.MonkeyPatch, tokens: int, num_blocks: int, block_size: int, cores: int) -> dict[str, int]:
+    monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
+    monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(UB))
+    key = torch.empty((tokens, 1, 16), dtype=torch.float16)
+    cache = torch.empty((num_blocks, block_size, 1, 16), dtype=torch.float16)
+    return parse(torch.ops.ascend_kv_host.reshape_and_cache_tiling(key, key, cache, cache,
+                                                                   torch.zeros(tokens, dtype=torch.int32), ND))
+
+
+def owner(t: dict[str, int], slot: int) -> int:
+    """The core that writes ``slot`` (ascendc/tiling.h): stripe j of block b is core
+    (b * blockStripes + j) % usedCores's."""
+    block, position = divmod(slot, t["blockSize"])
+    return (block * t["blockStripes"] + position // t["stripeSlots"]) % t["usedCores"]
+
+
+def core_loads(t: dict[str, int], slots: list[int]) -> list[int]:
+    """Tokens each core writes."""
+    counts = Counter(owner(t, s) for s in slots)
+    return [counts[c] for c in range(t["usedCores"])]
+
+
+@given(tokens=st.integers(0, 10000), num_blocks=st.integers(0, 5000), block_size=st.integers(1, 256),
+       cores=st.integers(1, 64))
+def test_reshape_stripes(monkeypatch: pytest.MonkeyPatch, tokens: int, num_blocks: int, block_size: int,
+                         cores: int) -> None:
+    """At most one core per token and per cache slot; stripes within a block, numbered so that
+    consecutive blocks take consecutive stripe numbers (or skip a few) with a step coprime to the
+    core count; one core: one stripe per block."""
+    t = reshape_tiling(monkeypatch, tokens, num_blocks, block_size, cores)
+    assert t["usedCores"] == min(cores, tokens, num_blocks * block_size)
+    if t["usedCores"]:
+        assert 1 <= t["stripeSlots"] <= block_size
+        assert math.ceil(block_size / t["stripeSlots"]) <= t["blockStripes"] < math.ceil(block_size / t["stripeSlots"]) + cores
+        assert math.gcd(t["blockStripes"], t["usedCores"]) == 1
+        assert t["usedCores"] > 1 or t["stripeSlots"] == block_size
+
+
+@pytest.mark.parametrize("cores", [40, 48])
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize("tokens", [64, 128, 256])
+def test_reshape_decode_step_spreads_evenly(monkeypatch: pytest.MonkeyPatch, tokens: int, block_size: int,
+                                            cores: int) -> None:
+    """Decode: one token per sequence, each in its own block. Sequences of one length write the same
+    position of consecutive blocks: the cores' loads differ by at most one token."""
+    t = reshape_tiling(monkeypatch, tokens, 4096, block_size, cores)
+    for position in (0, block_size // 2, block_size - 1):
+        loads = core_loads(t, [(1000 + b) * block_size + position for b in range(tokens)])
+        assert max(loads) - min(loads) <= 1, (position, loads)
+
+
+@pytest.mark.parametrize("cores", [40, 48])
+@pytest.mark.parametrize("block_size", [16, 64, 128])
+@pytest.mark.parametrize("tokens", [2048, 4096, 8192])
+def test_reshape_prefill_spreads_over_every_core(monkeypatch: pytest.MonkeyPatch, tokens: int, block_size: int,
+                                                 cores: int) -> None:
+    """Prefill: thousands of tokens into consecutive positions of 16 to 512 blocks. Into
+    consecutive blocks (a fresh cache) no core writes more than 1.15 times its share; into blocks
+    anywhere in the cache (8 sequences) no more than 1.75 times. Whole blocks per core would leave
+    cores idle (32 blocks on 40 cores) or double up (48 blocks on 40)."""
+    t = reshape_tiling(monkeypatch, tokens, 4096, block_size, cores)
+    share = tokens / cores
+    fresh = list(range(100 * block_size, 100 * block_size + tokens))
+    assert max(core_loads(t, fresh)) <= 1.15 * share
+    pick = random.Random(tokens + block_size + cores)
+    length = tokens // 8
+    blocks = pick.sample(range(4096), 8 * math.ceil(length / block_size))
+    anywhere = [blocks[j // block_size + q * math.ceil(length / block_size)] * block_size + j % block_size
+                for q in range(8) for j in range(length)]
+    assert max(core_loads(t, anywhere)) <= 1.75 * share
