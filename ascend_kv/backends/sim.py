@@ -191,7 +191,7 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     ``args.value_cache``) in place.
 
     Slot values are not checked: padding and out-of-range slots are skipped; a slot named twice
-    keeps one of its tokens. Tensors outside the kernels' domain run on contiguous copies
+    keeps the last token naming it (one core writes each slot). Tensors outside the kernels' domain run on contiguous copies
     (caches copied back).
     """
     load()

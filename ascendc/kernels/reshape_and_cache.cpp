@@ -140,8 +140,8 @@ private:
         }
     }
 
-    /// NZ: bytes [offset, offset + bytes) of `group` tokens (UB rows `bytes` apart, a multiple of
-    /// 32) to consecutive slots, the first token's first piece at cache byte `first`.
+    /// NZ: `bytes` (a multiple of 32) of each of `group` tokens, UB rows `bytes` apart, to
+    /// consecutive slots; the first token's first piece goes to cache byte `first`.
     __aicore__ inline void StorePieces(CacheTarget& target, AscendC::LocalTensor<uint8_t>& buffer, uint64_t first,
                                        uint64_t group, uint64_t bytes)
     {
