@@ -19,18 +19,21 @@ import safe_reference
 import test_sim
 import torch
 from cases import (
+    EXTREMES,
     ND,
     NZ,
     RESHAPE_NZ_PAIRS,
     Case,
     bits_equal,
+    cloned,
+    garbage,
     random_bits,
     reshape_and_cache_case,
     reshape_and_cache_cases,
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from test_kernels_safe import INDEX_DTYPES, LIMITS, raw
+from test_kernels_safe import INDEX_DTYPES
 from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv import reference
@@ -186,11 +189,6 @@ def test_outside_the_domain_runs_on_contiguous_copies(configure) -> None:
 # ----------------------------------------------------------------------------- raw slot values
 
 
-def cloned(args: ReshapeAndCacheArgs) -> ReshapeAndCacheArgs:
-    return dataclasses.replace(args, **{f.name: getattr(args, f.name).clone() for f in dataclasses.fields(args)
-                                        if isinstance(getattr(args, f.name), torch.Tensor)})
-
-
 def widened(cache: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(buffer, view)``: ``cache``'s values in a view of a random-bits buffer, one slot (ND) or
     piece (NZ) wider before and two after in every block."""
@@ -207,7 +205,7 @@ def raw_calls(draw: st.DrawFn) -> tuple[ReshapeAndCacheArgs, list[torch.Tensor]]
     """``(args with slots nobody checked, the buffers the caches are views of)``; no slot twice."""
     args = reshape_args(draw(reshape_and_cache_cases()))
     dtype = draw(st.sampled_from(INDEX_DTYPES))
-    slots = draw(st.lists(st.one_of(st.integers(-3, 600), raw(dtype)), min_size=args.slot_mapping.numel(),
+    slots = draw(st.lists(st.one_of(st.integers(-3, 600), garbage(dtype)), min_size=args.slot_mapping.numel(),
                           max_size=args.slot_mapping.numel(), unique=True))
     key_buffer, key_cache = widened(args.key_cache.contiguous(), 1)
     buffers, value_cache = [key_buffer], None
@@ -265,7 +263,7 @@ def test_duplicate_raw_slots_keep_the_last_token(configure, call, cores: int, ub
 def test_slots_at_the_integer_limits_write_nothing(configure, index_dtype: torch.dtype) -> None:
     configure(2, DEFAULT_UB)
     info = torch.iinfo(index_dtype)
-    limits = sorted({v for v in LIMITS if info.min <= v <= info.max} | {4 * 16, 4 * 16 + 1})  # 64 slots: first out
+    limits = sorted({v for v in EXTREMES if info.min <= v <= info.max} | {4 * 16, 4 * 16 + 1})  # 64 slots: first out
     case = reshape_and_cache_case("nd", limits, index_dtype=index_dtype, seed=40)
     key, value, key_cache, value_cache, slots = case.args
     before = key_cache.clone(), value_cache.clone()

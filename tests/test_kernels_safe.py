@@ -12,13 +12,12 @@ outside was read.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import safe_reference
 import test_sim
 import torch
-from cases import ND, NZ, bits_equal, random_bits
+from cases import INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, row_shape
@@ -29,26 +28,12 @@ from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
 
 configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-LIMITS = [-1, -2, INT64_MIN, INT64_MIN + 1, INT64_MAX, INT64_MAX - 1, 2**62, -(2**62), 2**31 - 1, -(2**31), 2**32]
 INDEX_DTYPES = [torch.int32, torch.int64]
-
-
-def raw(dtype: torch.dtype) -> st.SearchStrategy[int]:
-    """Any value of ``dtype``, weighted to small ones and the limits."""
-    info = torch.iinfo(dtype)
-    return st.one_of(st.integers(-3, 40), st.sampled_from([v for v in LIMITS if info.min <= v <= info.max]),
-                     st.integers(info.min, info.max))
-
-
-def usually(plausible: st.SearchStrategy[int], dtype: torch.dtype) -> st.SearchStrategy[int]:
-    """``plausible`` three times in four, a raw value otherwise (so that many tokens still land)."""
-    return st.integers(0, 3).flatmap(lambda pick: raw(dtype) if pick == 3 else plausible)
 
 
 def values(draw: st.DrawFn, plausible: st.SearchStrategy[int], count: int) -> torch.Tensor:
     dtype = draw(st.sampled_from(INDEX_DTYPES))
-    return torch.tensor(draw(st.lists(usually(plausible, dtype), min_size=count, max_size=count)), dtype=dtype)
+    return torch.tensor(draw(st.lists(mostly(plausible, dtype), min_size=count, max_size=count)), dtype=dtype)
 
 
 def inside(buffer: torch.Tensor, shape: tuple[int, ...], margin: int) -> torch.Tensor:
@@ -75,12 +60,6 @@ def kv_calls(draw: st.DrawFn) -> tuple[KvCacheArgs, torch.Tensor]:
     if draw(st.booleans()):
         layer = values(draw, st.integers(0, layers - 1), 1)
     return KvCacheArgs(new_kv, past, layer, token_offset, seq_len), buffer
-
-
-def cloned(args: KvCacheArgs | PagedLoadArgs) -> KvCacheArgs | PagedLoadArgs:
-    """``args`` with every tensor cloned."""
-    return dataclasses.replace(args, **{f.name: getattr(args, f.name).clone() for f in dataclasses.fields(args)
-                                        if isinstance(getattr(args, f.name), torch.Tensor)})
 
 
 @given(call=kv_calls(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES))
@@ -135,7 +114,7 @@ def paged_calls(draw: st.DrawFn) -> tuple[PagedLoadArgs, torch.Tensor, torch.Ten
         start = draw(st.integers(0, 3))
         plausible = [start + sum(steps[:i]) for i in range(batch + 1)]
         dtype = draw(st.sampled_from(INDEX_DTYPES))
-        context_lens = torch.tensor([draw(usually(st.just(v), dtype)) for v in plausible], dtype=dtype)
+        context_lens = torch.tensor([draw(mostly(st.just(v), dtype)) for v in plausible], dtype=dtype)
     else:
         context_lens = values(draw, st.integers(-1, span), batch)
     seq_starts = values(draw, st.integers(-2, span), batch) if draw(st.booleans()) else None
