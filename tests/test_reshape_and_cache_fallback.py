@@ -5,7 +5,7 @@ In-domain calls must equal ascend_kv/reference.py bit for bit, with caches that 
 buffers changing nowhere but in their own elements. The device path runs inside
 :func:`sync_guard.no_host_reads` (proof that it would not synchronise on a device), and on index
 values nobody checked must follow tests/safe_reference.py: slots out of range skipped, a
-duplicated slot holding one of its tokens.
+duplicated slot holding its last token.
 """
 
 from __future__ import annotations
@@ -278,30 +278,15 @@ def _token(cache: torch.Tensor, layout: str, slot: int) -> torch.Tensor:
 
 @given(case=garbage_cases(), noncontiguous=st.booleans())
 def test_device_garbage_slots_follow_safe_semantics(case: Case, noncontiguous: bool) -> None:
-    """Every slot no two in-range tokens share is exactly the safe reference's; a shared one holds one of its tokens."""
-    key, value, key_cache, value_cache, slot_mapping = case.args
-    layout = case.kwargs["kv_cache_cfg"]
+    """Exactly the safe reference: out-of-range slots skipped, a slot named twice keeps its last token."""
+    key, value, key_cache, value_cache, _ = case.args
     expected = case.cloned()
     safe_reference.reshape_and_cache(rac_args(expected))
     before = buffers([key, value])
     run_device(rac_args(case, scattered if noncontiguous else lambda t: t))
     assert all(bits_equal(buffer, old) for buffer, old in before.values())        # inputs untouched
-    block_size = key_cache.shape[1] if layout == "nd" else key_cache.shape[2]
-    capacity = key_cache.shape[0] * block_size
-    writers: dict[int, list[int]] = {}
-    for i, s in enumerate(slot_mapping.tolist()):
-        if 0 <= s < capacity:
-            writers.setdefault(s, []).append(i)
-    for cache, tokens, wanted in ((key_cache, key, expected.args[2]), (value_cache, value, expected.args[3])):
-        if cache is None:
-            continue
-        for slot in range(capacity):
-            got = _token(cache, layout, slot)
-            if len(writers.get(slot, [])) < 2:
-                assert torch.equal(got, _token(wanted, layout, slot)), f"slot {slot}"
-            else:
-                candidates = [bits(tokens[i]).reshape(got.shape) for i in writers[slot]]
-                assert any(torch.equal(got, c) for c in candidates), f"slot {slot}: none of tokens {writers[slot]}"
+    assert bits_equal(key_cache, expected.args[2])
+    assert value_cache is None or bits_equal(value_cache, expected.args[3])
 
 
 @pytest.mark.parametrize("layout", ["nd", "nz"])
