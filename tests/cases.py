@@ -45,6 +45,16 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.is_meta or torch.equal(bits(a), bits(b))
 
 
+def random_cache(layout: KvCacheCfg | str, num_blocks: int, block_size: int, num_heads: int, head_size: int,
+                 dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A paged cache of random bits: ND ``[num_blocks, block_size, num_heads, head_size]`` or NZ
+    ``[num_blocks, num_heads * head_size // E, block_size, E]``."""
+    if layout in (ND, "nd"):
+        return random_bits((num_blocks, block_size, num_heads, head_size), dtype, seed)
+    e = nz_elements(dtype)
+    return random_bits((num_blocks, num_heads * head_size // e, block_size, e), dtype, seed)
+
+
 @dataclass
 class Case:
     """Arguments of one call: ``args`` positional, ``kwargs`` keyword."""
@@ -129,16 +139,9 @@ def paged_case(
     for b in range(batch):
         needed = last_column[b] - first_column[b]
         table[b, first_column[b]:last_column[b]] = torch.randint(0, num_blocks, (needed,), generator=g)
-    if layout == ND:
-        key_cache = random_bits((num_blocks, block_size, num_heads, head_size_k), key_dtype, seed + 1)
-        value_cache = random_bits((num_blocks, block_size, num_heads, head_size_v), value_dtype, seed + 2)
-        key_row, value_row = (num_heads, head_size_k), (num_heads, head_size_v)
-    else:
-        tk, tv = num_heads * head_size_k, num_heads * head_size_v
-        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
-        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed + 1)
-        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 2)
-        key_row, value_row = (tk,), (tv,)
+    key_cache = random_cache(layout, num_blocks, block_size, num_heads, head_size_k, key_dtype, seed + 1)
+    value_cache = random_cache(layout, num_blocks, block_size, num_heads, head_size_v, value_dtype, seed + 2)
+    key_row, value_row = row_shape(layout, key_cache), row_shape(layout, value_cache)
     kwargs: dict[str, Any] = {"kv_cache_cfg": layout}
     if cumsum_base is None:
         context_lens = torch.tensor(lens, dtype=index_dtype)
@@ -223,13 +226,8 @@ def reshape_and_cache_case(
     num_tokens = len(slots) if num_tokens is None else num_tokens
     key = random_bits((num_tokens, num_heads, head_size_k), key_dtype, seed)
     value = random_bits((num_tokens, num_heads, head_size_v), value_dtype, seed + 1)
-    if kv_cache_cfg == "nd":
-        key_cache = random_bits((num_blocks, block_size, num_heads, head_size_k), key_dtype, seed + 2)
-        value_cache = random_bits((num_blocks, block_size, num_heads, head_size_v), value_dtype, seed + 3)
-    else:
-        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
-        key_cache = random_bits((num_blocks, num_heads * head_size_k // ek, block_size, ek), key_dtype, seed + 2)
-        value_cache = random_bits((num_blocks, num_heads * head_size_v // ev, block_size, ev), value_dtype, seed + 3)
+    key_cache = random_cache(kv_cache_cfg, num_blocks, block_size, num_heads, head_size_k, key_dtype, seed + 2)
+    value_cache = random_cache(kv_cache_cfg, num_blocks, block_size, num_heads, head_size_v, value_dtype, seed + 3)
     if strided:
         tk, tv = num_heads * head_size_k, num_heads * head_size_v
         if key_dtype == value_dtype:                                             # [tokens, q + T_k + T_v]
@@ -352,14 +350,8 @@ def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
         max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
     head_k, head_v = unit * draw(st.integers(1, 2)), unit * draw(st.integers(1, 2))
     seed = draw(st.integers(0, 2**31))
-    if layout == ND:
-        key_cache = random_bits((num_blocks, block_size, num_heads, head_k), key_dtype, seed)
-        value_cache = random_bits((num_blocks, block_size, num_heads, head_v), value_dtype, seed + 1)
-    else:
-        tk, tv = num_heads * head_k, num_heads * head_v
-        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
-        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed)
-        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 1)
+    key_cache = random_cache(layout, num_blocks, block_size, num_heads, head_k, key_dtype, seed)
+    value_cache = random_cache(layout, num_blocks, block_size, num_heads, head_v, value_dtype, seed + 1)
     key_rows, value_rows = draw(st.integers(0, 40)), draw(st.integers(0, 40))
     key = random_bits((key_rows, *row_shape(layout, key_cache)), key_dtype, seed + 2)
     value = random_bits((value_rows, *row_shape(layout, value_cache)), value_dtype, seed + 3)

@@ -17,10 +17,10 @@ import math
 import safe_reference
 import test_sim
 import torch
-from cases import INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits
+from cases import INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits, random_cache, row_shape
 from hypothesis import given
 from hypothesis import strategies as st
-from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, row_shape
+from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
@@ -98,14 +98,8 @@ def paged_calls(draw: st.DrawFn) -> tuple[PagedLoadArgs, torch.Tensor, torch.Ten
     unit = largest // math.gcd(largest, num_heads)
     head_k, head_v = unit * draw(st.integers(1, 2)), unit * draw(st.integers(1, 2))
     seed = draw(st.integers(0, 2**31))
-    if layout == ND:
-        key_cache = random_bits((num_blocks, block_size, num_heads, head_k), key_dtype, seed)
-        value_cache = random_bits((num_blocks, block_size, num_heads, head_v), value_dtype, seed + 1)
-    else:
-        tk, tv = num_heads * head_k, num_heads * head_v
-        ek, ev = nz_elements(key_dtype), nz_elements(value_dtype)
-        key_cache = random_bits((num_blocks, tk // ek, block_size, ek), key_dtype, seed)
-        value_cache = random_bits((num_blocks, tv // ev, block_size, ev), value_dtype, seed + 1)
+    key_cache = random_cache(layout, num_blocks, block_size, num_heads, head_k, key_dtype, seed)
+    value_cache = random_cache(layout, num_blocks, block_size, num_heads, head_v, value_dtype, seed + 1)
     cumsum = draw(st.booleans())
     span = 3 * block_size
     table = values(draw, st.integers(0, num_blocks - 1), batch * columns).reshape(batch, columns)

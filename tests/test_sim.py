@@ -18,7 +18,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from cases import ND, NZ, Case, bits, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
+from cases import (
+    ND,
+    NZ,
+    Case,
+    bits,
+    bits_equal,
+    kv_cache_case,
+    kv_cache_cases,
+    paged_case,
+    paged_cases,
+    random_bits,
+    row_shape,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,11 +63,6 @@ def kv_args(case: Case) -> KvCacheArgs:
     """The case's call as :class:`KvCacheArgs` (a 4-D ``new_kv`` as its flat rows)."""
     new_kv, layer_id, past, token_offset, seq_len = case.args
     return KvCacheArgs(new_kv.reshape(-1, past.shape[-1]), past, layer_id, token_offset, seq_len)
-
-
-def row_shape(layout: KvCacheCfg, cache: torch.Tensor) -> tuple[int, ...]:
-    """The shape of one output row for ``cache``."""
-    return tuple(cache.shape[2:]) if layout == ND else (cache.shape[1] * cache.shape[3],)
 
 
 def paged_args(case: Case, rows: int) -> PagedLoadArgs:
