@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # g++ parses the binding against the torch and torch_npu headers
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST = ROOT / "ascendc" / "host"
 KERNELS = ROOT / "ascendc" / "kernels"

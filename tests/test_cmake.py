@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # CMake configures the project, several times
+
 ROOT = Path(__file__).resolve().parents[1]
 STUB_TORCH_NPU = "class npu:\n    @staticmethod\n    def get_device_name(index):\n        return {soc!r}\n"
 

@@ -25,6 +25,8 @@ import pytest
 
 from ascend_kv.backends import sim
 
+pytestmark = pytest.mark.slow  # each mutant is a CMake build of the kernels
+
 MUTANTS = {
     "offsets": [
         ("kernels/kv_cache.cpp", "const uint64_t srcRow = prefix + first;", "const uint64_t srcRow = prefix + first + 1;"),
