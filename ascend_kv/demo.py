@@ -1,4 +1,4 @@
-"""``ascend-kv demo``: both operations in every mode on realistic shapes, checked against the
+"""``ascend-kv demo``: every operation in every mode on realistic shapes, checked against the
 reference, with the backend that ran (and why) and how long it took."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from . import checks, device, library, policy, reference
 from .layout import nd_to_nz
-from .ops import kv_cache, paged_cache_load
+from .ops import kv_cache, paged_cache_load, reshape_and_cache
 from .params import KvCacheCfg
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -95,6 +95,44 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
     )
 
 
+def write_scenario(name: str, lens: list[int], layout: str, *, heads: int = 8, head_k: int = 128, head_v: int | None = 128,
+                   block_size: int = 128, dtype: torch.dtype = torch.float16, padding: int = 0,
+                   g: torch.Generator) -> Scenario:
+    """Write ``lens[b]`` new tokens per sequence into its own blocks, dealt at random; ``padding``
+    slots of -1 after them (a batch padded for graph capture); ``head_v`` None: key only."""
+    per_seq = [-(-n // block_size) for n in lens]
+    num_blocks = sum(per_seq) + 2
+    blocks = torch.randperm(num_blocks, generator=g).tolist()
+    slots, first = [], 0
+    for n, count in zip(lens, per_seq):
+        slots += [blocks[first + j // block_size] * block_size + j % block_size for j in range(n)]
+        first += count
+    tokens = len(slots) + padding
+    slot_mapping = torch.tensor(slots + [-1] * padding, dtype=torch.int32)
+    key = _payload((tokens, heads, head_k), dtype, g)
+    value = None if head_v is None else _payload((tokens, heads, head_v), dtype, g)
+
+    def cache(head_size: int) -> torch.Tensor:
+        nd = _payload((num_blocks, block_size, heads, head_size), dtype, g)
+        return nd if layout == "nd" else nd_to_nz(nd)
+
+    key_cache = cache(head_k)
+    value_cache = None if head_v is None else cache(head_v)
+    args = (key, value, key_cache, value_cache, slot_mapping)
+    expected = (key, value, key_cache.clone(), None if value_cache is None else value_cache.clone(), slot_mapping)
+
+    def written(caches: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, ...]:
+        return tuple(t for t in caches if t is not None)
+
+    return Scenario(
+        name, "ReshapeAndCacheOperation",
+        run=lambda: written(reshape_and_cache(*args, kv_cache_cfg=layout)),
+        reference=lambda: written(reference.reshape_and_cache(*expected, kv_cache_cfg=layout)),
+        decide=lambda: library.decision(checks.reshape_and_cache(*args, kv_cache_cfg=layout)[0]),
+        bytes_moved=2 * len(slots) * heads * (head_k + (head_v or 0)) * dtype.itemsize,
+    )
+
+
 def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
     """The demo's calls; ``scale`` divides the token counts (1 = realistic shapes)."""
     def n(tokens: int) -> int:
@@ -114,6 +152,14 @@ def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
         paged_scenario(f"paged NZ 4 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 4, NZ, g=g),
         paged_scenario(f"paged NZ int8 keys + float16 values, MLA, 4 x {n(512)} tokens", [n(512)] * 4, NZ,
                        heads=1, head_k=512, head_v=64, key_dtype=torch.int8, value_dtype=torch.float16, g=g),
+        write_scenario(f"paged write ND prefill 8 x {n(512)} tokens, block 128, 8x128 heads, float16", [n(512)] * 8,
+                       "nd", g=g),
+        write_scenario("paged write ND decode 64 x 1 token + 8 padding slots, head size 33 (unaligned rows), bfloat16",
+                       [1] * 64, "nd", head_k=33, head_v=33, dtype=torch.bfloat16, padding=8, g=g),
+        write_scenario(f"paged write NZ 4 x {n(256)} tokens, block 128, 8x128 heads, float16", [n(256)] * 4, "nz",
+                       g=g),
+        write_scenario(f"paged write key only (MLA latent 576), 4 x {n(256)} tokens, bfloat16", [n(256)] * 4, "nd",
+                       heads=1, head_k=576, head_v=None, dtype=torch.bfloat16, g=g),
     ]
 
 
