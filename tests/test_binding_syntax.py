@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,20 +67,38 @@ def _syntax_check(source: Path, torch_npu_include: Path) -> subprocess.Completed
     return subprocess.run(command, check=False, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("source", ["torch_binding.cpp", "launch_npu.cpp"])
-def test_npu_host_code_compiles_against_torch_and_torch_npu_headers(torch_npu_include: Path, source: str) -> None:
-    result = _syntax_check(HOST / source, torch_npu_include)
-    assert result.returncode == 0, result.stderr[-4000:]
-
-
-def test_a_wrong_launcher_call_does_not_compile(torch_npu_include: Path, tmp_path: Path) -> None:
-    """The check is not vacuous: the launcher with one kernel argument dropped is rejected."""
+def _launcher_without_the_layer_argument(folder: Path) -> Path:
+    """A copy of launch_npu.cpp whose kv_cache launch drops one kernel argument."""
     source = (HOST / "launch_npu.cpp").read_text()
     broken = source.replace("Address(layer), tilingGm", "tilingGm", 1)
     assert broken != source
-    copy = tmp_path / "launch_npu.cpp"
+    copy = folder / "launch_npu.cpp"
     copy.write_text(broken)
-    result = _syntax_check(copy, torch_npu_include)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def syntax_checks(
+    torch_npu_include: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
+    """Every translation unit below, checked concurrently (each parses all of torch's headers)."""
+    sources = {name: HOST / name for name in ("torch_binding.cpp", "launch_npu.cpp")}
+    sources["broken launch_npu.cpp"] = _launcher_without_the_layer_argument(tmp_path_factory.mktemp("broken"))
+    with ThreadPoolExecutor(max_workers=len(sources)) as pool:
+        yield {name: pool.submit(_syntax_check, source, torch_npu_include) for name, source in sources.items()}
+
+
+@pytest.mark.parametrize("source", ["torch_binding.cpp", "launch_npu.cpp"])
+def test_npu_host_code_compiles_against_torch_and_torch_npu_headers(
+    syntax_checks: dict[str, Future[subprocess.CompletedProcess[str]]], source: str,
+) -> None:
+    result = syntax_checks[source].result()
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_a_wrong_launcher_call_does_not_compile(syntax_checks: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
+    """The check is not vacuous: the launcher with one kernel argument dropped is rejected."""
+    result = syntax_checks["broken launch_npu.cpp"].result()
     assert result.returncode != 0 and "aclrtlaunch_kv_cache_kernel" in result.stderr
 
 

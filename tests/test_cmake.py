@@ -10,11 +10,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # CMake configures the project, several times
+pytestmark = pytest.mark.slow  # CMake configures the project, several times (concurrently)
 
 ROOT = Path(__file__).resolve().parents[1]
 STUB_TORCH_NPU = "class npu:\n    @staticmethod\n    def get_device_name(index):\n        return {soc!r}\n"
@@ -31,42 +34,11 @@ def configure(build: Path, env_extra: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-def test_without_cann_only_the_host_targets(tmp_path: Path) -> None:
-    out = configure(tmp_path / "build", {})
-    assert "ascend_kv: CANN not found" in out
-    assert "skipping the NPU targets" in out
-    assert "ascend_kv_host" in (tmp_path / "build" / "Makefile").read_text()
-
-
-@pytest.mark.parametrize(
-    ("soc", "why"),
-    [
-        (None, "torch_npu cannot be imported"),
-        ("Ascend310P3", "the kernels do not support SOC_VERSION Ascend310P3 (product line 'atlas-inference')"),
-        ("Ascend999", "the kernels do not support SOC_VERSION Ascend999 (product line '')"),
-        ("Ascend910B3", "CANN's ascendc_kernel_cmake/ascendc.cmake not found under"),
-    ],
-)
-def test_with_cann_each_reason_to_skip_is_said(tmp_path: Path, soc: str | None, why: str) -> None:
-    cann = tmp_path / "cann"
-    cann.mkdir()
-    env = {"ASCEND_HOME_PATH": str(cann)}
-    if soc is not None:  # a torch_npu stand-in that reports `soc` for NPU 0
-        (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
-        (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc=soc))
-        env["PYTHONPATH"] = str(tmp_path / "stub")
-    out = configure(tmp_path / "build", env)
-    assert f"ascend_kv: CANN at {cann}" in out
-    assert why in out and "skipping the NPU targets" in out
-
-
-def test_soc_version_given_wins_over_detection(tmp_path: Path) -> None:
-    (tmp_path / "cann").mkdir()
-    (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
-    (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc="Ascend910B3"))
-    env = {"ASCEND_TOOLKIT_HOME": str(tmp_path / "cann"), "PYTHONPATH": str(tmp_path / "stub")}
-    out = configure(tmp_path / "build", env, "-DSOC_VERSION=Ascend310B1")
-    assert "SOC_VERSION Ascend310B1 (product line 'atlas-200i-500-a2')" in out
+def stub_torch_npu(folder: Path, soc: str) -> str:
+    """A torch_npu stand-in in ``folder`` that reports ``soc`` for NPU 0; returns the PYTHONPATH for it."""
+    (folder / "torch_npu").mkdir(parents=True)
+    (folder / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc=soc))
+    return str(folder)
 
 
 FAKE_ASCENDC_CMAKE = """
@@ -78,23 +50,101 @@ function(ascendc_include_directories name)
 endfunction()
 """
 
+#: Why the NPU targets are skipped, given a fake CANN and a torch_npu stand-in reporting this SoC (None: no torch_npu).
+SKIP_REASONS = [
+    (None, "torch_npu cannot be imported"),
+    ("Ascend310P3", "the kernels do not support SOC_VERSION Ascend310P3 (product line 'atlas-inference')"),
+    ("Ascend999", "the kernels do not support SOC_VERSION Ascend999 (product line '')"),
+    ("Ascend910B3", "CANN's ascendc_kernel_cmake/ascendc.cmake not found under"),
+]
 
-def test_with_everything_present_the_npu_targets_are_configured(tmp_path: Path) -> None:
-    """CANN's legacy ascendc.cmake stood in for by plain CMake functions: the NPU branch configures."""
-    cmake_dir = tmp_path / "cann" / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
+
+def without_cann(folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    return {}, ()
+
+
+def with_cann_and_soc(soc: str | None) -> Callable[[Path], tuple[dict[str, str], tuple[str, ...]]]:
+    def setup(folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+        (folder / "cann").mkdir()
+        env = {"ASCEND_HOME_PATH": str(folder / "cann")}
+        if soc is not None:
+            env["PYTHONPATH"] = stub_torch_npu(folder / "stub", soc)
+        return env, ()
+    return setup
+
+
+def soc_version_given(folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    (folder / "cann").mkdir()
+    env = {"ASCEND_TOOLKIT_HOME": str(folder / "cann"), "PYTHONPATH": stub_torch_npu(folder / "stub", "Ascend910B3")}
+    return env, ("-DSOC_VERSION=Ascend310B1",)
+
+
+def everything_present(folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """CANN's legacy ascendc.cmake stood in for by plain CMake functions."""
+    cmake_dir = folder / "cann" / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
     cmake_dir.mkdir(parents=True)
     (cmake_dir / "ascendc.cmake").write_text(FAKE_ASCENDC_CMAKE)
-    (tmp_path / "stub" / "torch_npu").mkdir(parents=True)
-    (tmp_path / "stub" / "torch_npu" / "__init__.py").write_text(STUB_TORCH_NPU.format(soc="Ascend910_9391"))
-    env = {"ASCEND_HOME_PATH": str(tmp_path / "cann"), "PYTHONPATH": str(tmp_path / "stub")}
-    out = configure(tmp_path / "build", env)
-    assert "ascend_kv: building the NPU kernels for Ascend910_9391 (atlas-a3)" in out
-    assert "skipping" not in out
-    makefile = (tmp_path / "build" / "Makefile").read_text()
+    env = {"ASCEND_HOME_PATH": str(folder / "cann"), "PYTHONPATH": stub_torch_npu(folder / "stub", "Ascend910_9391")}
+    return env, ()
+
+
+SETUPS = {"without CANN": without_cann, "SOC_VERSION given": soc_version_given, "everything present": everything_present,
+          **{f"CANN, {soc}": with_cann_and_soc(soc) for soc, _ in SKIP_REASONS}}
+
+
+@dataclass
+class Configured:
+    folder: Path
+    future: Future[str]
+
+    @property
+    def build(self) -> Path:
+        return self.folder / "build"
+
+    @property
+    def stdout(self) -> str:
+        return self.future.result()
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Configured]]:
+    """Every setup above configured once, all at the same time (each configure mostly waits on processes)."""
+    with ThreadPoolExecutor(max_workers=len(SETUPS)) as pool:
+        runs = {}
+        for name, setup in SETUPS.items():
+            folder = tmp_path_factory.mktemp("cmake")
+            env, args = setup(folder)
+            runs[name] = Configured(folder, pool.submit(configure, folder / "build", env, *args))
+        yield runs
+
+
+def test_without_cann_only_the_host_targets(configured: dict[str, Configured]) -> None:
+    run = configured["without CANN"]
+    assert "ascend_kv: CANN not found" in run.stdout
+    assert "skipping the NPU targets" in run.stdout
+    assert "ascend_kv_host" in (run.build / "Makefile").read_text()
+
+
+@pytest.mark.parametrize(("soc", "why"), SKIP_REASONS)
+def test_with_cann_each_reason_to_skip_is_said(configured: dict[str, Configured], soc: str | None, why: str) -> None:
+    run = configured[f"CANN, {soc}"]
+    assert f"ascend_kv: CANN at {run.folder / 'cann'}" in run.stdout
+    assert why in run.stdout and "skipping the NPU targets" in run.stdout
+
+
+def test_soc_version_given_wins_over_detection(configured: dict[str, Configured]) -> None:
+    assert "SOC_VERSION Ascend310B1 (product line 'atlas-200i-500-a2')" in configured["SOC_VERSION given"].stdout
+
+
+def test_with_everything_present_the_npu_targets_are_configured(configured: dict[str, Configured]) -> None:
+    run = configured["everything present"]
+    assert "ascend_kv: building the NPU kernels for Ascend910_9391 (atlas-a3)" in run.stdout
+    assert "skipping" not in run.stdout
+    makefile = (run.build / "Makefile").read_text()
     assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_host" in makefile
     # CANN's own ACL headers win over the copies torch_npu bundles
-    flags = (tmp_path / "build" / "CMakeFiles" / "ascend_kv_npu.dir" / "flags.make").read_text()
-    cann_include = flags.index(f"-I{tmp_path / 'cann' / 'include'}")
+    flags = (run.build / "CMakeFiles" / "ascend_kv_npu.dir" / "flags.make").read_text()
+    cann_include = flags.index(f"-I{run.folder / 'cann' / 'include'}")
     bundled_acl = flags.index("include/third_party/acl/inc")
     assert cann_include < bundled_acl
     assert "-DASCEND_KV_OP_NAMESPACE=ascend_kv_npu" in flags
