@@ -4,8 +4,10 @@
  * Shared by the NPU build and the host build.
  *
  * Each struct is generated from one field list (an X-macro): the struct, the host's printout
- * and everything else that walks the fields follow from it. Every field is a uint64_t, so the
- * struct has no padding, one layout on every compiler, and a kernel reads it as 64-bit words.
+ * and everything else that walks the fields follow from it. The paged kernels' lists name a
+ * CacheTiling group (the geometry of one cache, one list) for key and for value. Every field is a
+ * uint64_t, so the struct has no padding, one layout on every compiler, and a kernel reads it as
+ * 64-bit words.
  * Sizes and strides are in bytes. The tiling never depends on index values: the kernels read
  * the raw index tensors themselves (int32 or int64 each, as the *ElemBytes fields say).
  */
@@ -60,16 +62,30 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
 /*
+ * One cache (key or value) of the paged kernels and its tensor of token rows (paged_cache_load's
+ * output, reshape_and_cache's input): their byte geometry, one group for each of key and value.
+ * Cache token (blk, slot): ND a row at blk * blockStride + slot * slotStride (a row is
+ * contiguous); NZ 32-byte pieces p at blk * blockStride + p * pieceStride + slot * slotStride.
+ */
+#define ASCEND_KV_CACHE_TILING_FIELDS(FIELD)                                                     \
+    FIELD(rowBytes, "bytes of one token row (0: no such cache)")                                 \
+    FIELD(rowStride, "bytes between rows of the token tensor")                                   \
+    FIELD(rowsSpan, "bytes from the token tensor's first element to the end of its last")        \
+    FIELD(blockStride, "bytes between cache blocks")                                             \
+    FIELD(slotStride, "bytes between cache slots of a block")                                    \
+    FIELD(pieceStride, "NZ: bytes between the 32-byte pieces of a token (ND: 0)")                \
+    FIELD(cacheSpan, "bytes from the cache's first element to the end of its last")
+
+/*
  * paged_cache_load: for each batch entry b, n_b = clamp(lens_b, 0, R) tokens (R = max(keyRows,
  * valueRows); lens_b = context_lens[b], or context_lens[b+1] - context_lens[b] in cumsum mode);
  * token j sits in block block_table[b, floor(seq_starts[b] / blockSize) + j / blockSize] at slot
  * j % blockSize and goes to output row first_b + j (first_b: the running sum of n, or
  * context_lens[b] in cumsum mode); out-of-range columns, blocks and rows are skipped. Every core
  * scans the lengths for the output rows written and takes an even share of them itself.
- * Cache token (blk, slot): ND rows at blk * blockStride + slot * slotStride (a row is
- * contiguous); NZ 32-byte pieces p at blk * blockStride + p * pieceStride + slot * slotStride.
+ * Token rows (ND and NZ alike) are whole 32-byte blocks.
  */
-#define ASCEND_KV_PAGED_LOAD_TILING_FIELDS(FIELD)                                                \
+#define ASCEND_KV_PAGED_LOAD_TILING_FIELDS(FIELD, CACHE)                                         \
     FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
     FIELD(layout, "kLayoutNd or kLayoutNz")                                                      \
     FIELD(cumsum, "1: context_lens holds batch + 1 cumulative lengths")                          \
@@ -80,22 +96,10 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(tableElemBytes, "element size of block_table (4 or 8)")                                \
     FIELD(lensElemBytes, "element size of context_lens (4 or 8)")                                \
     FIELD(startsElemBytes, "element size of seq_starts (4 or 8), 0: no seq_starts")              \
-    FIELD(keyRowBytes, "bytes of one key token row, a multiple of 32")                           \
-    FIELD(keyBlockStride, "bytes between key_cache blocks")                                      \
-    FIELD(keySlotStride, "bytes between key_cache slots of a block")                             \
-    FIELD(keyPieceStride, "NZ: bytes between the 32-byte pieces of a key token (ND: 0)")         \
-    FIELD(keyCacheSpan, "bytes from key_cache's first element to the end of its last")           \
+    CACHE(key, "key_cache and the key output")                                                   \
     FIELD(keyRows, "rows of the key output")                                                     \
-    FIELD(keyRowStride, "bytes between key output rows")                                         \
-    FIELD(keySpan, "bytes from key's first element to the end of its last")                      \
-    FIELD(valueRowBytes, "bytes of one value token row, a multiple of 32")                       \
-    FIELD(valueBlockStride, "bytes between value_cache blocks")                                  \
-    FIELD(valueSlotStride, "bytes between value_cache slots of a block")                         \
-    FIELD(valuePieceStride, "NZ: bytes between the 32-byte pieces of a value token (ND: 0)")     \
-    FIELD(valueCacheSpan, "bytes from value_cache's first element to the end of its last")       \
+    CACHE(value, "value_cache and the value output")                                             \
     FIELD(valueRows, "rows of the value output")                                                 \
-    FIELD(valueRowStride, "bytes between value output rows")                                     \
-    FIELD(valueSpan, "bytes from value's first element to the end of its last")                  \
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
@@ -104,12 +108,10 @@ constexpr uint64_t kLayoutNd = 1;
  * 0 <= s < numBlocks * blockSize (block s / blockSize, position s % blockSize); other slots are
  * skipped. Every slot has one writing core: position p of block b lies in stripe p / stripeSlots,
  * which core (b * blockStripes + p / stripeSlots) % usedCores owns; each core scans all tokens and
- * writes those bound for its stripes, in token order. Input rows are contiguous, `rowStride`
- * bytes apart. Cache token (blk, slot): ND a row at blk * blockStride + slot * slotStride (any
- * size: the kernel moves it with DataCopyPad); NZ 32-byte pieces p at blk * blockStride +
- * p * pieceStride + slot * slotStride.
+ * writes those bound for its stripes, in token order. Input rows are contiguous; ND rows may be
+ * any size (the kernel moves them with DataCopyPad), NZ rows are whole 32-byte pieces.
  */
-#define ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD)                                                   \
+#define ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD, CACHE)                                            \
     FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
     FIELD(layout, "kLayoutNd or kLayoutNz")                                                      \
     FIELD(tokens, "entries of slot_mapping: the tokens written")                                 \
@@ -118,48 +120,49 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(stripeSlots, "positions per stripe, the unit of slots a core owns (1..blockSize)")     \
     FIELD(blockStripes, "stripe number step from block to block, coprime to usedCores")          \
     FIELD(slotElemBytes, "element size of slot_mapping (4 or 8)")                                \
-    FIELD(hasValue, "1: value and value_cache given; 0: key-only mode")                          \
-    FIELD(keyRowBytes, "bytes of one key token row (ND: any size; NZ: a multiple of 32)")        \
-    FIELD(keyRowStride, "bytes between key rows")                                                \
-    FIELD(keySpan, "bytes from key's first element to the end of its last")                      \
-    FIELD(keyBlockStride, "bytes between key_cache blocks")                                      \
-    FIELD(keySlotStride, "bytes between key_cache slots of a block")                             \
-    FIELD(keyPieceStride, "NZ: bytes between the 32-byte pieces of a key token (ND: 0)")         \
-    FIELD(keyCacheSpan, "bytes from key_cache's first element to the end of its last")           \
-    FIELD(valueRowBytes, "bytes of one value token row (0 in key-only mode)")                    \
-    FIELD(valueRowStride, "bytes between value rows")                                            \
-    FIELD(valueSpan, "bytes from value's first element to the end of its last")                  \
-    FIELD(valueBlockStride, "bytes between value_cache blocks")                                  \
-    FIELD(valueSlotStride, "bytes between value_cache slots of a block")                         \
-    FIELD(valuePieceStride, "NZ: bytes between the 32-byte pieces of a value token (ND: 0)")     \
-    FIELD(valueCacheSpan, "bytes from value_cache's first element to the end of its last")       \
+    FIELD(hasValue, "1: value and value_cache given; 0: key-only mode (the value group all 0)")  \
+    CACHE(key, "key and key_cache")                                                              \
+    CACHE(value, "value and value_cache")                                                        \
     FIELD(stageBytes, "UB bytes of the staged slot_mapping window, a multiple of 32")            \
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
 #define ASCEND_KV_TILING_DECLARE_FIELD(name, doc) uint64_t name;
+#define ASCEND_KV_TILING_DECLARE_CACHE(name, doc) CacheTiling name;
+
+struct CacheTiling {
+    ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
 
 struct KvCacheTiling {
     ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
 struct PagedLoadTiling {
-    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD, ASCEND_KV_TILING_DECLARE_CACHE)
 };
 
 struct ReshapeTiling {
-    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD, ASCEND_KV_TILING_DECLARE_CACHE)
 };
 
 #undef ASCEND_KV_TILING_DECLARE_FIELD
+#undef ASCEND_KV_TILING_DECLARE_CACHE
 
+// 64-bit words only: a field counts one word, a cache group as many as CacheTiling has fields.
 #define ASCEND_KV_TILING_COUNT_FIELD(name, doc) +1
+#define ASCEND_KV_TILING_COUNT_CACHE(name, doc) +(0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD))
+static_assert(sizeof(CacheTiling) == (0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "CacheTiling must be uint64_t fields only");
 static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "KvCacheTiling must be uint64_t fields only");
-static_assert(sizeof(PagedLoadTiling) == (0 ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
-              "PagedLoadTiling must be uint64_t fields only");
-static_assert(sizeof(ReshapeTiling) == (0 ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
-              "ReshapeTiling must be uint64_t fields only");
+static_assert(sizeof(PagedLoadTiling) ==
+                  (0 ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE)) * 8,
+              "PagedLoadTiling must be uint64_t fields and cache groups only");
+static_assert(sizeof(ReshapeTiling) ==
+                  (0 ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE)) * 8,
+              "ReshapeTiling must be uint64_t fields and cache groups only");
 #undef ASCEND_KV_TILING_COUNT_FIELD
+#undef ASCEND_KV_TILING_COUNT_CACHE
 
 }  // namespace ascend_kv
 

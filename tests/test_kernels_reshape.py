@@ -321,7 +321,7 @@ def _call() -> dict[str, object]:
         ({"slot_mapping": torch.tensor([[1, 2]])}, "slot_mapping must be 1-D [n], got shape [1, 2]"),
         ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, "slot_mapping must be contiguous"),
         ({"key": random_bits((3, 7, 2), torch.float16, 9).transpose(1, 2)},
-         "key's token rows (dims 1, 2) must be contiguous"),
+         "key's token rows must be contiguous"),
         ({"key_cache": random_bits((4, 8, 7, 2), torch.float16, 10).transpose(2, 3)},
          "key_cache's token rows (dims 2, 3) must be contiguous"),
         ({"layout": 2}, "layout must be 0 (NZ) or 1 (ND), got 2"),
@@ -374,7 +374,7 @@ def test_tiling_cores_and_buffers(monkeypatch: pytest.MonkeyPatch, tokens: int, 
     assert t["usedCores"] == min(cores, tokens, 4 * 8) and t["tokens"] == tokens  # 4 blocks of 8 slots
     assert t["stageBytes"] % 32 == 0 and 32 <= t["stageBytes"] <= 16 * 1024 and t["chunkBytes"] % 32 == 0
     assert t["stageBytes"] + 2 * t["chunkBytes"] <= ub
-    assert (t["keyRowBytes"], t["valueRowBytes"], t["slotElemBytes"]) == (28, 20, index.itemsize)
+    assert (t["key.rowBytes"], t["value.rowBytes"], t["slotElemBytes"]) == (28, 20, index.itemsize)
 
 
 def test_tiling_geometry_of_qkv_slices_mla_and_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,19 +382,19 @@ def test_tiling_geometry_of_qkv_slices_mla_and_key_only(monkeypatch: pytest.Monk
     latent = torch.empty((7, 16, 1, 576), dtype=torch.float16)
     t = tiling(monkeypatch, key=qkv[..., 64:576], value=qkv[..., 576:], key_cache=latent[..., :512],
                value_cache=latent[..., 512:], slot_mapping=torch.tensor([1, 2], dtype=torch.int32))
-    assert (t["keyRowBytes"], t["keyRowStride"], t["keySpan"]) == (1024, 1280, 4 * 1280 + 1024)
-    assert (t["valueRowBytes"], t["valueRowStride"], t["hasValue"]) == (128, 1280, 1)
-    assert (t["keyBlockStride"], t["keySlotStride"], t["keyPieceStride"]) == (16 * 1152, 1152, 0)
+    assert (t["key.rowBytes"], t["key.rowStride"], t["key.rowsSpan"]) == (1024, 1280, 4 * 1280 + 1024)
+    assert (t["value.rowBytes"], t["value.rowStride"], t["hasValue"]) == (128, 1280, 1)
+    assert (t["key.blockStride"], t["key.slotStride"], t["key.pieceStride"]) == (16 * 1152, 1152, 0)
     assert (t["numBlocks"], t["blockSize"], t["layout"]) == (7, 16, 1)
     t = tiling(monkeypatch, key=qkv[..., 64:576], value=None, key_cache=latent[..., :512], value_cache=None,
                slot_mapping=torch.tensor([1, 2], dtype=torch.int32))
-    assert (t["hasValue"], t["valueRowBytes"], t["valueCacheSpan"]) == (0, 0, 0)
+    assert (t["hasValue"], t["value.rowBytes"], t["value.cacheSpan"]) == (0, 0, 0)
     pair = torch.empty((5, 2, 32, 4, 32), dtype=torch.int8)  # NZ [nb, K/V, T/E, bs, E]
     key = torch.empty((3, 4, 256), dtype=torch.int8)
     t = tiling(monkeypatch, key=key, value=key, key_cache=pair[:, 0], value_cache=pair[:, 1], layout=0,
                slot_mapping=torch.tensor([0, 1, 2]))
-    assert (t["keyBlockStride"], t["keyPieceStride"], t["keySlotStride"]) == (2 * 32 * 128, 128, 32)
-    assert (t["keyRowBytes"], t["blockSize"], t["layout"]) == (1024, 4, 0)
+    assert (t["key.blockStride"], t["key.pieceStride"], t["key.slotStride"]) == (2 * 32 * 128, 128, 32)
+    assert (t["key.rowBytes"], t["blockSize"], t["layout"]) == (1024, 4, 0)
 
 
 def test_no_slots_or_no_cache_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -405,8 +405,17 @@ def test_no_slots_or_no_cache_launches_nothing(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_tiling_fields_are_printed_in_struct_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every field of the list, a cache group's as ``<group>.<field>``, in the list's order."""
     header = (sim.source_root() / "tiling.h").read_text()
-    section = header[header.index("ASCEND_KV_RESHAPE_TILING_FIELDS(FIELD)"):]
-    positions = [section.index(f"FIELD({name},") for name in tiling(monkeypatch)]
-    assert positions == sorted(positions)
+
+    def entries(macro: str) -> list[tuple[str, str]]:
+        body = header[header.index(f"#define {macro}("):]
+        body = body[:body.index("\n\n")]
+        return re.findall(r"\b(FIELD|CACHE)\((\w+),", body)
+
+    cache = [name for _, name in entries("ASCEND_KV_CACHE_TILING_FIELDS")]
+    expected: list[str] = []
+    for kind, name in entries("ASCEND_KV_RESHAPE_TILING_FIELDS"):
+        expected += [f"{name}.{field}" for field in cache] if kind == "CACHE" else [name]
+    assert list(tiling(monkeypatch)) == expected and "value.cacheSpan" in expected
 

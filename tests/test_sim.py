@@ -329,7 +329,7 @@ def _paged_call() -> dict[str, object]:
         ({"context_lens": torch.tensor([[5, 0]])[:, 0]}, None),
         ({"block_table": torch.tensor([[1, 9], [2, 9]]).t()}, "block_table must be contiguous"),
         ({"key": torch.zeros((5, 16, 2), dtype=torch.float16).transpose(1, 2)},
-         "key's rows must be contiguous"),
+         "key's token rows must be contiguous"),
         ({"key_cache": random_bits((4, 16, 16, 2), torch.float16, 5).transpose(2, 3)},
          "key_cache's token rows (dims 2, 3) must be contiguous"),
         ({"layout": 2}, "layout must be 0 (NZ) or 1 (ND), got 2"),

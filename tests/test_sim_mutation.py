@@ -30,10 +30,10 @@ pytestmark = pytest.mark.slow  # each mutant is a CMake build of the kernels
 MUTANTS = {
     "offsets": [
         ("kernels/kv_cache.cpp", "const uint64_t srcRow = prefix + first;", "const uint64_t srcRow = prefix + first + 1;"),
-        ("kernels/paged_cache_load.cpp", "CopyRows(queue_, pair.out[outRow * pair.rowStride]",
-         "CopyRows(queue_, pair.out[(outRow + 1) * pair.rowStride]"),
-        ("kernels/paged_cache_load.cpp", "WriteRows(pair.out[(outRow + done) * pair.rowStride",
-         "WriteRows(pair.out[(outRow + done + 1) * pair.rowStride"),
+        ("kernels/paged_cache_load.cpp", "CopyRows(queue_, pair.rows[outRow * pair.rowStride]",
+         "CopyRows(queue_, pair.rows[(outRow + 1) * pair.rowStride]"),
+        ("kernels/paged_cache_load.cpp", "WriteRows(pair.rows[(outRow + done) * pair.rowStride",
+         "WriteRows(pair.rows[(outRow + done + 1) * pair.rowStride"),
         ("kernels/reshape_and_cache.cpp", "block * target.blockStride + (position + done) * target.slotStride;",
          "block * target.blockStride + (position + done + 1) * target.slotStride;"),
     ],

@@ -114,16 +114,16 @@ def test_paged_geometry_of_mla_and_interleaved_caches(monkeypatch: pytest.Monkey
     latent = torch.empty((7, 16, 1, 576), dtype=torch.float16)
     out = torch.empty((9, 1, 600), dtype=torch.float16)
     t = paged_tiling(monkeypatch, latent[..., :512], latent[..., 512:], out[..., :512], out[..., 512:576])
-    assert (t["keyRowBytes"], t["valueRowBytes"]) == (1024, 128)
-    assert (t["keyBlockStride"], t["keySlotStride"], t["valueSlotStride"]) == (16 * 1152, 1152, 1152)
-    assert (t["keyCacheSpan"], t["valueCacheSpan"]) == (6 * 16 * 1152 + 15 * 1152 + 1024, 6 * 16 * 1152 + 15 * 1152 + 128)
-    assert (t["keyRowStride"], t["keySpan"]) == (1200, 8 * 1200 + 1024)
+    assert (t["key.rowBytes"], t["value.rowBytes"]) == (1024, 128)
+    assert (t["key.blockStride"], t["key.slotStride"], t["value.slotStride"]) == (16 * 1152, 1152, 1152)
+    assert (t["key.cacheSpan"], t["value.cacheSpan"]) == (6 * 16 * 1152 + 15 * 1152 + 1024, 6 * 16 * 1152 + 15 * 1152 + 128)
+    assert (t["key.rowStride"], t["key.rowsSpan"]) == (1200, 8 * 1200 + 1024)
     pair = torch.empty((5, 2, 32, 4, 32), dtype=torch.int8)  # NZ [nb, K/V, T/E, bs, E], K and V block by block
     out = torch.empty((4, 1024), dtype=torch.int8)
     t = paged_tiling(monkeypatch, pair[:, 0], pair[:, 1], out, out, layout=NZ)
-    assert (t["keyBlockStride"], t["keyPieceStride"], t["keySlotStride"]) == (2 * 32 * 128, 128, 32)
-    assert t["valueCacheSpan"] == 4 * 8192 + 31 * 128 + 3 * 32 + 32
-    assert t["blockSize"] == 4 and t["keyRowBytes"] == 1024
+    assert (t["key.blockStride"], t["key.pieceStride"], t["key.slotStride"]) == (2 * 32 * 128, 128, 32)
+    assert t["value.cacheSpan"] == 4 * 8192 + 31 * 128 + 3 * 32 + 32
+    assert t["blockSize"] == 4 and t["key.rowBytes"] == 1024
 
 
 def test_default_ub_stages_whole_index_tensors_and_copies_in_large_chunks(monkeypatch: pytest.MonkeyPatch) -> None:

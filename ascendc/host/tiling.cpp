@@ -107,6 +107,25 @@ void SplitSlots(ReshapeTiling& t)
     }
 }
 
+/// The byte geometry of one cache and its token rows (absent: all 0). ND cache (block, slot, row);
+/// NZ (block, piece, slot, 32-byte piece).
+CacheTiling CacheTilingOf(const CacheGeometry& call, bool nd)
+{
+    CacheTiling t{};
+    const TensorGeom& cache = call.cache;
+    if (!cache.present) {
+        return t;
+    }
+    t.rowBytes = nd ? RowBytes(cache, 2) : Size(cache, 1) * Size(cache, 3) * cache.elemBytes;
+    t.rowStride = Stride(call.rows, 0);
+    t.rowsSpan = SpanBytes(call.rows);
+    t.blockStride = Stride(cache, 0);
+    t.slotStride = Stride(cache, nd ? 1 : 2);
+    t.pieceStride = nd ? 0 : Stride(cache, 1);
+    t.cacheSpan = SpanBytes(cache);
+    return t;
+}
+
 }  // namespace
 
 uint64_t SpanBytes(const TensorGeom& tensor)
@@ -192,31 +211,16 @@ int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, ui
     t.cumsum = call.cumsum ? 1 : 0;
     t.batch = Size(call.blockTable, 0);
     t.maxBlocks = Size(call.blockTable, 1);
-    t.numBlocks = Size(call.keyCache, 0);
-    t.blockSize = Size(call.keyCache, nd ? 1 : 2);
+    t.numBlocks = Size(call.key.cache, 0);
+    t.blockSize = Size(call.key.cache, nd ? 1 : 2);
     t.tableElemBytes = call.blockTable.elemBytes;
     t.lensElemBytes = call.contextLens.elemBytes;
     t.startsElemBytes = call.seqStarts.present ? call.seqStarts.elemBytes : 0;
-    // ND: [nb, bs, heads, hs] (block, slot); NZ: [nb, T/E, bs, E] (block, piece, slot).
-    const TensorGeom& kc = call.keyCache;
-    const TensorGeom& vc = call.valueCache;
-    t.keyRowBytes = nd ? RowBytes(kc, 2) : Size(kc, 1) * Size(kc, 3) * kc.elemBytes;
-    t.keyBlockStride = Stride(kc, 0);
-    t.keySlotStride = Stride(kc, nd ? 1 : 2);
-    t.keyPieceStride = nd ? 0 : Stride(kc, 1);
-    t.keyCacheSpan = SpanBytes(kc);
-    t.keyRows = Size(call.key, 0);
-    t.keyRowStride = Stride(call.key, 0);
-    t.keySpan = SpanBytes(call.key);
-    t.valueRowBytes = nd ? RowBytes(vc, 2) : Size(vc, 1) * Size(vc, 3) * vc.elemBytes;
-    t.valueBlockStride = Stride(vc, 0);
-    t.valueSlotStride = Stride(vc, nd ? 1 : 2);
-    t.valuePieceStride = nd ? 0 : Stride(vc, 1);
-    t.valueCacheSpan = SpanBytes(vc);
-    t.valueRows = Size(call.value, 0);
-    t.valueRowStride = Stride(call.value, 0);
-    t.valueSpan = SpanBytes(call.value);
-    if (!RowOk(t.keyRowBytes) || !RowOk(t.valueRowBytes)) {
+    t.key = CacheTilingOf(call.key, nd);
+    t.keyRows = Size(call.key.rows, 0);
+    t.value = CacheTilingOf(call.value, nd);
+    t.valueRows = Size(call.value.rows, 0);
+    if (!RowOk(t.key.rowBytes) || !RowOk(t.value.rowBytes)) {
         return kTilingBadShape;
     }
     const uint64_t windows = call.seqStarts.present ? 3 : 2;
@@ -246,32 +250,15 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
     ReshapeTiling t{};
     t.layout = call.layout;
     t.tokens = Size(call.slotMapping, 0);
-    t.numBlocks = Size(call.keyCache, 0);
-    t.blockSize = Size(call.keyCache, nd ? 1 : 2);
+    t.numBlocks = Size(call.key.cache, 0);
+    t.blockSize = Size(call.key.cache, nd ? 1 : 2);
     t.slotElemBytes = call.slotMapping.elemBytes;
-    t.hasValue = call.value.present ? 1 : 0;
-    // ND: [nb, bs, heads, hs] (block, slot); NZ: [nb, T/E, bs, E] (block, piece, slot).
-    const TensorGeom& kc = call.keyCache;
-    t.keyRowBytes = nd ? RowBytes(kc, 2) : Size(kc, 1) * Size(kc, 3) * kc.elemBytes;
-    t.keyRowStride = Stride(call.key, 0);
-    t.keySpan = SpanBytes(call.key);
-    t.keyBlockStride = Stride(kc, 0);
-    t.keySlotStride = Stride(kc, nd ? 1 : 2);
-    t.keyPieceStride = nd ? 0 : Stride(kc, 1);
-    t.keyCacheSpan = SpanBytes(kc);
-    if (call.value.present) {
-        const TensorGeom& vc = call.valueCache;
-        t.valueRowBytes = nd ? RowBytes(vc, 2) : Size(vc, 1) * Size(vc, 3) * vc.elemBytes;
-        t.valueRowStride = Stride(call.value, 0);
-        t.valueSpan = SpanBytes(call.value);
-        t.valueBlockStride = Stride(vc, 0);
-        t.valueSlotStride = Stride(vc, nd ? 1 : 2);
-        t.valuePieceStride = nd ? 0 : Stride(vc, 1);
-        t.valueCacheSpan = SpanBytes(vc);
-    }
+    t.hasValue = call.value.rows.present ? 1 : 0;
+    t.key = CacheTilingOf(call.key, nd);
+    t.value = CacheTilingOf(call.value, nd);
     // ND rows may be any size (DataCopyPad); NZ rows are whole 32-byte pieces.
     const auto rowOk = [nd](uint64_t rowBytes) { return nd ? rowBytes > 0 : RowOk(rowBytes); };
-    if (!rowOk(t.keyRowBytes) || (t.hasValue != 0 && !rowOk(t.valueRowBytes))) {
+    if (!rowOk(t.key.rowBytes) || (t.hasValue != 0 && !rowOk(t.value.rowBytes))) {
         return kTilingBadShape;
     }
     constexpr uint64_t windows = 1;
@@ -296,9 +283,20 @@ void Field(std::ostringstream& out, const char* name, uint64_t value)
     out << name << '=' << value;
 }
 
+#define ASCEND_KV_DESCRIBE_FIELD(name, doc) Field(out, (group + #name).c_str(), tiling.name);
+
+/// The fields of a cache group as "<group>.<field>=value".
+void Cache(std::ostringstream& out, const std::string& group, const CacheTiling& tiling)
+{
+    ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+}
+
+#undef ASCEND_KV_DESCRIBE_FIELD
+
 }  // namespace
 
 #define ASCEND_KV_DESCRIBE_FIELD(name, doc) Field(out, #name, tiling.name);
+#define ASCEND_KV_DESCRIBE_CACHE(name, doc) Cache(out, #name ".", tiling.name);
 
 std::string DescribeTiling(const KvCacheTiling& tiling)
 {
@@ -310,17 +308,18 @@ std::string DescribeTiling(const KvCacheTiling& tiling)
 std::string DescribeTiling(const PagedLoadTiling& tiling)
 {
     std::ostringstream out;
-    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+    ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD, ASCEND_KV_DESCRIBE_CACHE)
     return out.str();
 }
 
 std::string DescribeTiling(const ReshapeTiling& tiling)
 {
     std::ostringstream out;
-    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD)
+    ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_DESCRIBE_FIELD, ASCEND_KV_DESCRIBE_CACHE)
     return out.str();
 }
 
 #undef ASCEND_KV_DESCRIBE_FIELD
+#undef ASCEND_KV_DESCRIBE_CACHE
 
 }  // namespace ascend_kv

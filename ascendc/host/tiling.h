@@ -33,21 +33,27 @@ struct KvCacheGeometry {
     int64_t layerId = 0;
 };
 
-/// paged_cache_load: caches ND [nb, bs, heads, hs] / NZ [nb, T/E, bs, E]; block_table [batch,
-/// max_blocks]; context_lens [batch] (or [batch + 1] with cumsum); seq_starts [batch] or absent;
-/// outputs ND [rows, heads, hs] / NZ [rows, T].
+/// One cache of the paged ops, ND [nb, bs, heads, hs] / NZ [nb, T/E, bs, E], and its tensor of
+/// token rows (paged_cache_load's output, reshape_and_cache's input).
+struct CacheGeometry {
+    TensorGeom cache, rows;
+};
+
+/// paged_cache_load: block_table [batch, max_blocks]; context_lens [batch] (or [batch + 1] with
+/// cumsum); seq_starts [batch] or absent; outputs ND [rows, heads, hs] / NZ [rows, T].
 struct PagedLoadGeometry {
     uint64_t layout = kLayoutNd;
     bool cumsum = false;
-    TensorGeom keyCache, valueCache, blockTable, contextLens, seqStarts, key, value;
+    CacheGeometry key, value;
+    TensorGeom blockTable, contextLens, seqStarts;
 };
 
-/// reshape_and_cache: key [tokens, heads, hs_k] and value [tokens, heads, hs_v] (absent in
-/// key-only mode); caches ND [nb, bs, heads, hs] / NZ [nb, T/E, bs, E] (value_cache absent with
-/// value); slot_mapping [n].
+/// reshape_and_cache: inputs [tokens, heads, hs] (value and its cache absent in key-only mode);
+/// slot_mapping [n].
 struct ReshapeGeometry {
     uint64_t layout = kLayoutNd;
-    TensorGeom key, value, keyCache, valueCache, slotMapping;
+    CacheGeometry key, value;
+    TensorGeom slotMapping;
 };
 
 /// Result of a tiling computation.

@@ -101,9 +101,13 @@ void CheckLayout(const char* op, int64_t layout)
                 Where(op), "layout must be 0 (NZ) or 1 (ND), got ", layout);
 }
 
-template <typename Tiling>
-Tiling Checked(const char* op, int status, const Tiling& tiling)
+/// The tiling `compute` gives `call` with the vector cores and UB of `device`; an error if there is none.
+template <typename Geometry, typename Tiling>
+Tiling Tile(const char* op, const at::Device& device, const Geometry& call,
+            int (*compute)(const Geometry&, uint64_t, uint64_t, Tiling*))
 {
+    Tiling tiling{};
+    const int status = compute(call, ascend_kv::VectorCoreCount(device), ascend_kv::UsableUbBytes(device), &tiling);
     TORCH_CHECK(status == ascend_kv::kTilingOk, Where(op), "tiling failed: ", ascend_kv::TilingStatusMessage(status));
     return tiling;
 }
@@ -139,10 +143,7 @@ ascend_kv::KvCacheTiling KvCachePlan(const char* op, const at::Tensor& newKv, co
     call.seqLen = ascend_kv::GeometryOf(seqLen);
     call.layer = ascend_kv::GeometryOf(layer);
     call.layerId = layerId;
-    ascend_kv::KvCacheTiling tiling{};
-    const int status = ascend_kv::ComputeKvCacheTiling(call, ascend_kv::VectorCoreCount(device),
-                                                       ascend_kv::UsableUbBytes(device), &tiling);
-    return Checked(op, status, tiling);
+    return Tile(op, device, call, &ascend_kv::ComputeKvCacheTiling);
 }
 
 void KvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset, const at::Tensor& seqLen,
@@ -162,30 +163,57 @@ std::string KvCacheTilingText(const at::Tensor& newKv, const at::Tensor& past, c
     return ascend_kv::DescribeTiling(KvCachePlan("kv_cache_tiling", newKv, past, tokenOffset, seqLen, layer, layerId));
 }
 
-// -------------------------------------------------------------------------- paged_cache_load
+// ------------------------------------------------------------ paged_cache_load, reshape_and_cache
 
-void CheckCacheAndOutput(const char* op, bool nd, const at::Tensor& cache, const char* cacheName,
-                         const at::Tensor& out, const char* outName, const at::Device& device)
+/// How an op's tensor of token rows looks: its rank and shape (for messages), and whether ND rows
+/// may be any size (reshape_and_cache moves exact bytes) or must be whole 32-byte blocks.
+struct TokenRows {
+    int64_t dims;
+    const char* shape;
+    bool anySize;
+};
+
+/// A paged cache and its tensor of token rows (`rows`: the output of paged_cache_load, the input
+/// of reshape_and_cache), checked, as the tiling's geometry.
+ascend_kv::CacheGeometry CheckedCache(const char* op, bool nd, const at::Tensor& cache, const char* cacheName,
+                                      const at::Tensor& rows, const char* rowsName, const TokenRows& form,
+                                      const at::Device& device)
 {
     CheckRank(op, cache, cacheName, 4, nd ? "[num_blocks, block_size, num_heads, head_size]"
                                           : "[num_blocks, T // E, block_size, E]");
-    CheckRank(op, out, outName, nd ? 3 : 2, nd ? "[rows, num_heads, head_size]" : "[rows, T]");
+    CheckRank(op, rows, rowsName, form.dims, form.shape);
     CheckDevice(op, cache, cacheName, device);
-    CheckDevice(op, out, outName, device);
-    TORCH_CHECK(out.scalar_type() == cache.scalar_type(), Where(op), outName, " has dtype ", out.scalar_type(), ", ",
-                cacheName, " has ", cache.scalar_type(), "; they must match");
-    const int64_t cacheRow = nd ? cache.size(2) * cache.size(3) : cache.size(1) * cache.size(3);
-    const bool sameRow = nd ? (out.size(1) == cache.size(2) && out.size(2) == cache.size(3)) : out.size(1) == cacheRow;
-    TORCH_CHECK(sameRow, Where(op), outName, " rows ", out.sizes().slice(1), " do not match the token rows of ",
-                cacheName, " (shape ", cache.sizes(), ")");
+    CheckDevice(op, rows, rowsName, device);
+    TORCH_CHECK(rows.scalar_type() == cache.scalar_type(), Where(op), rowsName, " has dtype ", rows.scalar_type(),
+                ", ", cacheName, " has ", cache.scalar_type(), "; they must match");
     if (!nd) {
         TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
                     cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
                     cache.element_size(), " bytes");
     }
-    CheckRowBytes(op, cacheName, cacheRow * cache.element_size());
+    const int64_t rowElements = c10::multiply_integers(rows.sizes().slice(1));
+    const bool sameRow = nd ? rows.sizes().slice(1) == cache.sizes().slice(2)
+                            : rowElements == cache.size(1) * cache.size(3);
+    TORCH_CHECK(sameRow, Where(op), rowsName, " rows ", rows.sizes().slice(1), " do not match the token rows of ",
+                cacheName, " (shape ", cache.sizes(), ")");
+    const int64_t rowBytes = rowElements * rows.element_size();
+    if (nd && form.anySize) {
+        TORCH_CHECK(rowBytes > 0, Where(op), rowsName, " rows must not be empty, got shape ", rows.sizes());
+    } else {
+        CheckRowBytes(op, rowsName, rowBytes);
+    }
     CheckDenseFrom(op, cache, cacheName, nd ? 2 : 3, nd ? "token rows (dims 2, 3)" : "32-byte pieces (dim 3)");
-    CheckDenseFrom(op, out, outName, 1, "rows");
+    CheckDenseFrom(op, rows, rowsName, 1, "token rows");
+    return {ascend_kv::GeometryOf(cache), ascend_kv::GeometryOf(rows)};
+}
+
+/// value_cache has the blocks and slots of key_cache.
+void CheckSameBlocks(const char* op, bool nd, const at::Tensor& keyCache, const at::Tensor& valueCache)
+{
+    const int slotDim = nd ? 1 : 2;
+    TORCH_CHECK(valueCache.size(0) == keyCache.size(0) && valueCache.size(slotDim) == keyCache.size(slotDim),
+                Where(op), "value_cache has ", valueCache.size(0), " blocks of ", valueCache.size(slotDim),
+                " slots, key_cache ", keyCache.size(0), " of ", keyCache.size(slotDim), "; they must match");
 }
 
 ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCache, const at::Tensor& valueCache,
@@ -196,12 +224,13 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
     CheckLayout(op, layout);
     const bool nd = layout == static_cast<int64_t>(ascend_kv::kLayoutNd);
     const at::Device device = keyCache.device();
-    CheckCacheAndOutput(op, nd, keyCache, "key_cache", key, "key", device);
-    CheckCacheAndOutput(op, nd, valueCache, "value_cache", value, "value", device);
-    const int slotDim = nd ? 1 : 2;
-    TORCH_CHECK(valueCache.size(0) == keyCache.size(0) && valueCache.size(slotDim) == keyCache.size(slotDim),
-                Where(op), "value_cache has ", valueCache.size(0), " blocks of ", valueCache.size(slotDim),
-                " slots, key_cache ", keyCache.size(0), " of ", keyCache.size(slotDim), "; they must match");
+    const TokenRows output = nd ? TokenRows{3, "[rows, num_heads, head_size]", false} : TokenRows{2, "[rows, T]", false};
+    ascend_kv::PagedLoadGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.cumsum = cumsum;
+    call.key = CheckedCache(op, nd, keyCache, "key_cache", key, "key", output, device);
+    call.value = CheckedCache(op, nd, valueCache, "value_cache", value, "value", output, device);
+    CheckSameBlocks(op, nd, keyCache, valueCache);
     CheckRank(op, blockTable, "block_table", 2, "[batch, max_blocks]");
     const int64_t batch = blockTable.size(0);
     CheckIndex(op, blockTable, "block_table", device, blockTable.numel());
@@ -209,20 +238,10 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
     if (seqStarts.defined()) {
         CheckIndex(op, seqStarts, "seq_starts", device, batch);
     }
-    ascend_kv::PagedLoadGeometry call;
-    call.layout = static_cast<uint64_t>(layout);
-    call.cumsum = cumsum;
-    call.keyCache = ascend_kv::GeometryOf(keyCache);
-    call.valueCache = ascend_kv::GeometryOf(valueCache);
     call.blockTable = ascend_kv::GeometryOf(blockTable);
     call.contextLens = ascend_kv::GeometryOf(contextLens);
     call.seqStarts = ascend_kv::GeometryOf(seqStarts);
-    call.key = ascend_kv::GeometryOf(key);
-    call.value = ascend_kv::GeometryOf(value);
-    ascend_kv::PagedLoadTiling tiling{};
-    const int status = ascend_kv::ComputePagedLoadTiling(call, ascend_kv::VectorCoreCount(device),
-                                                         ascend_kv::UsableUbBytes(device), &tiling);
-    return Checked(op, status, tiling);
+    return Tile(op, device, call, &ascend_kv::ComputePagedLoadTiling);
 }
 
 void PagedCacheLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
@@ -247,35 +266,6 @@ std::string PagedCacheLoadTilingText(const at::Tensor& keyCache, const at::Tenso
                                                    contextLens, starts, key, value, layout, cumsum));
 }
 
-// ------------------------------------------------------------------------- reshape_and_cache
-
-/// An input [tokens, heads, head_size] and the cache its token rows go to.
-void CheckInputAndCache(const char* op, bool nd, const at::Tensor& in, const char* inName, const at::Tensor& cache,
-                        const char* cacheName, const at::Device& device)
-{
-    CheckRank(op, in, inName, 3, "[num_tokens, num_heads, head_size]");
-    CheckRank(op, cache, cacheName, 4, nd ? "[num_blocks, block_size, num_heads, head_size]"
-                                          : "[num_blocks, T // E, block_size, E]");
-    CheckDevice(op, in, inName, device);
-    CheckDevice(op, cache, cacheName, device);
-    TORCH_CHECK(in.scalar_type() == cache.scalar_type(), Where(op), inName, " has dtype ", in.scalar_type(), ", ",
-                cacheName, " has ", cache.scalar_type(), "; they must match");
-    if (!nd) {
-        TORCH_CHECK(cache.size(3) * cache.element_size() == static_cast<int64_t>(ascend_kv::kBlockBytes), Where(op),
-                    cacheName, " (NZ) must have 32-byte last dimension pieces, got ", cache.size(3), " x ",
-                    cache.element_size(), " bytes");
-    }
-    const bool sameRow = nd ? (in.size(1) == cache.size(2) && in.size(2) == cache.size(3))
-                            : in.size(1) * in.size(2) == cache.size(1) * cache.size(3);
-    TORCH_CHECK(sameRow, Where(op), inName, " rows ", in.sizes().slice(1), " do not match the token rows of ",
-                cacheName, " (shape ", cache.sizes(), ")");
-    // ND rows may be any size (the kernel moves exact bytes); NZ rows are whole 32-byte pieces.
-    const int64_t rowBytes = in.size(1) * in.size(2) * in.element_size();
-    TORCH_CHECK(rowBytes > 0, Where(op), inName, " rows must not be empty, got shape ", in.sizes());
-    CheckDenseFrom(op, in, inName, 1, "token rows (dims 1, 2)");
-    CheckDenseFrom(op, cache, cacheName, nd ? 2 : 3, nd ? "token rows (dims 2, 3)" : "32-byte pieces (dim 3)");
-}
-
 ascend_kv::ReshapeTiling ReshapePlan(const char* op, const at::Tensor& key, const at::Tensor& value,
                                      const at::Tensor& keyCache, const at::Tensor& valueCache,
                                      const at::Tensor& slotMapping, int64_t layout)
@@ -286,32 +276,23 @@ ascend_kv::ReshapeTiling ReshapePlan(const char* op, const at::Tensor& key, cons
     TORCH_CHECK(value.defined() == valueCache.defined(), Where(op), "value and value_cache must both be given or "
                 "both be None (key-only mode), got value ", value.defined() ? "given" : "None", " and value_cache ",
                 valueCache.defined() ? "given" : "None");
-    CheckInputAndCache(op, nd, key, "key", keyCache, "key_cache", device);
+    const TokenRows input{3, "[num_tokens, num_heads, head_size]", true};
+    ascend_kv::ReshapeGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.key = CheckedCache(op, nd, keyCache, "key_cache", key, "key", input, device);
     CheckRank(op, slotMapping, "slot_mapping", 1, "[n]");
     const int64_t tokens = slotMapping.size(0);
     CheckIndex(op, slotMapping, "slot_mapping", device, tokens);
     TORCH_CHECK(tokens <= key.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
                 key.size(0), " tokens of key");
     if (value.defined()) {
-        CheckInputAndCache(op, nd, value, "value", valueCache, "value_cache", device);
-        const int slotDim = nd ? 1 : 2;
-        TORCH_CHECK(valueCache.size(0) == keyCache.size(0) && valueCache.size(slotDim) == keyCache.size(slotDim),
-                    Where(op), "value_cache has ", valueCache.size(0), " blocks of ", valueCache.size(slotDim),
-                    " slots, key_cache ", keyCache.size(0), " of ", keyCache.size(slotDim), "; they must match");
+        call.value = CheckedCache(op, nd, valueCache, "value_cache", value, "value", input, device);
+        CheckSameBlocks(op, nd, keyCache, valueCache);
         TORCH_CHECK(tokens <= value.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
                     value.size(0), " tokens of value");
     }
-    ascend_kv::ReshapeGeometry call;
-    call.layout = static_cast<uint64_t>(layout);
-    call.key = ascend_kv::GeometryOf(key);
-    call.value = ascend_kv::GeometryOf(value);
-    call.keyCache = ascend_kv::GeometryOf(keyCache);
-    call.valueCache = ascend_kv::GeometryOf(valueCache);
     call.slotMapping = ascend_kv::GeometryOf(slotMapping);
-    ascend_kv::ReshapeTiling tiling{};
-    const int status = ascend_kv::ComputeReshapeTiling(call, ascend_kv::VectorCoreCount(device),
-                                                       ascend_kv::UsableUbBytes(device), &tiling);
-    return Checked(op, status, tiling);
+    return Tile(op, device, call, &ascend_kv::ComputeReshapeTiling);
 }
 
 at::Tensor Given(const c10::optional<at::Tensor>& tensor) { return tensor.has_value() ? *tensor : at::Tensor(); }

@@ -1,7 +1,8 @@
 /*
  * Pieces shared by the copy kernels (kv_cache.cpp, paged_cache_load.cpp, reshape_and_cache.cpp):
  * reading the tiling, index arithmetic that never leaves the tensors, int32/int64 index tensors
- * staged into UB, and copies of rows (contiguous or strided) through a double-buffered UB queue.
+ * staged into UB, a paged cache and its token rows, and copies of rows (contiguous or strided)
+ * through a double-buffered UB queue.
  *
  * Device code only: the same file is compiled by CANN for the NPU and by g++ against the host
  * model of the AscendC API (ascendc/sim/include) for the host build.
@@ -188,6 +189,20 @@ __aicore__ inline int64_t ReadScalar(GM_ADDR tensor, uint64_t elemBytes)
     value.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tensor), 1);
     return static_cast<int64_t>(value.GetValue(0));
 }
+
+/// One cache (key or value) of the paged kernels and its tensor of token rows (paged_cache_load's
+/// output, reshape_and_cache's input), with their byte geometry from the tiling.
+struct CacheSide : CacheTiling {
+    AscendC::GlobalTensor<uint8_t> cache;
+    AscendC::GlobalTensor<uint8_t> rows;
+
+    __aicore__ inline void Init(GM_ADDR cacheGm, GM_ADDR rowsGm, const CacheTiling& tiling)
+    {
+        CacheTiling::operator=(tiling);
+        cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(cacheGm), cacheSpan);
+        rows.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(rowsGm), rowsSpan);
+    }
+};
 
 /// The UB copy queue: VECIN bound to VECOUT (no UB-to-UB move). Depth 1: every EnQue is
 /// followed by its DeQue; double buffering comes from InitBuffer's kCopyBuffers buffers.

@@ -22,18 +22,6 @@
 
 namespace ascend_kv {
 
-/// One cache (key or value) and its output, with their byte geometry from the tiling.
-struct CachePair {
-    AscendC::GlobalTensor<uint8_t> cache;
-    AscendC::GlobalTensor<uint8_t> out;
-    uint64_t rowBytes;
-    uint64_t blockStride;
-    uint64_t slotStride;
-    uint64_t pieceStride;
-    uint64_t rows;
-    uint64_t rowStride;
-};
-
 class PagedLoadKernel {
 public:
     __aicore__ inline void Init(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable, GM_ADDR contextLens,
@@ -41,22 +29,8 @@ public:
                                 AscendC::TPipe* pipe)
     {
         t_ = tiling;
-        key_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(keyCache), t_.keyCacheSpan);
-        key_.out.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(key), t_.keySpan);
-        key_.rowBytes = t_.keyRowBytes;
-        key_.blockStride = t_.keyBlockStride;
-        key_.slotStride = t_.keySlotStride;
-        key_.pieceStride = t_.keyPieceStride;
-        key_.rows = t_.keyRows;
-        key_.rowStride = t_.keyRowStride;
-        value_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(valueCache), t_.valueCacheSpan);
-        value_.out.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(value), t_.valueSpan);
-        value_.rowBytes = t_.valueRowBytes;
-        value_.blockStride = t_.valueBlockStride;
-        value_.slotStride = t_.valueSlotStride;
-        value_.pieceStride = t_.valuePieceStride;
-        value_.rows = t_.valueRows;
-        value_.rowStride = t_.valueRowStride;
+        key_.Init(keyCache, key, t_.key);
+        value_.Init(valueCache, value, t_.value);
         rows_ = MaxU64(t_.keyRows, t_.valueRows);
         lens_.Init(pipe, contextLens, t_.batch + t_.cumsum, t_.lensElemBytes, t_.stageBytes);
         if (t_.startsElemBytes != 0) {
@@ -153,24 +127,26 @@ private:
                 const int64_t block = table_.Get(b * t_.maxBlocks + column);
                 if (block >= 0 && static_cast<uint64_t>(block) < t_.numBlocks) {
                     const uint64_t slot = j - c * t_.blockSize;
-                    LoadRun(key_, static_cast<uint64_t>(block), slot, row, runEnd - row);
-                    LoadRun(value_, static_cast<uint64_t>(block), slot, row, runEnd - row);
+                    LoadRun(key_, t_.keyRows, static_cast<uint64_t>(block), slot, row, runEnd - row);
+                    LoadRun(value_, t_.valueRows, static_cast<uint64_t>(block), slot, row, runEnd - row);
                 }
             }
             row = runEnd;
         }
     }
 
-    /// `tokens` tokens from slot `slot` of cache block `block` to output rows outRow.. (those that exist).
-    __aicore__ inline void LoadRun(CachePair& pair, uint64_t block, uint64_t slot, uint64_t outRow, uint64_t tokens)
+    /// `tokens` tokens from slot `slot` of cache block `block` to output rows outRow.. (those of the
+    /// `outRows` that exist).
+    __aicore__ inline void LoadRun(CacheSide& pair, uint64_t outRows, uint64_t block, uint64_t slot, uint64_t outRow,
+                                   uint64_t tokens)
     {
-        if (outRow >= pair.rows) {
+        if (outRow >= outRows) {
             return;
         }
-        tokens = MinU64(tokens, pair.rows - outRow);
+        tokens = MinU64(tokens, outRows - outRow);
         const uint64_t tokenAt = block * pair.blockStride + slot * pair.slotStride;
         if (t_.layout == kLayoutNd) {
-            CopyRows(queue_, pair.out[outRow * pair.rowStride], pair.rowStride, pair.cache[tokenAt], pair.slotStride,
+            CopyRows(queue_, pair.rows[outRow * pair.rowStride], pair.rowStride, pair.cache[tokenAt], pair.slotStride,
                      tokens, pair.rowBytes, t_.chunkBytes);
         } else {
             GatherNz(pair, tokenAt, outRow, tokens);
@@ -178,7 +154,7 @@ private:
     }
 
     /// NZ: `tokens` consecutive slots, the first at cache byte tokenAt, to output rows outRow.., through UB.
-    __aicore__ inline void GatherNz(CachePair& pair, uint64_t tokenAt, uint64_t outRow, uint64_t tokens)
+    __aicore__ inline void GatherNz(CacheSide& pair, uint64_t tokenAt, uint64_t outRow, uint64_t tokens)
     {
         const uint64_t rowPieces = pair.rowBytes / kBlockBytes;
         const uint64_t bufferPieces = t_.chunkBytes / kBlockBytes;
@@ -198,7 +174,7 @@ private:
                 queue_.EnQue(buffer);
                 buffer = queue_.DeQue<uint8_t>();
                 const uint64_t pieceBytes = pieces * kBlockBytes;
-                WriteRows(pair.out[(outRow + done) * pair.rowStride + piece * kBlockBytes], buffer, pair.rowStride,
+                WriteRows(pair.rows[(outRow + done) * pair.rowStride + piece * kBlockBytes], buffer, pair.rowStride,
                           group, pieceBytes);
                 queue_.FreeTensor(buffer);
             }
@@ -207,7 +183,7 @@ private:
     }
 
     /// `pieces` 32-byte pieces of one token, pieceStride bytes apart from cache byte `first`, into UB.
-    __aicore__ inline void ReadPieces(CachePair& pair, AscendC::LocalTensor<uint8_t>& target, uint64_t first,
+    __aicore__ inline void ReadPieces(CacheSide& pair, AscendC::LocalTensor<uint8_t>& target, uint64_t first,
                                       uint64_t pieces)
     {
         for (uint64_t p = 0; p < pieces;) {
@@ -219,8 +195,8 @@ private:
     }
 
     PagedLoadTiling t_;
-    CachePair key_;
-    CachePair value_;
+    CacheSide key_;
+    CacheSide value_;
     uint64_t rows_ = 0;
     StagedIndex lens_;
     StagedIndex starts_;

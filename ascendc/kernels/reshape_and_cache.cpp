@@ -24,38 +24,15 @@
 
 namespace ascend_kv {
 
-/// One input (key or value) and its cache, with their byte geometry from the tiling.
-struct CacheTarget {
-    AscendC::GlobalTensor<uint8_t> in;
-    AscendC::GlobalTensor<uint8_t> cache;
-    uint64_t rowBytes = 0;
-    uint64_t rowStride = 0;
-    uint64_t blockStride = 0;
-    uint64_t slotStride = 0;
-    uint64_t pieceStride = 0;
-};
-
 class ReshapeAndCacheKernel {
 public:
     __aicore__ inline void Init(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
                                 GM_ADDR slotMapping, const ReshapeTiling& tiling, AscendC::TPipe* pipe)
     {
         t_ = tiling;
-        key_.in.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(key), t_.keySpan);
-        key_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(keyCache), t_.keyCacheSpan);
-        key_.rowBytes = t_.keyRowBytes;
-        key_.rowStride = t_.keyRowStride;
-        key_.blockStride = t_.keyBlockStride;
-        key_.slotStride = t_.keySlotStride;
-        key_.pieceStride = t_.keyPieceStride;
+        key_.Init(keyCache, key, t_.key);
         if (t_.hasValue != 0) {
-            value_.in.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(value), t_.valueSpan);
-            value_.cache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(valueCache), t_.valueCacheSpan);
-            value_.rowBytes = t_.valueRowBytes;
-            value_.rowStride = t_.valueRowStride;
-            value_.blockStride = t_.valueBlockStride;
-            value_.slotStride = t_.valueSlotStride;
-            value_.pieceStride = t_.valuePieceStride;
+            value_.Init(valueCache, value, t_.value);
         }
         slotCount_ = t_.numBlocks * t_.blockSize;
         slots_.Init(pipe, slotMapping, t_.tokens, t_.slotElemBytes, t_.stageBytes);
@@ -114,7 +91,7 @@ private:
     /// The `count` tokens from token `first` into positions from `position` of `block` of one
     /// cache: as many tokens per UB buffer as fit, whole rows when a row fits in a buffer, else one
     /// token in segments of a buffer.
-    __aicore__ inline void CopyRun(CacheTarget& target, uint64_t first, uint64_t block, uint64_t position,
+    __aicore__ inline void CopyRun(CacheSide& target, uint64_t first, uint64_t block, uint64_t position,
                                    uint64_t count)
     {
         const uint64_t segmentBytes = MinU64(target.rowBytes, t_.chunkBytes);
@@ -126,7 +103,7 @@ private:
             for (uint64_t offset = 0; offset < target.rowBytes; offset += segmentBytes) {
                 const uint64_t bytes = MinU64(segmentBytes, target.rowBytes - offset);
                 AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
-                ReadRows(buffer, target.in[(first + done) * target.rowStride + offset], target.rowStride, group, bytes);
+                ReadRows(buffer, target.rows[(first + done) * target.rowStride + offset], target.rowStride, group, bytes);
                 queue_.EnQue(buffer);
                 buffer = queue_.DeQue<uint8_t>();
                 if (t_.layout == kLayoutNd) {
@@ -142,7 +119,7 @@ private:
 
     /// NZ: `bytes` (a multiple of 32) of each of `group` tokens, UB rows `bytes` apart, to
     /// consecutive slots; the first token's first piece goes to cache byte `first`.
-    __aicore__ inline void StorePieces(CacheTarget& target, AscendC::LocalTensor<uint8_t>& buffer, uint64_t first,
+    __aicore__ inline void StorePieces(CacheSide& target, AscendC::LocalTensor<uint8_t>& buffer, uint64_t first,
                                        uint64_t group, uint64_t bytes)
     {
         for (uint64_t k = 0; k < group; ++k) {
@@ -152,7 +129,7 @@ private:
     }
 
     /// NZ: `pieces` 32-byte pieces of one token from UB to the cache, pieceStride bytes apart from cache byte `first`.
-    __aicore__ inline void WritePieces(CacheTarget& target, AscendC::LocalTensor<uint8_t>& row, uint64_t first,
+    __aicore__ inline void WritePieces(CacheSide& target, AscendC::LocalTensor<uint8_t>& row, uint64_t first,
                                        uint64_t pieces)
     {
         for (uint64_t p = 0; p < pieces;) {
@@ -164,8 +141,8 @@ private:
     }
 
     ReshapeTiling t_;
-    CacheTarget key_;
-    CacheTarget value_;
+    CacheSide key_;
+    CacheSide value_;
     uint64_t slotCount_ = 0;
     StagedIndex slots_;
     CopyQueue queue_;
