@@ -131,63 +131,84 @@ def test_is_npu() -> None:
     assert not runtime.is_npu(torch.device("meta"))
 
 
-def test_cpu_work_never_probes_the_npu() -> None:
-    """Importing ascend_kv and running on host tensors leaves torch_npu alone (lazy probing)."""
-    code = textwrap.dedent(
-        """
-        import sys, torch, ascend_kv
-        from ascend_kv import device
-        past = torch.zeros(1, 1, 4, 16, dtype=torch.float16)
-        ascend_kv.kv_cache(torch.ones(1, 16, dtype=torch.float16), 0, past, torch.tensor([1]), torch.tensor([1]))
-        print(device.torch_npu.cache_info().currsize, device.npu_runtime.cache_info().currsize)
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("ASCEND_KV_BACKEND", "TORCH_DEVICE_BACKEND_AUTOLOAD")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["0", "0"]
-
+CPU_WORK = textwrap.dedent(
+    """
+    import sys, torch, ascend_kv
+    from ascend_kv import device
+    past = torch.zeros(1, 1, 4, 16, dtype=torch.float16)
+    ascend_kv.kv_cache(torch.ones(1, 16, dtype=torch.float16), 0, past, torch.tensor([1]), torch.tensor([1]))
+    print(device.torch_npu.cache_info().currsize, device.npu_runtime.cache_info().currsize)
+    """
+)
 
 BROKEN_BACKEND = {
     "broken_backend.py": "raise ImportError('libascendcl.so: cannot open shared object file')\n",
     "broken_backend-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: broken_backend\nVersion: 1.0\n",
     "broken_backend-1.0.dist-info/entry_points.txt": "[torch.backends]\nbroken = broken_backend:autoload\n",
 }
+SURVIVING_IMPORT = (
+    "import os, ascend_kv, torch; from ascend_kv import autoload; "
+    "print(autoload.failures); print(os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD'))"
+)
 
 
-@pytest.fixture
-def broken_backend_path(tmp_path: Path) -> dict[str, str]:
+def broken_backend_environment(folder: Path) -> dict[str, str]:
     """An environment where a torch device backend fails to load, as torch_npu does without CANN."""
     for name, text in BROKEN_BACKEND.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k != autoload.AUTOLOAD_ENV}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), env.get("PYTHONPATH", "")])
     return env
 
 
-def test_the_trap_is_real_for_plain_import_torch(broken_backend_path: dict[str, str]) -> None:
-    result = subprocess.run([sys.executable, "-c", "import torch"], check=False, capture_output=True, text=True,
-                            env=broken_backend_path)
+@pytest.fixture(scope="module")
+def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """Every fresh Python process the tests below read, started at once (each spends a second importing torch)."""
+    plain = {k: v for k, v in os.environ.items() if k not in ("ASCEND_KV_BACKEND", "TORCH_DEVICE_BACKEND_AUTOLOAD")}
+    broken = broken_backend_environment(tmp_path_factory.mktemp("broken_backend"))
+    runs = {
+        "cpu work": (CPU_WORK, plain),
+        "plain import torch": ("import torch", broken),
+        "import ascend_kv": (SURVIVING_IMPORT, broken),
+        "autoload on": ("import ascend_kv", {**broken, autoload.AUTOLOAD_ENV: "1"}),
+        "autoload off": ("import ascend_kv; from ascend_kv import autoload; print(autoload.failures)",
+                         {**broken, autoload.AUTOLOAD_ENV: "0"}),
+    }
+    started = {name: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env) for name, (code, env) in runs.items()}
+    yield started
+    for child in started.values():
+        child.communicate()
+
+
+def finished(child: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    stdout, stderr = child.communicate()
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
+def test_cpu_work_never_probes_the_npu(children: dict[str, subprocess.Popen[str]]) -> None:
+    """Importing ascend_kv and running on host tensors leaves torch_npu alone (lazy probing)."""
+    result = finished(children["cpu work"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "0"]
+
+
+def test_the_trap_is_real_for_plain_import_torch(children: dict[str, subprocess.Popen[str]]) -> None:
+    result = finished(children["plain import torch"])
     assert result.returncode != 0 and "Failed to load the backend extension: broken" in result.stderr
 
 
-def test_import_ascend_kv_survives_a_broken_backend(broken_backend_path: dict[str, str]) -> None:
-    code = (
-        "import os, ascend_kv, torch; from ascend_kv import autoload; "
-        "print(autoload.failures); print(os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD'))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=broken_backend_path)
+def test_import_ascend_kv_survives_a_broken_backend(children: dict[str, subprocess.Popen[str]]) -> None:
+    result = finished(children["import ascend_kv"])
     assert result.returncode == 0, result.stderr
     failures, switch = result.stdout.splitlines()
     assert failures == "{'broken': 'ImportError: libascendcl.so: cannot open shared object file'}"
     assert switch == "None"  # the environment is left as it was, for child processes
 
 
-def test_the_users_autoload_choice_stands(broken_backend_path: dict[str, str]) -> None:
-    env = {**broken_backend_path, autoload.AUTOLOAD_ENV: "1"}
-    result = subprocess.run([sys.executable, "-c", "import ascend_kv"], check=False, capture_output=True, text=True, env=env)
+def test_the_users_autoload_choice_stands(children: dict[str, subprocess.Popen[str]]) -> None:
+    result = finished(children["autoload on"])
     assert result.returncode != 0 and "Failed to load the backend extension: broken" in result.stderr
-    env[autoload.AUTOLOAD_ENV] = "0"
-    code = "import ascend_kv; from ascend_kv import autoload; print(autoload.failures)"
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
+    result = finished(children["autoload off"])
     assert result.returncode == 0 and result.stdout.strip() == "{}"
