@@ -123,12 +123,13 @@ def test_demo_and_bench_get_the_remaining_arguments(monkeypatch: pytest.MonkeyPa
 
 
 def test_console_script_and_python_m(tmp_path: Path) -> None:
-    script = Path(sys.executable).parent / "ascend-kv"
-    for argv in ([str(script)], [sys.executable, "-m", "ascend_kv"]):
-        result = subprocess.run(
-            [*argv, "support-matrix", "--soc", " ascend910b ", "--json"], check=False, capture_output=True, text=True, cwd=tmp_path
-        )
-        assert result.returncode == 0, result.stderr
-        assert json.loads(result.stdout)["product_line"] == "atlas-training"
-    result = subprocess.run([str(script), "support-matrix", "--soc", "Ascend910X"], check=False, capture_output=True, text=True)
-    assert result.returncode == 2 and "Known families" in result.stderr
+    script = str(Path(sys.executable).parent / "ascend-kv")
+    matrix = ["support-matrix", "--soc", " ascend910b ", "--json"]
+    commands = [[script, *matrix], [sys.executable, "-m", "ascend_kv", *matrix], [script, "support-matrix", "--soc", "Ascend910X"]]
+    children = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                for c in commands]                                          # started at once: each imports torch
+    (console, console_err), (module, module_err), (_, unknown_err) = (child.communicate() for child in children)
+    assert children[0].returncode == 0, console_err
+    assert children[1].returncode == 0, module_err
+    assert json.loads(console)["product_line"] == json.loads(module)["product_line"] == "atlas-training"
+    assert children[2].returncode == 2 and "Known families" in unknown_err
