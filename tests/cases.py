@@ -14,7 +14,8 @@ import torch
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ascend_kv import KvCacheCfg
+import ascend_kv
+from ascend_kv import KvCacheCfg, checks, reference
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.dtypes import CACHE_DTYPES, NZ_VALUE_DTYPES, nz_dtype_pair_allowed, nz_elements
 
@@ -34,15 +35,24 @@ _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    """``t`` viewed as integers of its width, so NaN payloads compare exactly."""
-    return t if t.dtype == torch.bool else t.view(_SAME_WIDTH_INT[t.dtype.itemsize])
+    """``t``'s values (lazy negation or conjugation applied) viewed as integers of their width, so NaN
+    payloads compare exactly; complex128 as pairs of 64-bit integers."""
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.dtype == torch.bool:
+        return t
+    if t.dtype.itemsize == 16:
+        t = torch.view_as_real(t)
+    return t.view(_SAME_WIDTH_INT[t.dtype.itemsize])
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and bits (meta tensors hold no bits: same shape and dtype suffice)."""
+    """Same shape, dtype and bits, for any dtype and strides (meta tensors hold no bits: both meta,
+    same shape and dtype suffice)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    return a.is_meta or torch.equal(bits(a), bits(b))
+    if a.is_meta or b.is_meta:
+        return a.is_meta and b.is_meta
+    return torch.equal(bits(a), bits(b))
 
 
 def random_cache(layout: KvCacheCfg | str, num_blocks: int, block_size: int, num_heads: int, head_size: int,
@@ -382,3 +392,83 @@ class IndexPutRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+# ----------------------------------------------------------------------------- judges: the reference's result, or a named error and no write
+
+KV_ARGS = ("new_kv", "layer_id", "past", "token_offset", "seq_len")
+LOAD_ARGS = ("key_cache", "value_cache", "block_table", "context_lens", "kv_cache_cfg", "cumsum", "seq_starts",
+             "key", "value")
+
+
+def _clone(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def require_named_error(error: BaseException, names: tuple[str, ...]) -> None:
+    assert any(name in str(error) for name in names), f"the message names no argument: {error}"
+
+
+def judge_kv_cache(*args: Any) -> BaseException | None:
+    """Call ``ascend_kv.kv_cache(*args)``: the reference's result, or a named error and no write."""
+    before = [_clone(a) for a in args]
+    try:
+        result = ascend_kv.kv_cache(*args)
+    except (TypeError, ValueError) as error:
+        require_named_error(error, KV_ARGS)
+        assert all(bits_equal(a, b) for a, b in zip(_tensors(args), _tensors(before))), f"written, then: {error}"
+        return error
+    expected = reference.kv_cache(*before)
+    assert result is args[2]
+    assert bits_equal(result, expected)
+    assert all(bits_equal(a, b) for i, (a, b) in enumerate(zip(args, before)) if i != 2 and isinstance(a, torch.Tensor))
+    return None
+
+
+def judge_paged_cache_load(*args: Any, **kwargs: Any) -> BaseException | None:
+    """Call ``ascend_kv.paged_cache_load``: the reference's result, or a named error and no write."""
+    before_args, before_kwargs = [_clone(a) for a in args], {k: _clone(v) for k, v in kwargs.items()}
+    inputs = list(args) + [v for k, v in kwargs.items() if k not in ("key", "value")]
+    try:
+        key, value = ascend_kv.paged_cache_load(*args, **kwargs)
+    except (TypeError, ValueError) as error:
+        require_named_error(error, LOAD_ARGS)
+        every = _tensors([*args, *kwargs.values()])
+        every_before = _tensors([*before_args, *before_kwargs.values()])
+        assert all(bits_equal(a, b) for a, b in zip(every, every_before)), f"written, then: {error}"
+        return error
+    # accepted, so the arguments are valid: the reference reads them in their canonical form
+    before_kwargs["kv_cache_cfg"] = checks.kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
+    before_kwargs["cumsum"] = bool(kwargs.get("cumsum", False))
+    expected = reference.paged_cache_load(*before_args, **before_kwargs)
+    for name, got in (("key", key), ("value", value)):
+        if kwargs.get(name) is not None:
+            assert got is kwargs[name]
+    assert bits_equal(key, expected[0]) and bits_equal(value, expected[1])
+    assert all(bits_equal(a, b) for a, b in zip(_tensors(inputs), _tensors(
+        list(before_args) + [v for k, v in before_kwargs.items() if k not in ("key", "value")])))
+    return None
+
+
+def judge(op: str, case: Case) -> BaseException | None:
+    if op == "kv_cache":
+        return judge_kv_cache(*case.args, **case.kwargs)
+    return judge_paged_cache_load(*case.args, **case.kwargs)
+
+
+def with_argument(op: str, case: Case, name: str, value: Any) -> Case:
+    """``case`` with argument ``name`` replaced by ``value``."""
+    names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
+    if name in names:
+        args = list(case.args)
+        args[names.index(name)] = value
+        return Case(tuple(args), dict(case.kwargs))
+    return Case(case.args, {**case.kwargs, name: value})
+
+
+def argument(op: str, case: Case, name: str) -> Any:
+    """Argument ``name`` of ``case``, a call of ``op``."""
+    names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
+    return case.args[names.index(name)] if name in names else case.kwargs[name]

@@ -8,11 +8,26 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, random_bits
+from cases import (
+    KV_ARGS,
+    ND,
+    NZ,
+    Case,
+    argument,
+    bits_equal,
+    judge,
+    judge_kv_cache,
+    judge_paged_cache_load,
+    kv_cache_case,
+    paged_case,
+    random_bits,
+    with_argument,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
 import ascend_kv
+from ascend_kv import reference
 
 Mutation = Callable[[Case], None]
 
@@ -193,12 +208,6 @@ def test_call_holds_the_blocks_tokens_read_in_output_order() -> None:
     assert call.block_table == [row[:3] for row in table.tolist()]              # up to the furthest column needed
 
 
-def test_num_tokens_must_fit_int32() -> None:
-    case = paged_case(ND, [0, 0], cumsum_base=0)
-    case.args = (*case.args[:3], torch.tensor([2**31 - 1, 2**31 - 1, 2**31], dtype=torch.int64))
-    assert_rejected(lambda: ascend_kv.paged_cache_load(*case.args, **case.kwargs), case, ValueError, "int32")
-
-
 def test_operation_param_checks() -> None:
     with pytest.raises(TypeError, match="param must be a PagedCacheLoadParam"):
         ascend_kv.PagedCacheLoadOperation({"kv_cache_cfg": 1})  # type: ignore[arg-type]
@@ -267,3 +276,189 @@ def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.D
     left, right = buffer[:, data.draw(st.integers(0, split - 1)) : split], buffer[:, split:]
     assert not ascend_kv.checks._may_share_memory(left, right)
     assert not ascend_kv.checks._may_share_memory(right, left)
+
+
+# ----------------------------------------------------------------------------- what is written: its own memory, writable, plain
+
+
+def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> None:
+    """An expand() view as past/key/value would make one write overwrite another: ValueError."""
+    new_kv = torch.ones(2, 16, dtype=torch.float16)
+    past = torch.zeros(1, 1, 4, 16, dtype=torch.float16).expand(1, 2, 4, 16)
+    with pytest.raises(ValueError, match=r"past is written in place.*strides \(64, 0, 16, 1\)"):
+        ascend_kv.kv_cache(new_kv, 0, past, torch.tensor([1, 1]), torch.tensor([1, 1]))
+    assert not past.any()
+    cache = torch.ones(2, 16, 1, 16, dtype=torch.float16)
+    key = torch.zeros(1, 1, 16, dtype=torch.float16).expand(16, 1, 16)
+    for name in ("key", "value"):
+        outputs = {"key": torch.zeros(16, 1, 16, dtype=torch.float16), "value": torch.zeros(16, 1, 16, dtype=torch.float16)}
+        outputs[name] = key
+        with pytest.raises(ValueError, match=f"{name} is written in place"):
+            ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=ND, **outputs)
+        assert not any(t.any() for t in outputs.values())
+
+
+def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:
+    """Reading a tensor while writing over it has no single answer (the reference and a vectorized copy differ)."""
+    past = random_bits((1, 1, 8, 64), torch.float16, seed=13)
+    error = judge_kv_cache(past[0, 0, 0:4], 0, past, torch.tensor([5]), torch.tensor([4]))
+    assert isinstance(error, ValueError) and str(error).startswith("past shares memory with new_kv")
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=14)
+    other = torch.zeros(64, 1, 64, dtype=torch.float16)
+    for outputs in ({"key": cache.view(64, 1, 64), "value": other}, {"key": other, "value": cache[2:].view(32, 1, 64)}):
+        error = judge_paged_cache_load(cache, cache.clone(), torch.tensor([[1, 0]]), torch.tensor([20]),
+                                       kv_cache_cfg=ND, **outputs)
+        assert isinstance(error, ValueError) and "shares memory with key_cache" in str(error)
+
+
+def test_outputs_sharing_memory_with_each_other_are_rejected() -> None:
+    """key and value are both written: if they meet, which write lands is undefined."""
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=21)
+    load = (cache, cache.clone(), torch.tensor([[1, 0], [2, 3]]), torch.tensor([20, 12]))
+    buffer = torch.zeros(64, 1, 64, dtype=torch.float16)
+    for key, value in ((buffer[:32], buffer[:32]), (buffer[:32], buffer[16:48]), (buffer[:32], buffer[31:63])):
+        error = judge_paged_cache_load(*load, kv_cache_cfg=ND, key=key, value=value)
+        assert isinstance(error, ValueError) and str(error).startswith("value shares memory with key")
+
+
+def test_outputs_interleaved_in_one_buffer_are_accepted() -> None:
+    """Rows of one buffer split between key and value share no byte: accepted, and bit-exact."""
+    cache = random_bits((4, 16, 1, 64), torch.float16, seed=22)
+    load = (cache, cache.clone(), torch.tensor([[1, 0], [2, 3]]), torch.tensor([20, 12]))
+    pairs = torch.zeros(32, 2, 1, 64, dtype=torch.float16)                          # [tokens, K or V, heads, head]
+    assert judge_paged_cache_load(*load, kv_cache_cfg=ND, key=pairs[:, 0], value=pairs[:, 1]) is None
+    mla = random_bits((4, 16, 1, 512), torch.float16, seed=23), random_bits((4, 16, 1, 64), torch.float16, seed=24)
+    rows = torch.zeros(32, 1, 576, dtype=torch.float16)                             # [tokens, 1, K 512 + V 64]
+    assert judge_paged_cache_load(*mla, *load[2:], kv_cache_cfg=ND, key=rows[..., :512], value=rows[..., 512:]) is None
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_inference_tensors_are_written_inside_inference_mode_only(strided: bool) -> None:
+    """Outside inference mode PyTorch forbids in-place updates of inference tensors: a ValueError on every path."""
+    with torch.inference_mode():
+        past = random_bits((2, 3, 16, 128 if strided else 64), torch.float16, seed=15)
+        key = random_bits((20, 2, 32 if strided else 16), torch.float16, seed=16)
+    past, key = (past[..., ::2], key[..., ::2]) if strided else (past, key)
+    new_kv, cache = random_bits((3, 64), torch.float16, seed=17), random_bits((4, 16, 2, 16), torch.float16, seed=18)
+    args = (new_kv, 0, past, torch.tensor([1, 2, 3]), torch.tensor([1, 1, 1]))
+    load = (cache, cache, torch.tensor([[0, 1]]), torch.tensor([20]))
+    outputs = {"kv_cache_cfg": ND, "key": key, "value": torch.zeros(20, 2, 16, dtype=torch.float16)}
+    for error, name in ((judge_kv_cache(*args), "past"), (judge_paged_cache_load(*load, **outputs), "key")):
+        assert isinstance(error, ValueError) and str(error).startswith(f"{name} was made under torch.inference_mode()")
+    with torch.inference_mode():
+        assert judge_kv_cache(*args) is None
+        assert judge_paged_cache_load(*load, **outputs) is None
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_lazily_negated_views_are_rejected() -> None:
+    """A view whose memory holds the negated values (complex.conj().imag) would be copied as raw memory."""
+    values = random_bits((3, 64), torch.float16, seed=20)
+    negated = torch._neg_view(-values)                                 # equal to values, memory holds -values
+    past = torch.zeros(1, 3, 4, 64, dtype=torch.float16)
+    error = judge_kv_cache(negated, 0, past, torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError) and str(error).startswith("new_kv is a lazily negated view")
+    error = judge_kv_cache(values, 0, torch._neg_view(past), torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError) and str(error).startswith("past is a lazily negated view")
+    imaginary = torch.zeros(3, 64, dtype=torch.complex32).conj().imag  # the public way to get one
+    assert imaginary.dtype == torch.float16 and imaginary.is_neg()
+    error = judge_kv_cache(imaginary, 0, past, torch.tensor([1, 1, 1]), torch.tensor([1, 1, 1]))
+    assert isinstance(error, TypeError)
+
+
+# ----------------------------------------------------------------------------- each argument, each defect
+
+
+def base_case(op: str) -> Case:
+    if op == "kv_cache":
+        new_kv, _, past, offsets, lens = kv_cache_case(torch.float16, [2, 0, 3], [5, 0, 16]).args
+        return Case((new_kv, torch.tensor(1), past, offsets, lens))
+    return paged_case(ND, [20, 3], seq_starts=[16, 0], give_outputs=True, extra_rows=2)
+
+
+TENSOR_ARGUMENTS = [("kv_cache", n) for n in KV_ARGS] + [
+    ("paged_cache_load", n) for n in ("key_cache", "value_cache", "block_table", "context_lens", "seq_starts",
+                                      "key", "value")]
+
+
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_tensor_on_the_wrong_device_is_an_error_naming_it(op: str, name: str) -> None:
+    """Meta tensors stand for any other device (no second real device on a CPU-only machine)."""
+    case = base_case(op)
+    error = judge(op, with_argument(op, case, name, argument(op, case, name).to("meta")))
+    assert isinstance(error, (TypeError, ValueError)) and name in str(error) and "meta" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.int16, torch.bool,
+                                   torch.complex64, torch.float16, torch.int32])
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_wrong_dtype_is_a_type_error_naming_it(op: str, name: str, dtype: torch.dtype) -> None:
+    case = base_case(op)
+    given = argument(op, case, name)
+    if dtype == given.dtype:
+        return
+    error = judge(op, with_argument(op, case, name, given.to(dtype)))
+    if name == "layer_id" and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+        assert error is None  # any integer tensor holds a layer number
+    elif {dtype, given.dtype} <= {torch.int32, torch.int64}:
+        assert error is None
+    else:
+        assert isinstance(error, TypeError) and name in str(error)
+
+
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_a_wrong_rank_is_a_value_error_naming_it(op: str, name: str) -> None:
+    case = base_case(op)
+    error = judge(op, with_argument(op, case, name, argument(op, case, name)[None]))
+    if name == "layer_id":
+        assert error is None  # a one-element tensor of any rank
+    else:
+        assert isinstance(error, ValueError) and name in str(error)
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
+def test_an_empty_tensor_is_handled_or_a_named_error(op: str, name: str, dim: int) -> None:
+    case = base_case(op)
+    given = argument(op, case, name)
+    empty = given.narrow(dim, 0, 0) if given.dim() else given.reshape(-1)[:0]
+    judge(op, with_argument(op, case, name, empty))
+
+
+def test_empty_calls_are_valid_and_write_nothing() -> None:
+    past = random_bits((2, 0, 16, 64), torch.float16, seed=9)
+    none = torch.zeros(0, dtype=torch.int32)
+    assert judge_kv_cache(torch.zeros(0, 64, dtype=torch.float16), 0, past, none, none) is None
+    past = random_bits((2, 3, 16, 64), torch.float16, seed=9)
+    assert judge_kv_cache(torch.zeros(0, 64, dtype=torch.float16), 1, past, torch.tensor([0, 16, 3]),
+                          torch.zeros(3, dtype=torch.int64)) is None
+    cache = random_bits((0, 16, 1, 16), torch.float16, seed=10)
+    assert judge_paged_cache_load(cache, cache, torch.zeros(2, 0, dtype=torch.int32), torch.zeros(2, dtype=torch.int32),
+                                  kv_cache_cfg=ND) is None
+
+
+# ----------------------------------------------------------------------------- the extent of the output
+
+
+def test_cumsum_with_no_batch_entries_still_has_context_lens_last_rows() -> None:
+    """cumsum mode: the output has context_lens[-1] rows even when block_table has no rows."""
+    cache = torch.zeros(2, 16, 1, 16, dtype=torch.float16)
+    table, context_lens = torch.zeros(0, 0, dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+    key, value = ascend_kv.paged_cache_load(cache, cache, table, context_lens, kv_cache_cfg=ND, cumsum=True)
+    expected = reference.paged_cache_load(cache, cache, table, context_lens, kv_cache_cfg=ND, cumsum=True)
+    assert key.shape == (3, 1, 16) and bits_equal(key, expected[0]) and bits_equal(value, expected[1])
+
+
+def test_an_output_too_big_to_allocate_is_a_value_error_naming_context_lens() -> None:
+    """cumsum mode lets a 4-token call ask for 2**31 - 1 rows: 256 TiB here, more than any address space."""
+    cache = random_bits((2, 16, 256, 256), torch.float16, seed=19)
+    error = judge_paged_cache_load(cache, cache, torch.tensor([[1]]), torch.tensor([2**31 - 5, 2**31 - 1]),
+                                   kv_cache_cfg=ND, cumsum=True)
+    assert isinstance(error, ValueError) and str(error).startswith("key: the output [2147483647, 256, 256]")
+    assert "context_lens" in str(error)
+
+
+def test_num_tokens_must_fit_int32() -> None:
+    case = paged_case(ND, [0, 0], cumsum_base=0)
+    case.args = (*case.args[:3], torch.tensor([2**31 - 1, 2**31 - 1, 2**31], dtype=torch.int64))
+    assert_rejected(lambda: ascend_kv.paged_cache_load(*case.args, **case.kwargs), case, ValueError, "int32")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from cases import bits_equal, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 
+import ascend_kv
 from ascend_kv import nd_to_nz, nz_to_nd
 from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
 
@@ -43,3 +46,21 @@ def test_layout_errors_name_the_argument() -> None:
         nz_to_nd(torch.zeros(1, 1, 16, 16, dtype=torch.int8), 1)
     with pytest.raises(ValueError, match="num_heads = 3"):
         nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), 3)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: ascend_kv.nd_to_nz(None), TypeError, "cache must be a torch.Tensor, got NoneType"),
+        (lambda: ascend_kv.nd_to_nz([[1.0]]), TypeError, "cache must be a torch.Tensor, got list"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), "2"), TypeError,
+         "num_heads must be an int"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), 2.0), TypeError,
+         "num_heads must be an int"),
+        (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16).to("meta"), 2), TypeError,
+         "cache must hold data"),
+    ],
+)
+def test_layout_helpers_reject_what_is_not_a_cache(call: Callable[[], object], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        call()
