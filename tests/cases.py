@@ -20,7 +20,7 @@ from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.dtypes import CACHE_DTYPES, NZ_VALUE_DTYPES, nz_dtype_pair_allowed, nz_elements
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
-INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8}
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8}
 
 
 def random_bits(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases
+from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged_case, paged_cases, random_bits
 from hypothesis import given
 from torch._dynamo.utils import ReinplaceCounters
 from torch._inductor.utils import run_and_get_code
@@ -218,14 +218,11 @@ def decode_step_into(
 
 def decode_inputs(seed: int, context_lens: list[int]) -> list[torch.Tensor]:
     """Inputs of :func:`decode_step` with random bits; 8 new tokens over 6 sequences."""
-    g = torch.Generator().manual_seed(seed)
-
-    def bits(*shape: int) -> torch.Tensor:
-        return torch.randint(-(2**15), 2**15, shape, generator=g, dtype=torch.int16).view(torch.float16)
-
+    seed = 4 * seed
     return [
-        bits(8, HIDDEN), bits(8, HIDDEN), bits(1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN),
-        bits(1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN), torch.tensor([3, 5, 16, 0, 9, 1]),
+        random_bits((8, HIDDEN), torch.float16, seed), random_bits((8, HIDDEN), torch.float16, seed + 1),
+        random_bits((1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN), torch.float16, seed + 2),
+        random_bits((1, NUM_BLOCKS, BLOCK_SIZE, HIDDEN), torch.float16, seed + 3), torch.tensor([3, 5, 16, 0, 9, 1]),
         torch.tensor([1, 2, 3, 0, 1, 1]), torch.tensor([[2, 0, 1], [5, 4, -1]], dtype=torch.int32),
         torch.tensor(context_lens, dtype=torch.int32),
     ]

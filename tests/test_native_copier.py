@@ -25,7 +25,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from cases import Case, bits_equal, kv_cache_cases, paged_cases
+from cases import Case, bits_equal, kv_cache_cases, paged_cases, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from test_ops import run_kv_cache, run_paged
@@ -46,11 +46,6 @@ ALWAYS, NEVER = 0, 1 << 62
 OFFSETS = st.sampled_from([0, 2, 16])
 #: Padding after each destination row in bytes: 8 makes the row step not a multiple of 16.
 PADDINGS = st.sampled_from([0, 8, 32])
-
-
-def byte_buffer(n: int, seed: int) -> torch.Tensor:
-    """``n`` random bytes."""
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
 
 
 def rows_of(buffer: torch.Tensor, offset: int, rows: int, row: int, padding: int) -> torch.Tensor:
@@ -88,8 +83,8 @@ def test_nd_rows_like_paged_load(blocks: int, block_size: int, row: int, data: s
     block, items = data.draw(runs(blocks, block_size))
     start = np.cumsum([0, *items])[:-1]
     total = int(sum(items))
-    cache = byte_buffer(blocks * block_size * row, seed).view(blocks, block_size, row)
-    out_buffer = byte_buffer(offset + max(total, 1) * (row + padding), seed + 1)
+    cache = random_bits((blocks * block_size * row,), torch.uint8, seed).view(blocks, block_size, row)
+    out_buffer = random_bits((offset + max(total, 1) * (row + padding),), torch.uint8, seed + 1)
     expected = out_buffer.clone()
     want = rows_of(expected, offset, total, row, padding)
     for b, s, k in zip(block, start, items):
@@ -109,8 +104,8 @@ def test_nz_pieces_like_paged_load(blocks: int, block_size: int, pieces: int, da
     block, items = data.draw(runs(blocks, block_size))
     start = np.cumsum([0, *items])[:-1]
     total, row = int(sum(items)), pieces * 32
-    cache = byte_buffer(blocks * pieces * block_size * 32, seed).view(blocks, pieces, block_size, 32)
-    out_buffer = byte_buffer(offset + max(total, 1) * (row + padding), seed + 1)
+    cache = random_bits((blocks * pieces * block_size * 32,), torch.uint8, seed).view(blocks, pieces, block_size, 32)
+    out_buffer = random_bits((offset + max(total, 1) * (row + padding),), torch.uint8, seed + 1)
     expected = out_buffer.clone()
     want = rows_of(expected, offset, total, row, padding)
     for b, s, k in zip(block, start, items):
@@ -131,8 +126,8 @@ def test_kv_cache_runs_with_a_run_step(batch: int, max_seq: int, row: int, data:
     write_start = [data.draw(st.integers(0, max_seq - n)) for n in seq_len]
     read_start = np.cumsum([0, *seq_len])[:-1]
     total = int(sum(seq_len))
-    new_kv = byte_buffer(max(total, 1) * row, seed).view(-1, row)
-    past_buffer = byte_buffer(offset + batch * max_seq * (row + padding), seed + 1)
+    new_kv = random_bits((max(total, 1) * row,), torch.uint8, seed).view(-1, row)
+    past_buffer = random_bits((offset + batch * max_seq * (row + padding),), torch.uint8, seed + 1)
     expected = past_buffer.clone()
     want = rows_of(expected, offset, batch * max_seq, row, padding).unflatten(0, (batch, max_seq))
     for b, (r, w, k) in enumerate(zip(read_start, write_start, seq_len)):
@@ -153,7 +148,7 @@ ALIGNED = {"offset": 0, "index_step": 1024, "run_step": 512, "step": 128, "piece
 def test_any_misaligned_destination_step_prevents_streaming(misaligned: str | None, stream_min: int) -> None:
     """2 runs of 2 items of 2 pieces of 32 bytes; one destination placement at a time 8 bytes off 16."""
     at = {name: value + 8 * (name == misaligned) for name, value in ALIGNED.items()}
-    src, dst = byte_buffer(1024, 0), byte_buffer(4096, 1)
+    src, dst = random_bits((1024,), torch.uint8, 0), random_bits((4096,), torch.uint8, 1)
     expected = dst.clone()
     src_index, dst_index, runs_step, s_step, s_piece = [1, 0], [0, 1], 256, 96, 32
     for r in range(2):
@@ -173,7 +168,7 @@ def test_any_misaligned_destination_step_prevents_streaming(misaligned: str | No
 @pytest.mark.parametrize("stream_min", [ALWAYS, NEVER])
 def test_runs_of_zero_items_touch_nothing(stream_min: int) -> None:
     """Runs with 0 items are skipped, however far away their indices point."""
-    src, dst = byte_buffer(64, 0), byte_buffer(128, 1)
+    src, dst = random_bits((64,), torch.uint8, 0), random_bits((128,), torch.uint8, 1)
     expected = dst.clone()
     expected[64:96] = src[32:64]
     far = 1 << 40
@@ -185,7 +180,7 @@ def test_runs_of_zero_items_touch_nothing(stream_min: int) -> None:
 
 @pytest.mark.parametrize("stream_min", [ALWAYS, NEVER])
 def test_a_call_writing_nothing(stream_min: int) -> None:
-    dst = byte_buffer(32, 1)
+    dst = random_bits((32,), torch.uint8, 1)
     expected = dst.clone()
     empty = np.zeros(0, dtype=np.int64)
     streamed = copied(stream_min, 0, dst.data_ptr(), empty, empty, empty, index_steps=(32, 32), item_bytes=32,
@@ -199,7 +194,7 @@ def test_threshold_counts_every_byte_written(tokens: int, streamed: bool) -> Non
     """``items * item_bytes * pieces`` summed over the runs, against a threshold of 256 tokens' bytes."""
     pieces, item = 4, 32
     row = pieces * item
-    src, dst = byte_buffer(tokens * row, 0), torch.zeros(tokens * row, dtype=torch.uint8)
+    src, dst = random_bits((tokens * row,), torch.uint8, 0), torch.zeros(tokens * row, dtype=torch.uint8)
     half = tokens // 2
     result = copied(256 * row, src.data_ptr(), dst.data_ptr(), np.array([0, half]), np.array([0, half]),
                     np.array([half, tokens - half]), index_steps=(row, row), item_bytes=item, steps=(row, row),
@@ -210,7 +205,7 @@ def test_threshold_counts_every_byte_written(tokens: int, streamed: bool) -> Non
 
 def test_the_c_function_does_not_stream_without_a_threshold() -> None:
     """Callers that pass no ``stream_min_bytes`` get the cached stores."""
-    src, dst = byte_buffer(64, 0), torch.zeros(64, dtype=torch.uint8)
+    src, dst = random_bits((64,), torch.uint8, 0), torch.zeros(64, dtype=torch.uint8)
     one = np.ones(1, dtype=np.int64)
     assert native._copy_runs(src.data_ptr(), dst.data_ptr(), one * 0, one * 0, one * 2, 0, 0, 0, 32, 32, 32, 1, 0,
                              0) is False
