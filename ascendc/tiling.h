@@ -150,19 +150,19 @@ struct ReshapeTiling {
 
 // 64-bit words only: a field counts one word, a cache group as many as CacheTiling has fields.
 #define ASCEND_KV_TILING_COUNT_FIELD(name, doc) +1
-#define ASCEND_KV_TILING_COUNT_CACHE(name, doc) +(0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD))
+#define ASCEND_KV_TILING_COUNT_CACHE(name, doc) +(sizeof(CacheTiling) / 8)
 static_assert(sizeof(CacheTiling) == (0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "CacheTiling must be uint64_t fields only");
 static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "KvCacheTiling must be uint64_t fields only");
-static_assert(sizeof(PagedLoadTiling) ==
-                  (0 ASCEND_KV_PAGED_LOAD_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE)) * 8,
+#define ASCEND_KV_TILING_COUNT(LIST) (0 LIST(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE))
+static_assert(sizeof(PagedLoadTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_PAGED_LOAD_TILING_FIELDS) * 8,
               "PagedLoadTiling must be uint64_t fields and cache groups only");
-static_assert(sizeof(ReshapeTiling) ==
-                  (0 ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE)) * 8,
+static_assert(sizeof(ReshapeTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_RESHAPE_TILING_FIELDS) * 8,
               "ReshapeTiling must be uint64_t fields and cache groups only");
 #undef ASCEND_KV_TILING_COUNT_FIELD
 #undef ASCEND_KV_TILING_COUNT_CACHE
+#undef ASCEND_KV_TILING_COUNT
 
 }  // namespace ascend_kv
 

@@ -224,7 +224,8 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
     CheckLayout(op, layout);
     const bool nd = layout == static_cast<int64_t>(ascend_kv::kLayoutNd);
     const at::Device device = keyCache.device();
-    const TokenRows output = nd ? TokenRows{3, "[rows, num_heads, head_size]", false} : TokenRows{2, "[rows, T]", false};
+    const TokenRows output = nd ? TokenRows{3, "[rows, num_heads, head_size]", false}
+                                : TokenRows{2, "[rows, T]", false};
     ascend_kv::PagedLoadGeometry call;
     call.layout = static_cast<uint64_t>(layout);
     call.cumsum = cumsum;

@@ -190,6 +190,26 @@ __aicore__ inline int64_t ReadScalar(GM_ADDR tensor, uint64_t elemBytes)
     return static_cast<int64_t>(value.GetValue(0));
 }
 
+/**
+ * A kernel's work on this core: its tiling read from GM, then, on the cores the tiling uses,
+ * `Kernel` set up over the tensors `gm` (Init(gm..., tiling, pipe)) and run (Process(core)).
+ * The entry function declares the kernel type itself.
+ */
+template <typename Kernel, typename... Gm>
+__aicore__ inline void RunKernel(GM_ADDR tilingGm, Gm... gm)
+{
+    typename Kernel::Tiling tiling;
+    LoadTiling(tilingGm, tiling);
+    const uint64_t core = static_cast<uint64_t>(AscendC::GetBlockIdx());
+    if (core >= tiling.usedCores) {
+        return;
+    }
+    AscendC::TPipe pipe;
+    Kernel kernel;
+    kernel.Init(gm..., tiling, &pipe);
+    kernel.Process(core);
+}
+
 /// One cache (key or value) of the paged kernels and its tensor of token rows (paged_cache_load's
 /// output, reshape_and_cache's input), with their byte geometry from the tiling.
 struct CacheSide : CacheTiling {

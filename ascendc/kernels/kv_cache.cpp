@@ -19,8 +19,10 @@ namespace ascend_kv {
 
 class KvCacheKernel {
 public:
+    using Tiling = KvCacheTiling;
+
     __aicore__ inline void Init(GM_ADDR newKv, GM_ADDR past, GM_ADDR tokenOffset, GM_ADDR seqLen, GM_ADDR layer,
-                                const KvCacheTiling& tiling, AscendC::TPipe* pipe)
+                                const Tiling& tiling, AscendC::TPipe* pipe)
     {
         t_ = tiling;
         layer_ = layer;
@@ -31,12 +33,9 @@ public:
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
-    __aicore__ inline void Process()
+    /// The work of core `core` (< usedCores).
+    __aicore__ inline void Process(uint64_t core)
     {
-        const uint64_t core = static_cast<uint64_t>(AscendC::GetBlockIdx());
-        if (core >= t_.usedCores) {
-            return;
-        }
         const int64_t layer = t_.layerElemBytes != 0 ? ReadScalar(layer_, t_.layerElemBytes)
                                                      : static_cast<int64_t>(t_.layerId);
         if (layer < 0 || static_cast<uint64_t>(layer) >= t_.layers) {
@@ -95,10 +94,5 @@ extern "C" __global__ __aicore__ void kv_cache_kernel(
     GM_ADDR tiling)       // [1] ascend_kv::KvCacheTiling
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    ascend_kv::KvCacheTiling t;
-    ascend_kv::LoadTiling(tiling, t);
-    AscendC::TPipe pipe;
-    ascend_kv::KvCacheKernel kernel;
-    kernel.Init(newKv, past, tokenOffset, seqLen, layerId, t, &pipe);
-    kernel.Process();
+    ascend_kv::RunKernel<ascend_kv::KvCacheKernel>(tiling, newKv, past, tokenOffset, seqLen, layerId);
 }

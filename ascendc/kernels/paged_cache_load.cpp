@@ -24,8 +24,10 @@ namespace ascend_kv {
 
 class PagedLoadKernel {
 public:
+    using Tiling = PagedLoadTiling;
+
     __aicore__ inline void Init(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable, GM_ADDR contextLens,
-                                GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value, const PagedLoadTiling& tiling,
+                                GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value, const Tiling& tiling,
                                 AscendC::TPipe* pipe)
     {
         t_ = tiling;
@@ -40,12 +42,9 @@ public:
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
-    __aicore__ inline void Process()
+    /// The work of core `core` (< usedCores).
+    __aicore__ inline void Process(uint64_t core)
     {
-        const uint64_t core = static_cast<uint64_t>(AscendC::GetBlockIdx());
-        if (core >= t_.usedCores) {
-            return;
-        }
         const Range written = WrittenRows();
         if (written.begin >= written.end) {
             return;
@@ -217,10 +216,6 @@ extern "C" __global__ __aicore__ void paged_cache_load_kernel(
     GM_ADDR tiling)       // [1] ascend_kv::PagedLoadTiling
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    ascend_kv::PagedLoadTiling t;
-    ascend_kv::LoadTiling(tiling, t);
-    AscendC::TPipe pipe;
-    ascend_kv::PagedLoadKernel kernel;
-    kernel.Init(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, t, &pipe);
-    kernel.Process();
+    ascend_kv::RunKernel<ascend_kv::PagedLoadKernel>(tiling, keyCache, valueCache, blockTable, contextLens, seqStarts,
+                                                     key, value);
 }

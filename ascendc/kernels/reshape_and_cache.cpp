@@ -26,8 +26,10 @@ namespace ascend_kv {
 
 class ReshapeAndCacheKernel {
 public:
+    using Tiling = ReshapeTiling;
+
     __aicore__ inline void Init(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
-                                GM_ADDR slotMapping, const ReshapeTiling& tiling, AscendC::TPipe* pipe)
+                                GM_ADDR slotMapping, const Tiling& tiling, AscendC::TPipe* pipe)
     {
         t_ = tiling;
         key_.Init(keyCache, key, t_.key);
@@ -39,12 +41,9 @@ public:
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
-    __aicore__ inline void Process()
+    /// The work of core `core` (< usedCores).
+    __aicore__ inline void Process(uint64_t core)
     {
-        const uint64_t core = static_cast<uint64_t>(AscendC::GetBlockIdx());
-        if (core >= t_.usedCores) {
-            return;
-        }
         for (uint64_t i = 0; i < t_.tokens;) {
             uint64_t slot = 0;
             if (!SlotOf(i, slot)) {
@@ -159,10 +158,5 @@ extern "C" __global__ __aicore__ void reshape_and_cache_kernel(
     GM_ADDR tiling)       // [1] ascend_kv::ReshapeTiling
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    ascend_kv::ReshapeTiling t;
-    ascend_kv::LoadTiling(tiling, t);
-    AscendC::TPipe pipe;
-    ascend_kv::ReshapeAndCacheKernel kernel;
-    kernel.Init(key, value, keyCache, valueCache, slotMapping, t, &pipe);
-    kernel.Process();
+    ascend_kv::RunKernel<ascend_kv::ReshapeAndCacheKernel>(tiling, key, value, keyCache, valueCache, slotMapping);
 }

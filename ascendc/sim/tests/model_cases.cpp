@@ -107,9 +107,10 @@ extern "C" __global__ __aicore__ void gap_copy(GM_ADDR src, GM_ADDR dst, uint32_
     q.FreeTensor(t);
 }
 
-// DataCopyPad with 20-byte rows (5 int32) out of 8-int32 rows, padded in UB to 32 B with -1,
-// written back as 20-byte rows with an 12-byte GM gap.
-extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_t rows)
+// DataCopyPad in: 20-byte rows (5 int32) out of 8-int32 rows, padded in UB to 32 B with -1; then
+// `store` writes the UB rows to dst.
+template <typename Store>
+void PadIn(GM_ADDR src, GM_ADDR dst, uint32_t rows, Store store)
 {
     TPipe pipe;
     TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
@@ -122,27 +123,22 @@ extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_
                 DataCopyPadExtParams<int32_t>(true, 0, 3, -1));
     q.EnQue(t);
     t = q.DeQue<int32_t>();
-    DataCopyPad(d, t, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 0, 12, 0));
+    store(d, t);
     q.FreeTensor(t);
 }
 
-// DataCopyPad in (5 of 8 int32 per row, rightPadding 3 with -1), then whole 32-byte rows out with
-// DataCopy: dst rows are src[0..5) followed by three -1.
+// PadIn, written back as 20-byte rows with a 12-byte GM gap.
+extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_t rows)
+{
+    PadIn(src, dst, rows, [rows](GlobalTensor<int32_t>& d, LocalTensor<int32_t>& t) {
+        DataCopyPad(d, t, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 0, 12, 0));
+    });
+}
+
+// PadIn, then whole 32-byte rows out with DataCopy: dst rows are src[0..5) followed by three -1.
 extern "C" __global__ __aicore__ void pad_fill(GM_ADDR src, GM_ADDR dst, uint32_t rows)
 {
-    TPipe pipe;
-    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
-    pipe.InitBuffer(q, 1, rows * 32);
-    GlobalTensor<int32_t> s, d;
-    s.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(src), rows * 8);
-    d.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(dst), rows * 8);
-    LocalTensor<int32_t> t = q.AllocTensor<int32_t>();
-    DataCopyPad(t, s, DataCopyExtParams(static_cast<uint16_t>(rows), 20, 12, 0, 0),
-                DataCopyPadExtParams<int32_t>(true, 0, 3, -1));
-    q.EnQue(t);
-    t = q.DeQue<int32_t>();
-    DataCopy(d, t, rows * 8);
-    q.FreeTensor(t);
+    PadIn(src, dst, rows, [rows](GlobalTensor<int32_t>& d, LocalTensor<int32_t>& t) { DataCopy(d, t, rows * 8); });
 }
 
 std::string g_case;
@@ -396,20 +392,20 @@ int main(int argc, char** argv)
         expect = dst;
         for (uint32_t i = 0; i < total; ++i)
             if ((i / 8) % 2 == 0) expect[i] = src[i];
-    } else if (name == "pad_copy") {
-        const uint32_t rows = total / 8;
-        rc = ASCENDC_HOST_LAUNCH(pad_copy, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
-                                 reinterpret_cast<GM_ADDR>(dst.data()), rows);
-        expect = dst;
-        for (uint32_t i = 0; i < total; ++i)
-            if (i % 8 < 5) expect[i] = src[i];
-    } else if (name == "pad_fill") {
-        const uint32_t rows = total / 8;
-        rc = ASCENDC_HOST_LAUNCH(pad_fill, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
-                                 reinterpret_cast<GM_ADDR>(dst.data()), rows);
-        expect = src;
-        for (uint32_t i = 0; i < total; ++i)
-            if (i % 8 >= 5) expect[i] = -1;
+    } else if (name == "pad_copy" || name == "pad_fill") {
+        const bool fill = name == "pad_fill";
+        auto k = fill ? pad_fill : pad_copy;
+        rc = ASCENDC_HOST_LAUNCH(k, 1, ub, regions, 2, err, sizeof(err), reinterpret_cast<GM_ADDR>(src.data()),
+                                 reinterpret_cast<GM_ADDR>(dst.data()), total / 8);
+        // pad_copy leaves the last 3 int32 of each row of dst alone; pad_fill writes -1 there.
+        expect = fill ? src : dst;
+        for (uint32_t i = 0; i < total; ++i) {
+            if (i % 8 < 5) {
+                expect[i] = src[i];
+            } else if (fill) {
+                expect[i] = -1;
+            }
+        }
     } else if (name == "undeclared_task_type") {
         rc = host_model::Launch(1, ub, regions, 2, [&]() { queue_copy(reinterpret_cast<GM_ADDR>(src.data()),
                                                                     reinterpret_cast<GM_ADDR>(dst.data()), total); },
