@@ -135,16 +135,13 @@ def test_fixed_workloads_on_every_core_count_and_ub_size(configure, cores: int, 
         assert_paged_matches(case)
 
 
-@given(case=kv_cache_cases(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES + [512, 4096]))
-def test_kv_cache_any_case_any_config(configure, case: Case, cores: int, ub: int) -> None:
+@pytest.mark.parametrize(("cases", "check"), [(kv_cache_cases, assert_kv_matches), (paged_cases, assert_paged_matches)],
+                         ids=["kv_cache", "paged_cache_load"])
+@given(data=st.data(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES + [512, 4096]))
+def test_any_case_any_config(configure, cases: Callable[[], st.SearchStrategy[Case]], check: Callable[[Case], None],
+                             data: st.DataObject, cores: int, ub: int) -> None:
     configure(cores, ub)
-    assert_kv_matches(case)
-
-
-@given(case=paged_cases(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES + [512, 4096]))
-def test_paged_any_case_any_config(configure, case: Case, cores: int, ub: int) -> None:
-    configure(cores, ub)
-    assert_paged_matches(case)
+    check(data.draw(cases()))
 
 
 def test_nz_largest_row_moves_in_segments(configure) -> None:
