@@ -214,7 +214,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     -------
     Decision
         The backend that would run (or None when the requested one cannot) and why. Inputs
-        are assumed to be inside the kernels' domain (contiguous tensors); a real call also
+        are assumed to be inside the kernels' domain (token rows contiguous); a real call also
         checks that.
 
     Examples
