@@ -18,14 +18,15 @@ _INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """``tensors`` (host integer tensors) as int64 tensors of the same shapes on ``device``: one
     non-blocking copy from pinned memory, of which each result is a view."""
-    flat = torch.cat([t.reshape(-1).to(torch.int64) for t in tensors])
-    if flat.numel() == 0:  # nothing to copy
+    total = sum(t.numel() for t in tensors)
+    if total == 0:  # nothing to copy
         on_device = torch.empty(0, dtype=torch.int64, device=device)
     else:
         try:
-            flat = flat.pin_memory()
+            flat = torch.empty(total, dtype=torch.int64, pin_memory=True)
         except RuntimeError:  # no pinned memory for this device: the copy is then from pageable memory
-            pass
+            flat = torch.empty(total, dtype=torch.int64)
+        torch.cat([t.reshape(-1) for t in tensors], out=flat)  # gathered straight into the pinned buffer
         on_device = flat.to(device, non_blocking=True)
     views, start = [], 0
     for t in tensors:

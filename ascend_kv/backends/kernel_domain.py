@@ -64,3 +64,11 @@ def outside_reason(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> s
             return (f"{name} has sizes {tuple(tensor.shape)} and strides {tuple(tensor.stride())}: the kernels "
                     f"need its {what} contiguous")
     return None
+
+
+def index_operand(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """An index tensor as the kernel library takes it: int32 or int64, on the data's ``device``,
+    contiguous (a no-op for the usual int32/int64 tensor already there)."""
+    if tensor.dtype not in (torch.int32, torch.int64):
+        tensor = tensor.to(torch.int64)
+    return tensor.to(device).contiguous()

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from .kernel_domain import index_operand
 
 NAME = "npu"
 LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
@@ -97,23 +98,25 @@ def _ops() -> Any:
 
 def kv_cache(args: KvCacheArgs) -> None:
     """Run ``kv_cache`` on the NPU kernels (writes ``args.past``); the kernels read the index tensors on the device."""
-    layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
+    device, layer = args.past.device, args.layer_id
     _ops().kv_cache(
-        args.new_kv, args.past, args.token_offset.contiguous(), args.seq_len.contiguous(),
-        None if layer is None else layer.reshape(1).to(torch.int64), 0 if layer is not None else args.layer_id,
+        args.new_kv, args.past, index_operand(args.token_offset, device), index_operand(args.seq_len, device),
+        index_operand(layer, device) if isinstance(layer, torch.Tensor) else None,
+        0 if isinstance(layer, torch.Tensor) else layer,
     )
 
 
 def paged_cache_load(args: PagedLoadArgs) -> None:
     """Run ``paged_cache_load`` on the NPU kernels (writes ``args.key``, ``args.value``)."""
-    starts = None if args.seq_starts is None else args.seq_starts.contiguous()
+    device = args.key_cache.device
+    starts = None if args.seq_starts is None else index_operand(args.seq_starts, device)
     _ops().paged_cache_load(
-        args.key_cache, args.value_cache, args.block_table.contiguous(), args.context_lens.contiguous(), starts,
-        args.key, args.value, int(args.layout), args.cumsum,
+        args.key_cache, args.value_cache, index_operand(args.block_table, device),
+        index_operand(args.context_lens, device), starts, args.key, args.value, int(args.layout), args.cumsum,
     )
 
 
 def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     """Run ``reshape_and_cache`` on the NPU kernels (writes ``args.key_cache``, ``args.value_cache``)."""
-    _ops().reshape_and_cache(args.key, args.value, args.key_cache, args.value_cache, args.slot_mapping.contiguous(),
-                             int(args.layout))
+    _ops().reshape_and_cache(args.key, args.value, args.key_cache, args.value_cache,
+                             index_operand(args.slot_mapping, args.key_cache.device), int(args.layout))

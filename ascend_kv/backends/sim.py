@@ -140,11 +140,6 @@ def _in_domain(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> dict[
             for name, (tensor, first_dim, _) in kernel_domain.row_rules(args).items()}
 
 
-def _index(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """An index tensor as the ops take it: on the data's device, contiguous."""
-    return tensor.to(device).contiguous()
-
-
 def _write_back(given: torch.Tensor | None, ran: torch.Tensor | None) -> None:
     """Copy what the kernel wrote into the caller's tensor when it ran on a copy (absent: nothing)."""
     if given is not None and ran is not None and ran is not given:
@@ -162,10 +157,10 @@ def kv_cache(args: KvCacheArgs) -> None:
     t = _in_domain(args)
     device = args.past.device
     layer = args.layer_id
-    layer_tensor = _index(layer, device) if isinstance(layer, torch.Tensor) else None
+    layer_tensor = kernel_domain.index_operand(layer, device) if isinstance(layer, torch.Tensor) else None
     layer_id = 0 if isinstance(layer, torch.Tensor) else int(layer)
-    torch.ops.ascend_kv_host.kv_cache(t["new_kv"], t["past"], _index(args.token_offset, device),
-                                      _index(args.seq_len, device), layer_tensor, layer_id)
+    torch.ops.ascend_kv_host.kv_cache(t["new_kv"], t["past"], kernel_domain.index_operand(args.token_offset, device),
+                                      kernel_domain.index_operand(args.seq_len, device), layer_tensor, layer_id)
     _write_back(args.past, t["past"])
 
 
@@ -178,9 +173,9 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     load()
     t = _in_domain(args)
     device = args.key_cache.device
-    seq_starts = _index(args.seq_starts, device) if args.seq_starts is not None else None
-    torch.ops.ascend_kv_host.paged_cache_load(t["key_cache"], t["value_cache"], _index(args.block_table, device),
-                                              _index(args.context_lens, device), seq_starts, t["key"], t["value"],
+    seq_starts = kernel_domain.index_operand(args.seq_starts, device) if args.seq_starts is not None else None
+    torch.ops.ascend_kv_host.paged_cache_load(t["key_cache"], t["value_cache"], kernel_domain.index_operand(args.block_table, device),
+                                              kernel_domain.index_operand(args.context_lens, device), seq_starts, t["key"], t["value"],
                                               int(args.layout), bool(args.cumsum))
     _write_back(args.key, t["key"])
     _write_back(args.value, t["value"])
@@ -197,6 +192,6 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     load()
     t = _in_domain(args)
     torch.ops.ascend_kv_host.reshape_and_cache(t["key"], t.get("value"), t["key_cache"], t.get("value_cache"),
-                                               _index(args.slot_mapping, args.key_cache.device), int(args.layout))
+                                               kernel_domain.index_operand(args.slot_mapping, args.key_cache.device), int(args.layout))
     _write_back(args.key_cache, t["key_cache"])
     _write_back(args.value_cache, t.get("value_cache"))
