@@ -225,7 +225,7 @@ def require_entries(name: str, tensor: torch.Tensor, expected: int, why: str) ->
         raise ValueError(f"{name} must have {expected} entries ({why}), got {tensor.shape[0]}")
 
 
-def layer_tensor(name: str, value: torch.Tensor, *, allow_meta: bool = False) -> torch.Tensor:
+def scalar_index_tensor(name: str, value: torch.Tensor, *, allow_meta: bool = False) -> torch.Tensor:
     """``value`` itself when it is a one-element integer tensor (its value is read later, or by the kernels)."""
     require_tensor(name, value, allow_meta=allow_meta)
     if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
@@ -270,12 +270,6 @@ def _flat_list(t: torch.Tensor) -> list[int]:
     return values
 
 
-def require_length(name: str, values: list[int], expected: int, why: str) -> None:
-    """``ValueError`` unless ``len(values) == expected``."""
-    if len(values) != expected:
-        raise ValueError(f"{name} must have {expected} entries ({why}), got {len(values)}")
-
-
 def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None:
     """``ValueError`` naming the first entry of ``values`` where ``ok`` is False."""
     if not all(ok):
@@ -293,12 +287,7 @@ def int_argument(name: str, value: object) -> int:
     if type(value) is int:  # the common case, without the ABC check below
         return value
     if isinstance(value, torch.Tensor):
-        require_tensor(name, value)  # a meta tensor has no value to read
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise TypeError(f"{name} must be an int or an integer tensor, got {_describe(value)}")
-        if value.numel() != 1:
-            raise ValueError(f"{name} must have exactly one element, got shape {tuple(value.shape)}")
-        return int(value.item())
+        return int(scalar_index_tensor(name, value).item())  # a meta tensor has no value to read
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int or a one-element integer tensor, got {_describe(value)}")
     return int(value)
@@ -374,7 +363,7 @@ def kv_cache_args(
         require_apart("past", past, {"new_kv": new_kv})
     layer: int | torch.Tensor
     if isinstance(layer_id, torch.Tensor):
-        layer = layer_tensor("layer_id", layer_id, allow_meta=meta)
+        layer = scalar_index_tensor("layer_id", layer_id, allow_meta=meta)
     else:
         layer = int_argument("layer_id", layer_id)
         require_layer_in_range(layer, layers)
