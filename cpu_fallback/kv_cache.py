@@ -23,6 +23,7 @@ from ascend_kv.calls import KvCacheCall
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
+from .strides import merged_rows
 from .wide import same_width_views
 
 #: Bytes written from which the copier streams them past the CPU caches (:func:`.native.copy_runs`):
@@ -46,7 +47,7 @@ def path(call: KvCacheCall) -> str:
         return "native"
     if call.ntokens >= SLICE_MIN_ROWS * (len(call.seq_len) - call.seq_len.count(0)):
         return "slices"
-    if _flat_rows(past[call.layer_id]) is not None:
+    if merged_rows(past[call.layer_id]) is not None:
         return "rows"
     return "scatter"
 
@@ -70,7 +71,9 @@ def kv_cache(call: KvCacheCall) -> None:
         for b, first, start, rows in zip(*runs):
             layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
     elif way == "rows":
-        dst, src = same_width_views(layer.view(-1, layer.shape[2]), call.new_kv)  # a view: path() checked
+        flat = merged_rows(layer)
+        assert flat is not None  # path() checked
+        dst, src = same_width_views(flat, call.new_kv)
         index = torch.from_numpy(_destination_rows(runs, layer.shape[1])).to(layer.device)
         dst.index_copy_(0, index, src)
     else:
@@ -91,14 +94,6 @@ def _native(call: KvCacheCall) -> None:
         call.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
         steps=(src_step, row_step), stream_min_bytes=STREAM_MIN_BYTES,
     )
-
-
-def _flat_rows(layer: torch.Tensor) -> torch.Tensor | None:
-    """``layer`` ``[batch, max_seq_len, hidden]`` as a ``[batch * max_seq_len, hidden]`` view, if it is one."""
-    try:
-        return layer.view(-1, layer.shape[2])
-    except RuntimeError:
-        return None
 
 
 def _destination_rows(runs: KvRuns, row_block: int) -> np.ndarray:

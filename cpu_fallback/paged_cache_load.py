@@ -27,7 +27,7 @@ from ascend_kv.params import KvCacheCfg
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
-from .strides import rows_contiguous
+from .strides import merged_rows, rows_contiguous
 from .wide import same_width_views
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -62,7 +62,8 @@ def paged_cache_load(call: PagedLoadCall) -> None:
         elif way == "slices":
             _slices(call.layout, cache, out, runs)
         elif way == "rows":
-            tokens = cache.view(cache.shape[0] * cache.shape[1], -1)              # a view: _path() checked
+            tokens = merged_rows(cache)
+            assert tokens is not None                                             # _path() checked
             src, dst = same_width_views(tokens, out[rows].flatten(1))
             index = torch.from_numpy(token_rows(runs, call.block_size)).to(cache.device)
             torch.index_select(src, 0, index, out=dst)
@@ -76,7 +77,7 @@ def _path(call: PagedLoadCall, cache: torch.Tensor, out: torch.Tensor) -> str:
         return "native"
     if call.num_tokens >= SLICE_MIN_ROWS[layout] * sum(-(-n // call.block_size) for n in call.lens):  # mean per run
         return "slices"
-    if layout == ND and _flat_tokens(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
+    if layout == ND and merged_rows(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
         return "rows"
     return "gather"
 
@@ -118,14 +119,6 @@ def _row_numel(out: torch.Tensor) -> int:
 
 def _row_bytes(out: torch.Tensor) -> int:
     return _row_numel(out) * out.element_size()
-
-
-def _flat_tokens(cache: torch.Tensor) -> torch.Tensor | None:
-    """An ND cache as a ``[num_blocks * block_size, row]`` view, if it is one."""
-    try:
-        return cache.view(cache.shape[0] * cache.shape[1], -1)
-    except RuntimeError:
-        return None
 
 
 def _gather(layout: KvCacheCfg, cache: torch.Tensor, runs: BlockRuns, block_size: int) -> torch.Tensor:

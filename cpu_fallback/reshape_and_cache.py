@@ -27,7 +27,7 @@ from ascend_kv.calls import ReshapeAndCacheArgs
 from ascend_kv.params import KvCacheCfg
 
 from . import native, on_device
-from .strides import rows_contiguous
+from .strides import merged_rows, rows_contiguous
 from .wide import same_width_views
 
 ND = KvCacheCfg.K_CACHE_V_CACHE_ND
@@ -81,7 +81,7 @@ def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
     nd = layout == ND
     if native.usable(tokens, cache) and _native_takes(nd, tokens, cache):
         return "native"
-    if nd and _flat_rows(cache) is not None:
+    if nd and merged_rows(cache) is not None:
         return "rows"
     return "general"
 
@@ -123,7 +123,9 @@ def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int]) -> None:
     else:
         index = torch.tensor(slots, dtype=torch.int64)
         source = tokens[: len(slots)]
-    dst, src = same_width_views(cache.view(cache.shape[0] * cache.shape[1], -1), source.flatten(1))  # a view: _path()
+    flat = merged_rows(cache)
+    assert flat is not None  # _path() checked
+    dst, src = same_width_views(flat, source.flatten(1))
     dst.index_copy_(0, index.to(cache.device), src)
 
 
@@ -151,11 +153,3 @@ def _row_numel(cache: torch.Tensor, nd: bool) -> int:
 
 def _row_bytes(cache: torch.Tensor, nd: bool) -> int:
     return _row_numel(cache, nd) * cache.element_size()
-
-
-def _flat_rows(cache: torch.Tensor) -> torch.Tensor | None:
-    """An ND cache as a ``[num_blocks * block_size, row]`` view, if it is one."""
-    try:
-        return cache.view(cache.shape[0] * cache.shape[1], -1)
-    except RuntimeError:
-        return None
