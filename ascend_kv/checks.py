@@ -32,9 +32,7 @@ from .dtypes import (
     NZ_BLOCK_SIZE_MULTIPLE,
     NZ_MAX_HEAD_BYTES,
     NZ_MAX_ROW_BYTES,
-    NZ_VALUE_DTYPES,
     dtype_names,
-    nz_dtype_pair_allowed,
     nz_elements,
 )
 from .params import KvCacheCfg, ReshapeAndCacheParam
@@ -430,10 +428,6 @@ def check_cache_shapes(
         doc = "a 4-D ND cache [num_blocks, block_size, num_heads, head_size]"
         require_ndim("key_cache", key_cache, (4,), doc)
         require_ndim("value_cache", value_cache, (4,), doc)
-        if key_cache.dtype != value_cache.dtype:
-            raise TypeError(
-                f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, got {value_cache.dtype}"
-            )
         for i, what in ((0, "num_blocks"), (1, "block_size"), (2, "num_heads")):
             if value_cache.shape[i] != key_cache.shape[i]:
                 raise ValueError(
@@ -447,11 +441,6 @@ def check_cache_shapes(
     doc = "a 4-D NZ cache [num_blocks, num_heads * head_size // E, block_size, E]"
     require_ndim("key_cache", key_cache, (4,), doc)
     require_ndim("value_cache", value_cache, (4,), doc)
-    if not nz_dtype_pair_allowed(key_cache.dtype, value_cache.dtype):
-        raise TypeError(
-            f"value_cache.dtype = {value_cache.dtype} cannot pair with key_cache.dtype = {key_cache.dtype} "
-            f"in NZ: the dtypes must be equal, or int8 keys with float16/bfloat16 values"
-        )
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         e = nz_elements(cache.dtype)
         if cache.shape[3] != e:
@@ -793,18 +782,13 @@ def reshape_and_cache(
         pairs.append(("value", require_tensor("value", value, allow_meta=meta),
                       require_tensor("value_cache", value_cache, allow_meta=meta)))
     for name, tokens, cache in pairs:
-        allowed = CACHE_DTYPES if nd or name == "key" else NZ_VALUE_DTYPES
-        require_dtype(f"{name}_cache", cache, allowed)
+        require_dtype(f"{name}_cache", cache, CACHE_DTYPES)
         if tokens.dtype != cache.dtype:
             raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {tokens.dtype}")
         require_ndim(name, tokens, (3,), f"a 3-D tensor [num_tokens, num_heads, head_size_{name[0]}]")
         doc = ("a 4-D ND cache [num_blocks, block_size, num_heads, head_size]" if nd
                else "a 4-D NZ cache [num_blocks, num_heads * head_size // E, block_size, E]")
         require_ndim(f"{name}_cache", cache, (4,), doc)
-    if nd and len(pairs) == 2 and pairs[1][2].dtype != key_cache.dtype:
-        raise TypeError(
-            f"value_cache.dtype must equal key_cache.dtype = {key_cache.dtype} in ND, got {pairs[1][2].dtype}"
-        )
     if len(pairs) == 2:
         value_tokens, value_cache_t = pairs[1][1], pairs[1][2]
         for i, what in ((0, "num_tokens"), (1, "num_heads")):

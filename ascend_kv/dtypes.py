@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import torch
 
-#: dtypes a cache, ``new_kv`` and the outputs may have (a 1- or 2-byte copy for every backend).
-CACHE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.int8)
+#: dtypes a cache, ``new_kv``, ``key``/``value`` and the outputs may have: every operation only moves
+#: bytes, so every 1-, 2- or 4-byte type serving code stores in a cache (fp8 and int8 KV
+#: quantisation, fp32 CPU models); bool, complex and 8-byte types are refused.
+CACHE_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.float32,
+    torch.float8_e4m3fn, torch.float8_e5m2,
+)
+
+#: The cache dtypes Huawei's ATB documents for these operations (ascend_kv accepts :data:`CACHE_DTYPES`).
+ATB_CACHE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.int8)
 
 #: dtypes the index tensors (offsets, lengths, block table) may have.
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
@@ -23,26 +31,12 @@ NZ_MAX_ROW_BYTES = 128 * 576 * 2
 #: ``reshape_and_cache`` in NZ: each head of K and V must be below this many bytes.
 NZ_MAX_HEAD_BYTES = 98304
 
-#: dtypes of ``reshape_and_cache``'s value and value cache in NZ (ATB has no int8 values there).
-NZ_VALUE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
-
 #: ``block_size`` of an NZ cache must be a multiple of this.
 NZ_BLOCK_SIZE_MULTIPLE = 16
 
-#: Value-cache dtypes allowed with an int8 key cache in NZ, besides int8 itself.
-NZ_INT8_KEY_VALUE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
-
-
 def nz_elements(dtype: torch.dtype) -> int:
-    """Elements in one 32-byte NZ fractal row ``E``: 16 for 2-byte dtypes, 32 for int8."""
+    """Elements in one 32-byte NZ fractal row ``E``: 32 for 1-byte, 16 for 2-byte, 8 for 4-byte dtypes."""
     return BLOCK_BYTES // dtype.itemsize
-
-
-def nz_dtype_pair_allowed(key_dtype: torch.dtype, value_dtype: torch.dtype) -> bool:
-    """Whether an NZ cache may pair these dtypes: equal, or int8 keys with 16-bit values."""
-    if key_dtype == value_dtype:
-        return True
-    return key_dtype == torch.int8 and value_dtype in NZ_INT8_KEY_VALUE_DTYPES
 
 
 def dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:

@@ -24,7 +24,7 @@ from ascend_kv.calls import KvCacheCall
 from . import native
 from .runs import KvRuns, kv_runs, within_run
 from .strides import merged_rows
-from .wide import same_width_views
+from .wide import bit_views, same_width_views
 
 #: Bytes written from which the copier streams them past the CPU caches (:func:`.native.copy_runs`):
 #: the rows land in a cache far larger than the CPU caches and are read only by a later step
@@ -61,6 +61,7 @@ def kv_cache(call: KvCacheCall) -> None:
     """
     if call.ntokens == 0:
         return
+    call = bit_views(call)
     way = path(call)
     if way == "native":
         _native(call)

@@ -28,7 +28,7 @@ from ascend_kv.params import KvCacheCfg
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
 from .strides import merged_rows, rows_contiguous
-from .wide import same_width_views
+from .wide import bit_views, same_width_views
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
@@ -52,6 +52,7 @@ def paged_cache_load(call: PagedLoadCall) -> None:
     """Gather every requested token of both caches into ``call.key`` and ``call.value``."""
     if call.num_tokens == 0:
         return
+    call = bit_views(call)
     runs = block_runs(call)
     rows = slice(call.first_row, call.first_row + call.num_tokens)
     written = call.num_tokens * (_row_bytes(call.key) + _row_bytes(call.value))

@@ -28,7 +28,7 @@ from ascend_kv.params import KvCacheCfg
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous
-from .wide import same_width_views
+from .wide import bit_views, same_width_views
 
 ND = KvCacheCfg.K_CACHE_V_CACHE_ND
 
@@ -58,6 +58,7 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
     num_blocks, block_size = args.key_cache.shape[0], args.key_cache.shape[1] if nd else args.key_cache.shape[2]
     if not slots or num_blocks * block_size == 0:                               # no slot to write
         return
+    args = bit_views(args)
     pairs = _written(args)
     written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither

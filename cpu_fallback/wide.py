@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TypeVar
+
 import torch
 
 #: The element every fast path tries first: 8 bytes (every row is a multiple of 32 bytes).
@@ -18,3 +21,22 @@ def same_width_views(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(t.view(WIDE) for t in tensors)
     except RuntimeError:
         return tensors
+
+
+#: Element types torch's CPU index kernels (``index_copy_``, ``index_select``, ``index_put_``) lack.
+_NO_INDEX_KERNELS = (torch.float8_e4m3fn, torch.float8_e5m2)
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+_Call = TypeVar("_Call")
+
+
+def bit_views(call: _Call) -> _Call:
+    """``call`` (a frozen dataclass of tensors) with every fp8 tensor viewed as same-width integers.
+
+    The copies move bits, so the integer view writes the same bytes; it exists because torch's
+    CPU index kernels have no fp8 versions. Calls without fp8 tensors come back unchanged.
+    """
+    tensors = {f.name: getattr(call, f.name) for f in dataclasses.fields(call)}  # type: ignore[arg-type]
+    wrapped = {name: t.view(_SAME_WIDTH_INT[t.element_size()]) for name, t in tensors.items()
+               if isinstance(t, torch.Tensor) and t.dtype in _NO_INDEX_KERNELS}
+    return dataclasses.replace(call, **wrapped) if wrapped else call  # type: ignore[type-var]

@@ -17,10 +17,23 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ascend_kv
 from ascend_kv import KvCacheCfg, checks, reference
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import CACHE_DTYPES, NZ_VALUE_DTYPES, nz_dtype_pair_allowed, nz_elements
+from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
-INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8}
+#: The integer type whose random values give every bit pattern of each element type.
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8,
+            torch.int16: torch.int16, torch.int32: torch.int32, torch.float32: torch.int32,
+            torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+
+#: Every (key, value) dtype pair: the operations move bytes, and K and V may differ in ND and NZ.
+ANY_DTYPE_PAIRS = [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES]
+
+#: The pairs a parametrized test runs: each dtype with itself, and the mixed pairs serving code
+#: stores (int8 keys with 16-bit values, C8's int8 values, fp8 keys, fp32 with a narrow type).
+DTYPE_PAIRS = [(d, d) for d in CACHE_DTYPES] + [
+    (torch.int8, torch.bfloat16), (torch.int8, torch.float16), (torch.bfloat16, torch.int8),
+    (torch.float8_e4m3fn, torch.bfloat16), (torch.float32, torch.float16), (torch.uint8, torch.float32),
+]
 
 
 def random_bits(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -175,14 +188,8 @@ def paged_case(
 def paged_cases(draw: st.DrawFn) -> Case:
     """Any valid ``paged_cache_load`` call on small shapes, in every mode."""
     layout = draw(st.sampled_from([ND, NZ]))
-    if layout == ND:
-        key_dtype = value_dtype = draw(st.sampled_from(CACHE_DTYPES))
-        block_size = draw(st.sampled_from([1, 3, 8, 16]))
-    else:
-        key_dtype, value_dtype = draw(
-            st.sampled_from([(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if nz_dtype_pair_allowed(k, v)])
-        )
-        block_size = draw(st.sampled_from([16, 32]))
+    key_dtype, value_dtype = draw(st.sampled_from(ANY_DTYPE_PAIRS))
+    block_size = draw(st.sampled_from([1, 3, 8, 16] if layout == ND else [16, 32]))
     num_heads = draw(st.sampled_from([1, 2, 4]))
     unit = max(nz_elements(key_dtype), nz_elements(value_dtype)) // math.gcd(
         max(nz_elements(key_dtype), nz_elements(value_dtype)), num_heads)
@@ -203,8 +210,7 @@ def paged_cases(draw: st.DrawFn) -> Case:
 
 # ----------------------------------------------------------------------------- reshape_and_cache
 
-#: (key, value) dtypes of an NZ ``reshape_and_cache``: any cache dtype for keys, 16-bit values (ATB's six pairs).
-RESHAPE_NZ_PAIRS = [(k, v) for k in CACHE_DTYPES for v in NZ_VALUE_DTYPES]
+
 
 
 def in_wider_buffer(t: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
@@ -261,16 +267,15 @@ def reshape_and_cache_case(
 
 @st.composite
 def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
-    """Any valid ``reshape_and_cache`` call on small shapes: ND rows of any size, NZ in its six dtype pairs,
+    """Any valid ``reshape_and_cache`` call on small shapes: ND rows of any size, NZ, every dtype pair,
     key only, padding slots, fewer slots than tokens, strided inputs and caches."""
     kv_cache_cfg = draw(st.sampled_from(["nd", "nz"]))
+    key_dtype, value_dtype = draw(st.sampled_from(ANY_DTYPE_PAIRS))
     if kv_cache_cfg == "nd":
-        key_dtype = value_dtype = draw(st.sampled_from(CACHE_DTYPES))
         block_size = draw(st.sampled_from([1, 3, 16]))
         head_size_k, head_size_v = (draw(st.sampled_from([1, 7, 16, 33])) for _ in range(2))
         key_only = draw(st.booleans())
     else:
-        key_dtype, value_dtype = draw(st.sampled_from(RESHAPE_NZ_PAIRS))
         block_size = draw(st.sampled_from([16, 32, 128]))
         head_size_k = nz_elements(key_dtype) * draw(st.integers(1, 2))
         head_size_v = nz_elements(value_dtype) * draw(st.integers(1, 2))
@@ -351,7 +356,7 @@ def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
     """A structurally valid ``paged_cache_load`` call with given outputs and index values of any kind."""
     layout = draw(st.sampled_from([ND, NZ]))
     key_dtype, value_dtype = draw(st.sampled_from(
-        [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if (k == v if layout == ND else nz_dtype_pair_allowed(k, v))]))
+        ANY_DTYPE_PAIRS))
     index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
     block_size = draw(st.sampled_from([1, 2, 5, 16] if layout == ND else [16, 32]))
     num_blocks, batch, columns = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 4))

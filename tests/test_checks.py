@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv import reference
+from ascend_kv.dtypes import CACHE_DTYPES, dtype_names
 
 Mutation = Callable[[Case], None]
 
@@ -116,8 +117,8 @@ PAGED_RULES: list[tuple[str, Callable[[], Case], Mutation, type, tuple[str, ...]
     ("kv_cache_cfg float", paged_base, set_kwarg("kv_cache_cfg", 1.0), TypeError, ("kv_cache_cfg", "float")),
     ("cumsum not bool", paged_base, set_kwarg("cumsum", 1), TypeError, ("cumsum", "bool")),
     ("key_cache not a tensor", paged_base, set_arg(0, "cache"), TypeError, ("key_cache", "str")),
-    ("ND dtypes differ", paged_base, set_arg(1, lambda c: c.view(torch.bfloat16)), TypeError,
-     ("value_cache.dtype", "key_cache.dtype")),
+    ("ND output not its cache's dtype", paged_base, set_arg(1, lambda c: c.view(torch.bfloat16)), TypeError,
+     ("value.dtype must equal value_cache.dtype", "bfloat16")),
     ("ND rank", paged_base, set_arg(0, lambda c: c[0]), ValueError, ("key_cache", "4-D ND cache")),
     ("ND num_blocks differ", paged_base, set_arg(1, lambda c: c[:4]), ValueError, ("value_cache.shape[0]", "num_blocks")),
     ("ND block_size differ", paged_base, set_arg(1, lambda c: c[:, :8]), ValueError, ("value_cache.shape[1]", "block_size")),
@@ -134,10 +135,14 @@ PAGED_RULES: list[tuple[str, Callable[[], Case], Mutation, type, tuple[str, ...]
      ValueError, ("block_size", "= 8", "multiple of 16")),
     ("NZ row too large", lambda: paged_base(NZ), set_arg(1, nz_cache(8, 4609, 16, torch.float16)), ValueError,
      ("value_cache", "147456", "147488")),
-    ("NZ dtype pair", lambda: paged_base(NZ), set_arg(0, nz_cache(8, 1, 16, torch.bfloat16)), TypeError,
-     ("value_cache.dtype", "cannot pair")),
-    ("NZ 16-bit keys with int8 values", lambda: paged_base(NZ), set_arg(1, nz_cache(8, 1, 16, torch.int8)), TypeError,
-     ("cannot pair",)),
+    ("NZ float64 values", lambda: paged_base(NZ), set_arg(1, torch.zeros(8, 8, 16, 4, dtype=torch.float64)), TypeError,
+     ("value_cache must have dtype", "float8_e5m2", "got float64")),
+    ("ND bool keys", paged_base, set_arg(0, torch.zeros(8, 16, 2, 16, dtype=torch.bool)), TypeError,
+     ("key_cache must have dtype", "got bool")),
+    ("ND complex values", paged_base, set_arg(1, torch.zeros(8, 16, 2, 16, dtype=torch.complex64)), TypeError,
+     ("value_cache must have dtype", "got complex64")),
+    ("ND int64 keys", paged_base, set_arg(0, torch.zeros(8, 16, 2, 16, dtype=torch.int64)), TypeError,
+     ("key_cache must have dtype", "got int64")),
     ("block_table rank", paged_base, set_arg(2, lambda t: t.reshape(-1)), ValueError, ("block_table", "2-D")),
     ("context_lens length", paged_base, set_arg(3, torch.tensor([20, 5, 1], dtype=I32)), ValueError,
      ("context_lens", "2 entries", "got 3")),
@@ -392,17 +397,21 @@ def test_a_tensor_on_the_wrong_device_is_an_error_naming_it(op: str, name: str) 
 
 #: What each tensor argument's dtype must be, as its error says it.
 DTYPE_RULES = {
-    **{name: f"{name} must have dtype float16, bfloat16 or int8" for name in ("new_kv", "past", "key_cache",
-                                                                             "value_cache")},
+    **{name: f"{name} must have dtype {dtype_names(CACHE_DTYPES)}" for name in ("new_kv", "past", "key_cache",
+                                                                               "value_cache")},
     **{name: f"{name} must have dtype int32 or int64" for name in ("token_offset", "seq_len", "block_table",
                                                                    "context_lens", "seq_starts")},
     "layer_id": "layer_id must be an int or an integer tensor",
     "key": "key.dtype must equal key_cache.dtype", "value": "value.dtype must equal value_cache.dtype",
 }
 
+#: A cache dtype that is not its partner's: the error of the pair (a tensor and the cache it is copied to or from).
+PAIR_RULES = {"new_kv": "new_kv.dtype must equal past.dtype", "past": "new_kv.dtype must equal past.dtype",
+              "key_cache": "key.dtype must equal key_cache.dtype", "value_cache": "value.dtype must equal value_cache.dtype"}
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.int16, torch.bool,
-                                   torch.complex64, torch.float16, torch.int32])
+                                   torch.complex64, torch.float16, torch.int32, torch.int64, torch.float8_e5m2])
 @pytest.mark.parametrize(("op", "name"), TENSOR_ARGUMENTS)
 def test_a_wrong_dtype_is_a_type_error_naming_it(op: str, name: str, dtype: torch.dtype) -> None:
     case = base_case(op)
@@ -414,6 +423,8 @@ def test_a_wrong_dtype_is_a_type_error_naming_it(op: str, name: str, dtype: torc
         assert error is None  # any integer tensor holds a layer number
     elif {dtype, given.dtype} <= {torch.int32, torch.int64}:
         assert error is None
+    elif name in PAIR_RULES and dtype in CACHE_DTYPES:  # an element type the operation takes, not its partner's
+        assert isinstance(error, TypeError) and str(error).startswith(PAIR_RULES[name]), error
     else:
         assert isinstance(error, TypeError) and str(error).startswith(DTYPE_RULES[name]), error
         assert str(dtype).removeprefix("torch.") in str(error).split("got")[-1], error  # the dtype given

@@ -22,7 +22,7 @@ from cases import (
     EXTREMES,
     ND,
     NZ,
-    RESHAPE_NZ_PAIRS,
+    DTYPE_PAIRS,
     Case,
     bits_equal,
     cloned,
@@ -100,7 +100,7 @@ def test_fixed_workloads_on_every_core_count_and_ub_size(configure, cores: int, 
 
 
 @pytest.mark.parametrize("block_size", [16, 128])
-@pytest.mark.parametrize(("key_dtype", "value_dtype"), RESHAPE_NZ_PAIRS)
+@pytest.mark.parametrize(("key_dtype", "value_dtype"), DTYPE_PAIRS)
 def test_nz_each_dtype_pair_and_block_size(configure, key_dtype: torch.dtype, value_dtype: torch.dtype,
                                            block_size: int) -> None:
     configure(7, 1024)

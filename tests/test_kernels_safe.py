@@ -17,14 +17,16 @@ import math
 import safe_reference
 import test_sim
 import torch
-from cases import INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits, random_cache, row_shape
+from cases import (
+    ANY_DTYPE_PAIRS, INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits, random_cache, row_shape,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import CACHE_DTYPES, nz_dtype_pair_allowed, nz_elements
+from ascend_kv.dtypes import nz_elements
 
 configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 
@@ -90,7 +92,7 @@ def paged_calls(draw: st.DrawFn) -> tuple[PagedLoadArgs, torch.Tensor, torch.Ten
     """``(args, buffer key is a view of, buffer value is a view of)``."""
     layout = draw(st.sampled_from([ND, NZ]))
     key_dtype, value_dtype = draw(st.sampled_from(
-        [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES if (k == v if layout == ND else nz_dtype_pair_allowed(k, v))]))
+        ANY_DTYPE_PAIRS))
     block_size = draw(st.sampled_from([1, 2, 5, 16] if layout == ND else [16, 32]))
     num_blocks, batch, columns = draw(st.integers(1, 5)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
     num_heads = draw(st.sampled_from([1, 2]))

@@ -106,12 +106,14 @@ RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
      "K_CACHE_V_BYPASS writes the key cache only"),
     ("NZ enum", lambda: Case(nz([1]).args, {"kv_cache_cfg": CFG.K_CACHE_V_CACHE_NZ}), None, ""),
     # dtypes
-    ("ND mixed dtypes", lambda: nd([1], value_dtype=torch.bfloat16), TypeError,
-     "value_cache.dtype must equal key_cache.dtype"),
+    ("ND mixed dtypes", lambda: nd([1], value_dtype=torch.bfloat16), None, ""),
+    ("ND float32 and float8", lambda: nd([1], key_dtype=torch.float32, value_dtype=torch.float8_e5m2), None, ""),
     ("NZ int8 keys, float16 values", lambda: nz([1], key_dtype=torch.int8, value_dtype=torch.float16,
                                               head_size_k=32), None, ""),
-    ("NZ int8 values", lambda: nz([1], key_dtype=torch.float16, value_dtype=torch.int8, head_size_v=32), TypeError,
-     "value_cache must have dtype float16 or bfloat16"),
+    ("NZ int8 values", lambda: nz([1], key_dtype=torch.float16, value_dtype=torch.int8, head_size_v=32), None, ""),
+    ("NZ int8 K and V (C8)", lambda: nz([1], key_dtype=torch.int8, value_dtype=torch.int8, head_size_k=32,
+                                        head_size_v=32), None, ""),
+    ("NZ float32 keys (E = 8)", lambda: nz([1], key_dtype=torch.float32, head_size_k=8), None, ""),
     ("key not the cache's dtype", lambda: replaced(nd([1]), 0, torch.zeros(1, 2, 16, dtype=torch.bfloat16)),
      TypeError, "key.dtype must equal key_cache.dtype"),
     # shapes

@@ -22,7 +22,7 @@ from ascend_kv.cpu_fallback import native, on_device
 from cases import (
     ND,
     NZ,
-    RESHAPE_NZ_PAIRS,
+    DTYPE_PAIRS,
     Case,
     IndexPutRecorder,
     bits,
@@ -123,7 +123,7 @@ def test_matches_reference_and_changes_nothing_else(case: Case, fallback: str, n
 
 @pytest.mark.parametrize("fallback", sorted(FALLBACKS))
 @pytest.mark.parametrize("block_size", [16, 128])
-@pytest.mark.parametrize(("key_dtype", "value_dtype"), RESHAPE_NZ_PAIRS)
+@pytest.mark.parametrize(("key_dtype", "value_dtype"), DTYPE_PAIRS)
 def test_nz_every_dtype_pair(fallback: str, block_size: int, key_dtype: torch.dtype, value_dtype: torch.dtype) -> None:
     slots = [3 * block_size + 5, 0, -1, block_size - 1, 2 * block_size, 7]
     case = reshape_and_cache_case("nz", slots, num_tokens=8, key_dtype=key_dtype, value_dtype=value_dtype,
