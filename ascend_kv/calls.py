@@ -165,6 +165,10 @@ class PagedLoadArgs:
         ``context_lens`` holds cumulative lengths.
     key, value : torch.Tensor
         The outputs, written in place: ND ``[rows, num_heads, head_size]``, NZ ``[rows, T]``.
+    zero_fill : bool
+        torch_npu's ``npu_gather_pa_kv_cache`` semantics: a token whose block-table column is past
+        the table or whose block id is outside ``[0, num_blocks)`` gives a zero row (instead of an
+        error on host values, or a skipped row on device values).
     """
 
     layout: KvCacheCfg
@@ -176,6 +180,7 @@ class PagedLoadArgs:
     cumsum: bool
     key: torch.Tensor
     value: torch.Tensor
+    zero_fill: bool = False
 
 
 @dataclass(frozen=True)

@@ -566,6 +566,7 @@ def paged_cache_load(
     seq_starts: object = None,
     key: object = None,
     value: object = None,
+    zero_fill: object = False,
     read_values: bool = True,
     shapes_only: bool = False,
     count_rows: Callable[[PagedLoadArgs], int] | None = None,
@@ -578,10 +579,13 @@ def paged_cache_load(
     (``args`` holding placeholder outputs). Missing outputs are allocated zero-filled on the
     caches' device after every check has passed. ``shapes_only``: the call only computes shapes
     (fake or meta tensors): the memory-sharing rules are skipped, and meta tensors are allowed
-    when ``key_cache`` is one.
+    when ``key_cache`` is one. ``zero_fill`` (torch_npu's gather): block-table entries are not
+    checked, as tokens with a missing column or an invalid block id load zeros; the second
+    result is then None (the backends take the first).
     """
     layout = kv_cache_cfg_argument(kv_cache_cfg)
     cumsum = bool_argument("cumsum", cumsum)
+    zero_fill = bool_argument("zero_fill", zero_fill)
     meta = shapes_only and isinstance(key_cache, torch.Tensor) and key_cache.is_meta
     key_cache = require_tensor("key_cache", key_cache, allow_meta=meta)
     value_cache = require_tensor("value_cache", value_cache, allow_meta=meta)
@@ -610,12 +614,13 @@ def paged_cache_load(
     require_index_devices(device, {"block_table": table, "context_lens": lens_tensor, "seq_starts": starts_tensor})
 
     def args_with(key_out: torch.Tensor, value_out: torch.Tensor) -> PagedLoadArgs:
-        return PagedLoadArgs(layout, key_cache, value_cache, table, lens_tensor, starts_tensor, cumsum, key_out, value_out)
+        return PagedLoadArgs(layout, key_cache, value_cache, table, lens_tensor, starts_tensor, cumsum, key_out, value_out,
+                             zero_fill)
 
     call = None
     end_row = None
     if read_values:
-        table_on_host = table.is_cpu
+        table_on_host = table.is_cpu or zero_fill  # zero_fill reads no table value
         optional = {"starts": starts_tensor, "table": None if table_on_host else table}
         lens_given, *read = host_values([lens_tensor, *(t for t in optional.values() if t is not None)])
         values = dict(zip((name for name, t in optional.items() if t is not None), read))
@@ -633,9 +638,10 @@ def paged_cache_load(
                 f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit "
                 f"{INT32_MAX}"
             )
-        rows_needed, blocks = _needed_block_table(
-            _table_reader(table, table_values), table.shape[1], lens, first_column, block_size, num_blocks
-        )
+        if not zero_fill:
+            rows_needed, blocks = _needed_block_table(
+                _table_reader(table, table_values), table.shape[1], lens, first_column, block_size, num_blocks
+            )
 
     @functools.cache
     def rows_to_allocate() -> int:  # asked once for both outputs
@@ -652,7 +658,7 @@ def paged_cache_load(
                 require_apart(name, out, caches)
         if key is not None and value is not None:
             require_separate_outputs("key", key_out, "value", value_out)
-    if read_values:
+    if read_values and not zero_fill:
         call = PagedLoadCall(
             layout=layout,
             key_cache=key_cache,

@@ -67,6 +67,8 @@ def torch_npu() -> TorchNpu:
         module = importlib.import_module("torch_npu")
     except Exception as error:  # ImportError without CANN; plain Exception for bad CANN paths
         return TorchNpu(None, version, f"{type(error).__name__}: {error}")
+    if getattr(module, "STAND_IN", False):  # ascend_kv.testing put the facade there: no NPU behind it
+        return TorchNpu(None, version, "torch_npu is ascend_kv's stand-in (ascend_kv.testing.torch_npu_stand_in)")
     return TorchNpu(module, getattr(module, "__version__", version), None)
 
 

@@ -37,7 +37,7 @@ KV_CACHE, PAGED_LOAD, RESHAPE = "KVCacheOperation", "PagedCacheLoadOperation", "
 _KV_ARGS = "Tensor(a!) past, Tensor token_offset, Tensor seq_len"
 _LOAD_ARGS = (
     "Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, *, "
-    "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None"
+    "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False"
 )
 SCHEMAS = {
     "kv_cache": f"kv_cache(Tensor new_kv, int layer_id, {_KV_ARGS}) -> ()",
@@ -94,6 +94,7 @@ def _run_on_host(args: _Args, host_fallback: Callable[[], None]) -> None:
     """Run a call on host tensors: the host build when ``sim`` is chosen, else ``host_fallback()``."""
     backend, function = _choose(args)
     if backend == "sim":
+        _clear_zero_filled(args)
         getattr(importlib.import_module("ascend_kv.backends.sim"), function)(args)  # may compile on first use
     else:
         host_fallback()
@@ -104,7 +105,16 @@ def _run_on_device(args: _Args) -> None:
     device fallback; neither reads an index value back."""
     args = upload.index_tensors_on_device(args, _data_device(args))  # type: ignore[type-var]
     backend, function = _choose(args)
+    if backend == "npu":
+        _clear_zero_filled(args)
     getattr(npu if backend == "npu" else on_device, function)(args)
+
+
+def _clear_zero_filled(args: _Args) -> None:
+    """Before the kernels run a ``zero_fill`` load: zero the rows it covers (the kernels then write the
+    rows of valid blocks and skip the others, which stay zero)."""
+    if isinstance(args, PagedLoadArgs) and args.zero_fill:
+        on_device.clear_loaded_rows(args)
 
 
 def _reads_values(*index_tensors: torch.Tensor | None) -> bool:
@@ -144,8 +154,10 @@ def _kv_cache_fake(*arguments: object) -> None:
 
 def _paged_load_cpu(*arguments: object, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     args, call = checks.paged_cache_load(*arguments, **options)
-    assert call is not None  # host index values are always read
-    _run_on_host(args, lambda: cpu_fallback.paged_cache_load(call))
+    if call is None:  # zero_fill: the block table is the backends' to screen, as on the device
+        _run_on_host(args, lambda: on_device.paged_cache_load(args))
+    else:
+        _run_on_host(args, lambda: cpu_fallback.paged_cache_load(call))
     return args.key, args.value
 
 

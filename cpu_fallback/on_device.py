@@ -108,6 +108,8 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     num_blocks = args.key_cache.shape[0]
     block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
     if rows == 0 or batch == 0 or columns == 0 or num_blocks == 0 or block_size == 0:
+        if args.zero_fill:                                                       # no token has a valid block
+            clear_loaded_rows(args)
         return
     device = args.key.device
     lengths, first_rows = _entry_rows(args.context_lens.long(), args.cumsum, rows)
@@ -124,9 +126,24 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     valid = covered & column_ok & (block >= 0) & (block < num_blocks)            # [rows]
     block = torch.where(valid, block, 0)
     slot = torch.where(valid, j, 0) % block_size
+    zeroed = covered & ~valid if args.zero_fill else None                         # zero-fill mode: invalid blocks
     for cache, out in ((args.key_cache, args.key), (args.value_cache, args.value)):
         n = out.shape[0]
-        _gather_into(nd, cache, out, block[:n], slot[:n], valid[:n])
+        _gather_into(nd, cache, out, block[:n], slot[:n], valid[:n], None if zeroed is None else zeroed[:n])
+
+
+def clear_loaded_rows(args: PagedLoadArgs) -> None:
+    """Zero every output row a batch entry covers (``zero_fill`` before the kernels, which write the
+    rows of valid blocks and skip the others), reading no index value back."""
+    rows = max(args.key.shape[0], args.value.shape[0])
+    if rows == 0 or args.block_table.shape[0] == 0:
+        return
+    lengths, first_rows = _entry_rows(args.context_lens.long(), args.cumsum, rows)
+    _, covered = _writer(first_rows, lengths, torch.arange(rows, device=args.key.device))
+    for out in (args.key, args.value):
+        target = _bits(out)
+        mask = covered[: out.shape[0]].reshape(-1, *([1] * (out.dim() - 1)))
+        target.copy_(torch.where(mask, torch.zeros((), dtype=target.dtype, device=target.device), target))
 
 
 def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
@@ -246,13 +263,16 @@ def _scatter(nd: bool, cache: torch.Tensor, tokens: torch.Tensor, source: torch.
 
 
 def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,
-                 valid: torch.Tensor) -> None:
-    """``out[r] = token(cache, block[r], slot[r])`` where ``valid[r]``; other rows keep their bits.
+                 valid: torch.Tensor, zeroed: torch.Tensor | None = None) -> None:
+    """``out[r] = token(cache, block[r], slot[r])`` where ``valid[r]``, zeros where ``zeroed[r]``; other
+    rows keep their bits.
 
     ``out`` ``[n, heads, head_size]`` (ND) or ``[n, T]`` (NZ, from ``[num_blocks, T // E,
-    block_size, E]``); ``block``, ``slot``, ``valid`` ``[n]``.
+    block_size, E]``); ``block``, ``slot``, ``valid``, ``zeroed`` ``[n]``.
     """
     cache, target = _bits(cache), _bits(out)
     tokens = cache[block, slot] if nd else cache[block, :, slot, :].reshape(out.shape)
-    mask = valid.reshape(-1, *([1] * (out.dim() - 1)))
-    target.copy_(torch.where(mask, tokens, target))
+    shape = (-1, *([1] * (out.dim() - 1)))
+    kept = target if zeroed is None else torch.where(zeroed.reshape(shape), torch.zeros((), dtype=target.dtype,
+                                                                                         device=target.device), target)
+    target.copy_(torch.where(valid.reshape(shape), tokens, kept))

@@ -378,7 +378,7 @@ def test_guard_catches_a_planted_item_in_the_fallback(monkeypatch: pytest.Monkey
 
 def test_guard_catches_a_planted_boolean_mask_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     def masked(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,
-               valid: torch.Tensor) -> None:
+               valid: torch.Tensor, zeroed: torch.Tensor | None = None) -> None:
         out[valid] = cache[block, slot][valid]
 
     monkeypatch.setattr(on_device, "_gather_into", masked)

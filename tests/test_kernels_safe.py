@@ -26,7 +26,7 @@ from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import nz_elements
+from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
 
 configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 

@@ -173,7 +173,7 @@ def test_fake_paged_cache_load_checks_the_caches() -> None:
     with FakeTensorMode(shape_env=ShapeEnv()) as mode:
         fake_args = [mode.from_tensor(a) for a in args]
         with pytest.raises(TypeError, match="key_cache must have dtype"):
-            OPS.paged_cache_load(fake_args[0].float(), *fake_args[1:], **kwargs)
+            OPS.paged_cache_load(fake_args[0].double(), *fake_args[1:], **kwargs)
         with pytest.raises(ValueError, match=r"value_cache.shape\[0\] \(num_blocks\)"):
             OPS.paged_cache_load(fake_args[0], fake_args[1][:3], *fake_args[2:], **kwargs)
 
