@@ -1,0 +1,434 @@
+"""The torch_npu facade, called the way Ascend serving engines call torch_npu, checked bit for bit.
+
+Written as vllm-ascend writes its unit tests: ``torch_npu`` is a MagicMock (their
+``tests/ut/conftest.py``), here with the cache ops installed by ``ascend_kv.testing``, so the
+cache tests check the caches' contents. The same scenarios run under ``torch_npu_stand_in()``
+(``import torch_npu`` gives the facade) and on the fake NPU with every index tensor on the
+device, where nothing may be read back. Each scenario is one engine's call form (vllm-ascend
+0.23 and main, SGLang, MindIE) and its golden is :mod:`torch_npu_golden`, written from
+torch_npu's documented semantics.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest.mock import MagicMock
+
+import fake_npu
+import pytest
+import torch
+import torch_npu_golden as golden
+from cases import bits_equal, random_bits
+from test_npu_path import NPU, kernel_library, soc  # noqa: F401  (fixtures: the kernels' host build, the SoC)
+
+from ascend_kv import testing
+from ascend_kv.compat import torch_npu as facade
+
+I32 = torch.int32
+Pairs = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@pytest.fixture
+def mock_torch_npu() -> Iterator[MagicMock]:
+    """vllm-ascend's conftest: ``torch_npu`` is a MagicMock in ``sys.modules``; here its cache ops are real."""
+    mock = MagicMock()
+    saved = sys.modules.get("torch_npu")
+    sys.modules["torch_npu"] = testing.install_cache_ops(mock)
+    yield mock
+    if saved is None:
+        sys.modules.pop("torch_npu", None)
+    else:
+        sys.modules["torch_npu"] = saved
+
+
+def slots_tensor(values: list[int], device: torch.device, *, every: int = 1) -> torch.Tensor:
+    """int32 slots on ``device``; with ``every > 1`` a strided view (``slot_mapping[::every]``)."""
+    spread = [v for value in values for v in [value] + [-7] * (every - 1)]
+    return torch.tensor(spread, dtype=I32, device=device)[::every]
+
+
+def as_nz_storage(torch_npu: Any, cache: torch.Tensor) -> torch.Tensor:
+    """``npu_format_cast(cache, 29)``; on the fake NPU its storage reports FRACTAL_NZ (no torch_npu there)."""
+    if cache.device.type == "npu":
+        fake_npu.set_storage_format(cache, fake_npu.FORMAT_FRACTAL_NZ)
+        return cache
+    return torch_npu.npu_format_cast(cache, 29)
+
+
+# ----------------------------------------------------------------------------- the call forms
+
+
+def vllm_023_attention(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend 0.23 ``device_op.reshape_and_cache``: keywords, K/V split from one projection,
+    ``kv[0]``/``kv[1]`` of one buffer, block 128, ``slot_mapping[::2]`` with -1 padding."""
+    tokens, q_heads, kv_heads, head = 6, 4, 2, 64
+    qkv = random_bits((tokens, (q_heads + 2 * kv_heads) * head), torch.float16, 1).to(dev)
+    _, k, v = qkv.split([q_heads * head, kv_heads * head, kv_heads * head], dim=-1)
+    k, v = k.view(tokens, kv_heads, head), v.view(tokens, kv_heads, head)
+    kv = random_bits((2, 3, 128, kv_heads, head), torch.float16, 2).to(dev)
+    slots = slots_tensor([5, 130, -1, 383, 0, 129], dev, every=2)
+    expected = golden.scatter(k, v, kv[0], kv[1], slots, nz=False)
+    torch_npu._npu_reshape_and_cache(key=k, value=v, key_cache=kv[0], value_cache=kv[1], slot_indices=slots)
+    return [(kv[0], expected[0]), (kv[1], expected[1])]
+
+
+def all_padding(torch_npu: Any, dev: torch.device) -> Pairs:
+    """A graph-padded batch: every slot -1, nothing written."""
+    k = random_bits((4, 1, 32), torch.bfloat16, 3).to(dev)
+    kc, vc = (random_bits((2, 128, 1, 32), torch.bfloat16, s).to(dev) for s in (4, 5))
+    before = kc.cpu(), vc.cpu()
+    torch_npu._npu_reshape_and_cache(key=k, value=k, key_cache=kc, value_cache=vc,
+                                     slot_indices=torch.full((4,), -1, dtype=I32, device=dev))
+    return [(kc, before[0]), (vc, before[1])]
+
+
+def mla_512_64(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend 0.23 MLA: the latent (512) and rope (64) caches, ``[nb, 128, 1, 512]`` and ``[nb, 128, 1, 64]``."""
+    kc = random_bits((3, 128, 1, 512), torch.bfloat16, 6).to(dev)
+    vc = random_bits((3, 128, 1, 64), torch.bfloat16, 61).to(dev)
+    latent = random_bits((5, 1, 576), torch.bfloat16, 7).to(dev)
+    kv_c, k_pe = latent.split([512, 64], dim=-1)
+    slots = slots_tensor([0, 127, 128, 300, -1], dev)
+    expected = golden.scatter(kv_c, k_pe, kc, vc, slots, nz=False)
+    torch_npu._npu_reshape_and_cache(key=kv_c, value=k_pe, key_cache=kc, value_cache=vc, slot_indices=slots)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def c8_int8_5d_nz(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend's C8 path: int8 K and V into per-head 5-D NZ views ``[nb, H, D // 32, bs, 32]`` (default PA_NZ)."""
+    heads, head, bs = 2, 128, 128
+    k, v = (random_bits((4, heads, head), torch.int8, s).to(dev) for s in (8, 9))
+    kc, vc = (random_bits((2, heads, head // 32, bs, 32), torch.int8, s).to(dev) for s in (10, 11))
+    slots = slots_tensor([1, 255, -1, 128], dev)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=True)
+    torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, slots)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def mooncake_nz_view_of_nd(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend's Mooncake connector: ND storage ``[nb, bs, H, D]`` viewed as NZ ``[-1, H * D // 16, bs, 16]``."""
+    heads, head, bs = 2, 64, 128
+    k, v = (random_bits((3, heads, head), torch.float16, s).to(dev) for s in (12, 13))
+    nd_k, nd_v = (random_bits((2, bs, heads, head), torch.float16, s).to(dev) for s in (14, 15))
+    kc, vc = (t.view(-1, heads * head // 16, bs, 16) for t in (nd_k, nd_v))
+    slots = slots_tensor([3, 200, 64], dev)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=True)
+    torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, slots)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def format_cast_then_reshape(torch_npu: Any, dev: torch.device) -> Pairs:
+    """``npu_format_cast(cache, 29)`` then ``_npu_reshape_and_cache``: NZ taken from the storage format."""
+    k, v = (random_bits((3, 2, 32), torch.float16, s).to(dev) for s in (16, 17))
+    kc, vc = (as_nz_storage(torch_npu, random_bits((2, 4, 16, 16), torch.float16, s).to(dev)) for s in (18, 19))
+    slots = slots_tensor([17, 0, 31], dev)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=True)
+    torch_npu._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=slots)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def fp32_pa_nz(torch_npu: Any, dev: torch.device) -> Pairs:
+    """A CPU model's fp32 caches in NZ (E = 8), keys fp32 and values fp16."""
+    k = random_bits((3, 2, 16), torch.float32, 20).to(dev)
+    v = random_bits((3, 2, 16), torch.float16, 21).to(dev)
+    kc = random_bits((2, 4, 16, 8), torch.float32, 22).to(dev)
+    vc = random_bits((2, 2, 16, 16), torch.float16, 23).to(dev)
+    slots = slots_tensor([31, -1, 2], dev)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=True)
+    torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, slots, cache_mode="PA_NZ")
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def vllm_main_fp8_scatter_gather(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend main: ``npu_scatter_pa_kv_cache(..., cache_mode="Norm")`` of fp8 K/V, then
+    ``npu_gather_pa_kv_cache(..., seq_offset=, key=, value=)``; -1 and short table rows give zeros."""
+    k, v = (random_bits((5, 1, 64), torch.float8_e4m3fn, s).to(dev) for s in (24, 25))
+    kc, vc = (random_bits((4, 16, 1, 64), torch.float8_e4m3fn, s).to(dev) for s in (26, 27))
+    slots = slots_tensor([0, 17, 33, 48, 63], dev)
+    written = golden.scatter(k, v, kc, vc, slots, nz=False)
+    torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, slots, cache_mode="Norm")
+    table = torch.tensor([[2, -1, 7], [1, 3, 0]], dtype=I32, device=dev)       # -1, an id past num_blocks
+    seq_lens = torch.tensor([40, 20], dtype=I32, device=dev)
+    seq_offset = torch.tensor([5, 32], dtype=I32, device=dev)                  # entry 1 from column 2: past the table
+    key, value = (random_bits((62, 1, 64), torch.float8_e4m3fn, s).to(dev) for s in (28, 29))
+    expected = golden.gather(written[0], written[1], table, seq_lens, key, value, seq_offset, cumsum=False, nz=False)
+    torch_npu.npu_gather_pa_kv_cache(kc, vc, table, seq_lens, seq_offset=seq_offset, key=key, value=value)
+    return [(kc, written[0]), (vc, written[1]), (key, expected[0]), (value, expected[1])]
+
+
+def gather_cumsum_fp32(torch_npu: Any, dev: torch.device) -> Pairs:
+    """``npu_gather_pa_kv_cache`` in cumsum mode (``seq_lens[0] == 0``), fp32 keys, int8 values, MLA-like head sizes."""
+    kc = random_bits((3, 16, 1, 24), torch.float32, 30).to(dev)
+    vc = random_bits((3, 16, 1, 64), torch.int8, 31).to(dev)
+    table = torch.tensor([[1, 2], [0, -1]], dtype=I32, device=dev)
+    seq_lens = torch.tensor([0, 20, 37], dtype=I32, device=dev)
+    key = random_bits((40, 1, 24), torch.float32, 32).to(dev)
+    value = random_bits((40, 1, 64), torch.int8, 33).to(dev)
+    expected = golden.gather(kc, vc, table, seq_lens, key, value, None, cumsum=True, nz=False)
+    torch_npu.npu_gather_pa_kv_cache(kc, vc, table, seq_lens, key, value, is_seq_lens_cumsum=True)
+    return [(key, expected[0]), (value, expected[1])]
+
+
+def gather_int8_nz(torch_npu: Any, dev: torch.device) -> Pairs:
+    """``npu_gather_pa_kv_cache`` of int8 NZ caches (both FRACTAL_NZ): outputs ``[rows, T]``, a -1 block zero."""
+    kc, vc = (as_nz_storage(torch_npu, random_bits((3, 4, 16, 32), torch.int8, s).to(dev)) for s in (34, 35))
+    table = torch.tensor([[2, -1], [0, 1]], dtype=I32, device=dev)
+    seq_lens = torch.tensor([20, 17], dtype=I32, device=dev)
+    key, value = (random_bits((37, 128), torch.int8, s).to(dev) for s in (36, 37))
+    expected = golden.gather(kc, vc, table, seq_lens, key, value, None, cumsum=False, nz=True)
+    torch_npu.npu_gather_pa_kv_cache(kc, vc, table, seq_lens, key, value)
+    return [(key, expected[0]), (value, expected[1])]
+
+
+def vllm_023_mla_chunked_prefill(torch_npu: Any, dev: torch.device) -> Pairs:
+    """vllm-ascend 0.23 MLA chunked prefill: ``atb.npu_paged_cache_load(..., seq_starts=, key=, value=)``."""
+    buf = random_bits((4, 128, 1, 576), torch.bfloat16, 38).to(dev)
+    kc, vc = buf[..., :512], buf[..., 512:]
+    table = torch.tensor([[3, 1, -1], [0, 2, 1]], dtype=I32, device=dev)
+    context = torch.tensor([130, 100], dtype=I32, device=dev)
+    starts = torch.tensor([0, 128], dtype=I32, device=dev)
+    key = random_bits((230, 1, 512), torch.bfloat16, 39).to(dev)
+    value = random_bits((230, 1, 64), torch.bfloat16, 40).to(dev)
+    expected = golden.gather(kc, vc, table, context, key, value, starts, cumsum=False, nz=False)
+    out = torch_npu.atb.npu_paged_cache_load(kc, vc, table, context, seq_starts=starts, key=key, value=value)
+    assert out[0] is key and out[1] is value
+    return [(key, expected[0]), (value, expected[1])]
+
+
+def sglang_pool(torch_npu: Any, dev: torch.device) -> Pairs:
+    """SGLang's NPU KV pool: per-layer ``k_buffer[layer].view(-1, page, H, D)``, ``slot_indices=loc``."""
+    layers, page, heads, head = 2, 128, 2, 32
+    k_buffer, v_buffer = (random_bits((layers, 2 * page, heads, head), torch.float16, s).to(dev) for s in (41, 42))
+    cache_k, cache_v = (random_bits((3, heads, head), torch.float16, s).to(dev) for s in (43, 44))
+    loc = torch.tensor([200, 7, 129], dtype=torch.int64, device=dev)
+    kc, vc = k_buffer[1].view(-1, page, heads, head), v_buffer[1].view(-1, page, heads, head)
+    expected = golden.scatter(cache_k, cache_v, kc, vc, loc, nz=False)
+    torch_npu._npu_reshape_and_cache(key=cache_k, value=cache_v, key_cache=kc, value_cache=vc, slot_indices=loc)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
+def mindie_int8_keys(torch_npu: Any, dev: torch.device) -> Pairs:
+    """MindIE, positional: int8 keys with bfloat16 values, ND; and the key-only ``_siso`` write."""
+    k = random_bits((3, 1, 32), torch.int8, 45).to(dev)
+    v = random_bits((3, 1, 16), torch.bfloat16, 46).to(dev)
+    kc, vc = random_bits((2, 16, 1, 32), torch.int8, 47).to(dev), random_bits((2, 16, 1, 16), torch.bfloat16, 48).to(dev)
+    latent = random_bits((2, 16, 1, 32), torch.int8, 49).to(dev)
+    slots = slots_tensor([31, 0, -1], dev)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=False)
+    expected_latent, _ = golden.scatter(k, None, latent, None, slots, nz=False)
+    torch_npu._npu_reshape_and_cache(k, v, kc, vc, slots)
+    torch_npu._npu_reshape_and_cache_siso(k, latent, slots)
+    return [(kc, expected[0]), (vc, expected[1]), (latent, expected_latent)]
+
+
+SCENARIOS: list[Callable[[Any, torch.device], Pairs]] = [
+    vllm_023_attention, all_padding, mla_512_64, c8_int8_5d_nz, mooncake_nz_view_of_nd, format_cast_then_reshape,
+    fp32_pa_nz, vllm_main_fp8_scatter_gather, gather_cumsum_fp32, gather_int8_nz, vllm_023_mla_chunked_prefill,
+    sglang_pool, mindie_int8_keys,
+]
+
+
+def assert_bits(pairs: Pairs) -> None:
+    for i, (actual, expected) in enumerate(pairs):
+        assert bits_equal(actual.cpu(), expected), f"tensor {i} differs from the golden"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_a_magicmock_torch_npu_with_the_cache_ops_installed(mock_torch_npu: MagicMock, scenario: Any) -> None:
+    import torch_npu  # the engine's own import: the MagicMock of the fixture
+
+    assert torch_npu is mock_torch_npu
+    assert_bits(scenario(torch_npu, torch.device("cpu")))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_under_the_stand_in(scenario: Any) -> None:
+    with testing.torch_npu_stand_in():
+        import torch_npu
+        import torch_npu.atb
+
+        assert torch_npu is facade and torch_npu.atb is facade.atb
+        assert_bits(scenario(torch_npu, torch.device("cpu")))
+
+
+class Counted:
+    """The facade with every call counted by the fake NPU (the scenario's own setup and golden are not)."""
+
+    def __init__(self, module: Any, seen: list[fake_npu.Counts]) -> None:
+        self._module, self._seen = module, seen
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._module, name)
+        if name == "atb":
+            return Counted(target, self._seen)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with fake_npu.counting() as seen:
+                result = target(*args, **kwargs)
+            self._seen.append(seen)
+            return result
+
+        return call
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_on_the_fake_npu_with_device_indices_reading_nothing_back(soc: str, scenario: Any) -> None:  # noqa: F811
+    seen: list[fake_npu.Counts] = []
+    pairs = scenario(Counted(facade, seen), NPU)
+    assert seen and all(s.transfers == 0 and s.uploads == 0 for s in seen), seen  # every index tensor on the NPU
+    assert_bits(pairs)
+
+
+def test_sglang_dummy_tokens_to_slot_0_last_wins_on_the_device(soc: str) -> None:  # noqa: F811
+    """SGLang pads a batch by sending its dummy tokens to slot 0: the last token naming a slot wins."""
+    k, v = (random_bits((4, 1, 32), torch.float16, s).to(NPU) for s in (50, 51))
+    kc, vc = (random_bits((2, 16, 1, 32), torch.float16, s).to(NPU) for s in (52, 53))
+    loc = torch.tensor([5, 0, 0, 0], dtype=I32, device=NPU)
+    expected = golden.scatter(k, v, kc, vc, loc, nz=False)
+    seen: list[fake_npu.Counts] = []
+    Counted(facade, seen)._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=loc)
+    assert seen[0].transfers == 0 and seen[0].uploads == 0
+    assert_bits([(kc, expected[0]), (vc, expected[1])])
+
+
+# ----------------------------------------------------------------------------- the helpers themselves
+
+
+def test_the_stand_in_restores_sys_modules() -> None:
+    sentinel = MagicMock()
+    sys.modules["torch_npu"] = sentinel
+    sys.modules.pop("torch_npu.atb", None)
+    try:
+        with testing.torch_npu_stand_in() as module:
+            assert sys.modules["torch_npu"] is module is facade
+            assert sys.modules["torch_npu.atb"] is facade.atb
+        assert sys.modules["torch_npu"] is sentinel and "torch_npu.atb" not in sys.modules
+    finally:
+        sys.modules.pop("torch_npu", None)
+    with testing.torch_npu_stand_in():
+        pass
+    assert "torch_npu" not in sys.modules
+
+
+def test_install_cache_ops_on_a_plain_module_and_a_mock() -> None:
+    import types
+
+    plain = testing.install_cache_ops(types.ModuleType("torch_npu"))
+    assert plain.atb.npu_paged_cache_load is facade.atb.npu_paged_cache_load
+    mock = MagicMock()
+    untouched = mock.npu_fused_infer_attention_score
+    assert testing.install_cache_ops(mock) is mock
+    for name in testing.CACHE_OPS:
+        assert getattr(mock, name) is getattr(facade, name)
+    assert mock.atb.npu_paged_cache_load is facade.atb.npu_paged_cache_load
+    assert mock.npu_fused_infer_attention_score is untouched
+
+
+def test_the_pytest_fixtures(stand_in_torch_npu: Any, install_torch_npu_cache_ops: Any) -> None:
+    """The plugin's fixtures (its pytest11 entry point loads it into every pytest run of this environment)."""
+    import torch_npu
+
+    assert torch_npu is stand_in_torch_npu is facade
+    mock = install_torch_npu_cache_ops(MagicMock())
+    assert mock._npu_reshape_and_cache is facade._npu_reshape_and_cache
+
+
+# ----------------------------------------------------------------------------- errors: named, nothing written
+
+
+def test_compress_arguments_are_not_implemented_and_named() -> None:
+    k = torch.zeros(2, 1, 16, dtype=torch.float16)
+    kc = torch.zeros(2, 1, 16, 16, dtype=torch.float16)
+    slots = torch.tensor([0, 1], dtype=I32)
+    for given in ({"compress_lens": slots}, {"seq_lens": slots, "compress_seq_offsets": slots}):
+        with pytest.raises(NotImplementedError, match=" and ".join([]) or next(iter(given))):
+            facade.npu_scatter_pa_kv_cache(k, k, kc, kc.clone(), slots, **given)
+    with pytest.raises(NotImplementedError, match="4-D key"):
+        facade.npu_scatter_pa_kv_cache(k.view(1, 2, 1, 16), k.view(1, 2, 1, 16), kc, kc.clone(), slots)
+    assert not kc.any()
+
+
+def test_bad_cache_mode_and_mixed_formats_are_errors_that_write_nothing() -> None:
+    k = random_bits((2, 1, 16), torch.float16, 60)
+    kc, vc = torch.zeros(2, 16, 1, 16, dtype=torch.float16), torch.zeros(2, 16, 1, 16, dtype=torch.float16)
+    slots = torch.tensor([0, 1], dtype=I32)
+    with pytest.raises(ValueError, match="cache_mode must be 'PA_NZ', 'Norm' or None, got 'nz'"):
+        facade.npu_scatter_pa_kv_cache(k, k, kc, vc, slots, cache_mode="nz")
+    with pytest.raises(ValueError, match="key_cache has storage format 29 but value_cache has 2"):
+        facade._npu_reshape_and_cache(k, k, facade.npu_format_cast(kc, 29), vc, slots)
+    with pytest.raises(ValueError, match="acl_format must be 2 .ND. or 29 .FRACTAL_NZ., got 3"):
+        facade.npu_format_cast(kc, 3)
+    with pytest.raises(ValueError, match="slot_mapping.1. = 32 is out of range"):
+        facade._npu_reshape_and_cache(k, k, kc, vc, torch.tensor([0, 32], dtype=I32))
+    assert not kc.any() and not vc.any()
+
+
+def test_format_tags() -> None:
+    t = torch.zeros(2, 4, 16, 16)
+    assert facade.get_npu_format(t) == 2
+    cast = facade.npu_format_cast(t, 29)
+    assert facade.get_npu_format(cast) == 29 and cast.data_ptr() == t.data_ptr() and cast.shape == t.shape
+    assert facade.get_npu_format(facade.npu_format_cast(cast, 2)) == 2
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+def compiled_steps() -> list[tuple[str, Callable[..., Any], Callable[[], tuple[Any, ...]]]]:
+    """``(name, step, fresh inputs)`` for each facade function."""
+
+    def nd() -> tuple[Any, ...]:
+        return (random_bits((3, 2, 16), torch.float16, 70), random_bits((2, 16, 2, 16), torch.float16, 71),
+                random_bits((2, 16, 2, 16), torch.float16, 72), torch.tensor([5, -1, 20], dtype=I32))
+
+    def nz5() -> tuple[Any, ...]:
+        return (random_bits((3, 2, 32), torch.int8, 73), random_bits((2, 2, 1, 16, 32), torch.int8, 74),
+                random_bits((2, 2, 1, 16, 32), torch.int8, 75), torch.tensor([5, 0, 20], dtype=I32))
+
+    def load() -> tuple[Any, ...]:
+        return (random_bits((3, 16, 1, 32), torch.float32, 76), random_bits((3, 16, 1, 32), torch.float32, 77),
+                torch.tensor([[2, -1], [0, 5]], dtype=I32), torch.tensor([20, 17], dtype=I32),
+                torch.zeros(37, 1, 32), torch.zeros(37, 1, 32))
+
+    def nz_cast() -> tuple[Any, ...]:
+        k = random_bits((3, 2, 16), torch.float16, 78)
+        caches = [facade.npu_format_cast(random_bits((2, 2, 16, 16), torch.float16, s), 29) for s in (79, 80)]
+        return (k, *caches, torch.tensor([5, -1, 20], dtype=I32))
+
+    def reshape(k: Any, kc: Any, vc: Any, s: Any) -> Any:
+        facade._npu_reshape_and_cache(key=k, value=k, key_cache=kc, value_cache=vc, slot_indices=s)
+        return kc, vc
+
+    def siso(k: Any, kc: Any, vc: Any, s: Any) -> Any:
+        facade._npu_reshape_and_cache_siso(k, kc, s)
+        return kc
+
+    def scatter(k: Any, kc: Any, vc: Any, s: Any) -> Any:
+        facade.npu_scatter_pa_kv_cache(k, k, kc, vc, s)
+        return kc, vc
+
+    def gather(kc: Any, vc: Any, t: Any, n: Any, k: Any, v: Any) -> Any:
+        facade.npu_gather_pa_kv_cache(kc, vc, t, n, key=k, value=v)
+        return k, v
+
+    def atb_load(kc: Any, vc: Any, t: Any, n: Any, k: Any, v: Any) -> Any:
+        return facade.atb.npu_paged_cache_load(kc, vc, torch.where(t < 0, 0, t) % 3, n, key=k, value=v)
+
+    return [("_npu_reshape_and_cache", reshape, nd), ("_npu_reshape_and_cache_siso", siso, nd),
+            ("npu_scatter_pa_kv_cache", scatter, nz5), ("npu_gather_pa_kv_cache", gather, load),
+            ("atb.npu_paged_cache_load", atb_load, load), ("npu_format_cast + _npu_reshape_and_cache", reshape, nz_cast)]
+
+
+@pytest.mark.parametrize(("name", "step", "inputs"), compiled_steps(), ids=[s[0] for s in compiled_steps()])
+def test_each_function_compiles_fullgraph_and_traces_as_our_operator(name: str, step: Any, inputs: Any) -> None:
+    eager_inputs, compiled_inputs = inputs(), inputs()
+    expected = step(*eager_inputs)
+    torch._dynamo.reset()
+    actual = torch.compile(step, fullgraph=True, backend="aot_eager")(*compiled_inputs)
+    for a, e in zip(torch.utils._pytree.tree_leaves(actual), torch.utils._pytree.tree_leaves(expected)):
+        assert bits_equal(a, e)
+    graph = torch.fx.experimental.proxy_tensor.make_fx(step)(*inputs())
+    ops = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert any(op.startswith("ascend_kv.") for op in ops), ops
