@@ -178,6 +178,8 @@ def advice() -> str | None:
 BASE_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 30: "NCDHW"}
 #: Names of the private formats users meet most (others are reported by number).
 PRIVATE_FORMATS = {3: "NC1HWC0", 4: "FRACTAL_Z", 29: "FRACTAL_NZ", 32: "NDC1HWC0", 33: "FRACTAL_Z_3D"}
+#: ACL's FRACTAL_NZ format (after ``npu_format_cast(t, 29)``): NZ caches may be stored in it.
+FRACTAL_NZ = 29
 
 
 @functools.cache

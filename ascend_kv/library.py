@@ -163,7 +163,9 @@ def _paged_load_cpu(*arguments: object, **options: Any) -> tuple[torch.Tensor, t
 
 def _paged_load_device(*arguments: torch.Tensor, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
     tensors = {name: options.get(name) for name in ("key", "value")}
-    checks.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1], **tensors})
+    nz = options.get("kv_cache_cfg", 0) == 0  # the schema's int: 0 is NZ, ATB's default
+    checks.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1], **tensors},
+                                nz_caches=("key_cache", "value_cache") if nz else ())
     index = (arguments[2], arguments[3], options.get("seq_starts"))
     args, _ = checks.paged_cache_load(*arguments, **options, read_values=_reads_values(*index),  # type: ignore[arg-type]
                                       count_rows=_rows_on_device)
@@ -195,7 +197,8 @@ def _reshape_and_cache_cpu(*arguments: object, **options: Any) -> None:
 
 def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: Any) -> None:
     key, value, key_cache, value_cache, slot_mapping = arguments
-    checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache})
+    checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache},
+                                nz_caches=("key_cache", "value_cache") if options.get("kv_cache_cfg") == "nz" else ())
     args, _ = checks.reshape_and_cache(*arguments, **options, read_values=_reads_values(slot_mapping))  # type: ignore[arg-type]
     _run_on_device(args)
 

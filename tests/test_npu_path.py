@@ -289,7 +289,8 @@ def test_mla_column_slices_and_block_interleaved_kv_run_in_place_on_the_kernels(
 
 
 def test_private_storage_format_is_rejected_on_every_npu_path(soc: str) -> None:
-    case = to(paged_case(NZ, [16, 3], give_outputs=True), NPU, NPU)
+    """FRACTAL_NZ is refused where the call takes the tensor as ND (NZ caches: tests/test_torch_npu_facade.py)."""
+    case = to(paged_case(ND, [16, 3], give_outputs=True), NPU, NPU)
     fake_npu.set_storage_format(case.args[0], fake_npu.FORMAT_FRACTAL_NZ)
     try:
         with pytest.raises(ValueError, match="key_cache is stored in the NPU's private format FRACTAL_NZ"):

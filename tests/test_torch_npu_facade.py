@@ -23,6 +23,7 @@ import torch_npu_golden as golden
 from cases import bits_equal, random_bits
 from test_npu_path import NPU, kernel_library, soc  # noqa: F401  (fixtures: the kernels' host build, the SoC)
 
+import ascend_kv
 from ascend_kv import testing
 from ascend_kv.compat import torch_npu as facade
 
@@ -291,6 +292,54 @@ def test_sglang_dummy_tokens_to_slot_0_last_wins_on_the_device(soc: str) -> None
     Counted(facade, seen)._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=loc)
     assert seen[0].transfers == 0 and seen[0].uploads == 0
     assert_bits([(kc, expected[0]), (vc, expected[1])])
+
+
+def nz_reshape_case(cache_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    e = 32 // dtype.itemsize
+    rows = cache_shape[1] * e if len(cache_shape) == 4 else cache_shape[-1]
+    k = random_bits((2, 1, rows), dtype, 90).to(NPU)
+    kc, vc = (random_bits(cache_shape, dtype, s).to(NPU) for s in (91, 92))
+    return k, kc, vc, torch.tensor([1, 17], dtype=I32, device=NPU)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8, torch.float8_e5m2])
+def test_fractal_nz_caches_in_the_nz_shape_are_taken_in_place(soc: str, dtype: torch.dtype) -> None:  # noqa: F811
+    """torch_npu's FRACTAL_NZ of ``[nb, T // E, bs, E]`` (E = C0, bs % 16 == 0) is its row-major bytes: the
+    operators write it in place, through the facade and ascend_kv.reshape_and_cache alike."""
+    k, kc, vc, slots = nz_reshape_case((2, 2, 16, 32 // dtype.itemsize), dtype)
+    for cache in (kc, vc):
+        fake_npu.set_storage_format(cache, fake_npu.FORMAT_FRACTAL_NZ)
+    expected = golden.scatter(k, k, kc, vc, slots, nz=True)
+    facade._npu_reshape_and_cache(k, k, kc, vc, slots)
+    assert_bits([(kc, expected[0]), (vc, expected[1])])
+    expected = golden.scatter(k, k, kc, vc, slots.flip(0), nz=True)
+    ascend_kv.reshape_and_cache(k, k, kc, vc, slots.flip(0), kv_cache_cfg="nz")  # the public function too
+    assert_bits([(kc, expected[0]), (vc, expected[1])])
+
+
+@pytest.mark.parametrize(("shape", "dtype", "why"), [
+    ((2, 4, 16, 8), torch.float32, "4-byte elements"),
+    ((2, 16, 32), torch.float16, "is not .num_blocks, T // E, block_size, E = 16."),
+], ids=["fp32", "logical ND shape"])
+def test_fractal_nz_caches_whose_bytes_are_elsewhere_are_refused_saying_why(soc: str, shape: Any, dtype: Any,  # noqa: F811
+                                                                             why: str) -> None:
+    k, kc, vc, slots = nz_reshape_case(shape, dtype)
+    fake_npu.set_storage_format(kc, fake_npu.FORMAT_FRACTAL_NZ)
+    before = kc.cpu()
+    with pytest.raises(ValueError, match=f"key_cache is stored in the NPU's private format FRACTAL_NZ.*{why}"):
+        ascend_kv.reshape_and_cache(k, k, kc, vc, slots, kv_cache_cfg="nz")
+    assert bits_equal(kc.cpu(), before)
+
+
+def test_a_strided_fractal_nz_view_is_refused(soc: str) -> None:  # noqa: F811
+    buf = random_bits((2, 2, 32, 16), torch.float16, 93).to(NPU)
+    fake_npu.set_storage_format(buf, fake_npu.FORMAT_FRACTAL_NZ)
+    kc = buf[:, :, ::2]                                                   # block_size 16, slots two rows apart
+    outputs = {name: torch.zeros(4, 32, dtype=torch.float16, device=NPU) for name in ("key", "value")}
+    with pytest.raises(ValueError, match="key_cache is stored in the NPU's private format FRACTAL_NZ.*strided view"):
+        ascend_kv.paged_cache_load(kc, kc.contiguous(), torch.tensor([[0]], device=NPU), torch.tensor([4], device=NPU),
+                                   **outputs)
+    assert not outputs["key"].cpu().any()
 
 
 # ----------------------------------------------------------------------------- the helpers themselves
