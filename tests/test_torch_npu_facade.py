@@ -245,7 +245,8 @@ def test_a_magicmock_torch_npu_with_the_cache_ops_installed(mock_torch_npu: Magi
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
-def test_under_the_stand_in(scenario: Any) -> None:
+def test_under_the_stand_in(backend: str, scenario: Any) -> None:
+    """On each host backend: the fallback and the kernels' host build (sim)."""
     with testing.torch_npu_stand_in():
         import torch_npu
         import torch_npu.atb
