@@ -28,6 +28,7 @@ import torch
 
 from . import __version__, autoload, device, policy, support
 from .backends import npu
+from .dtypes import element_types_note
 
 
 def _support_matrix(args: argparse.Namespace) -> int:
@@ -82,7 +83,15 @@ def info_report() -> dict[str, Any]:
         "requested_backend": requested,
         "device": next(iter(decisions.values())).device,
         "ops": {op: {"backend": d.backend, "reason": d.reason} for op, d in decisions.items()},
+        "element_types": element_types_note(),
+        "torch_npu_facade": {"module": "ascend_kv.compat.torch_npu", "functions": list(TORCH_NPU_FACADE),
+                             "test_helpers": "ascend_kv.testing (torch_npu_stand_in, install_cache_ops)"},
     }
+
+
+#: What ``ascend_kv.compat.torch_npu`` offers under torch_npu's names (docs/porting_from_torch_npu.md).
+TORCH_NPU_FACADE = ("_npu_reshape_and_cache", "_npu_reshape_and_cache_siso", "npu_scatter_pa_kv_cache",
+                    "npu_gather_pa_kv_cache", "atb.npu_paged_cache_load", "npu_format_cast", "get_npu_format")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -106,6 +115,9 @@ def _info(args: argparse.Namespace) -> int:
     for op, decision in report["ops"].items():
         runs = decision["backend"] or "cannot run"
         lines.append(f"{op:<24}{runs}: {decision['reason']}")
+    lines.append(f"element types   {report['element_types']}")
+    facade = report["torch_npu_facade"]
+    lines.append(f"torch_npu names {facade['module']}: {', '.join(facade['functions'])}; tests: {facade['test_helpers']}")
     if report["advice"]:
         lines.append(f"note: {report['advice']}")
     print("\n".join(lines))

@@ -39,6 +39,17 @@ def nz_elements(dtype: torch.dtype) -> int:
     return BLOCK_BYTES // dtype.itemsize
 
 
+def element_types_note() -> str:
+    """Which element types the operations take, and where that goes beyond Huawei's lists (``explain``, ``info``)."""
+    def listed(dtypes: tuple[torch.dtype, ...]) -> str:
+        return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+    beyond = tuple(d for d in CACHE_DTYPES if d not in ATB_CACHE_DTYPES)
+    return (f"every 1-, 2- or 4-byte element type ({listed(CACHE_DTYPES)}; the operations move bytes, NZ's "
+            f"E = 32 // itemsize); Huawei's ATB documents {listed(ATB_CACHE_DTYPES)}, so {listed(beyond)} "
+            f"go beyond its lists")
+
+
 def dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
     """``"float16, bfloat16 or int8"``: a dtype list for error messages."""
     names = [str(d).removeprefix("torch.") for d in dtypes]

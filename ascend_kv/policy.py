@@ -29,6 +29,7 @@ import torch
 from . import device as runtime
 from . import settings, support
 from .backends import npu
+from .dtypes import element_types_note
 from .errors import BackendUnavailableError, FallbackWarning
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
@@ -61,6 +62,9 @@ class Decision:
         The SoC name of that device (None off the NPU).
     product_line : str or None
         The SoC's product line id (None off the NPU or for an unknown SoC).
+    element_types : str
+        The element types every backend takes, and where they go beyond Huawei's lists
+        (set by :func:`explain`).
     """
 
     op: str
@@ -70,6 +74,7 @@ class Decision:
     device: str
     soc: str | None = None
     product_line: str | None = None
+    element_types: str = ""
 
     def __str__(self) -> str:
         runs = f"runs on {self.backend}" if self.backend else f"cannot run on {self.requested}"
@@ -230,7 +235,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     state = runtime.npu_runtime() if device is None else None
     if state is not None and not state.available and requested in ("auto", "npu"):
         decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")
-    return decision
+    return dataclasses.replace(decision, element_types=element_types_note())
 
 
 def _device_argument(value: str | torch.device | None) -> torch.device:

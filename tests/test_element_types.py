@@ -93,3 +93,14 @@ def test_the_types_atb_lacks_and_the_ones_refused() -> None:
 
     assert set(ATB_CACHE_DTYPES) < set(CACHE_DTYPES)
     assert all(d.itemsize in (1, 2, 4) and not d.is_complex and d != torch.bool for d in CACHE_DTYPES)
+
+
+def test_explain_and_info_say_where_the_types_go_beyond_huawei() -> None:
+    from ascend_kv.cli import info_report
+
+    note = ascend_kv.explain("reshape_and_cache", "cpu").element_types
+    assert "float8_e4m3fn" in note and "Huawei's ATB documents float16, bfloat16, int8" in note
+    report = info_report()
+    assert report["element_types"] == note
+    assert report["torch_npu_facade"]["module"] == "ascend_kv.compat.torch_npu"
+    assert "atb.npu_paged_cache_load" in report["torch_npu_facade"]["functions"]
