@@ -2,7 +2,7 @@
 
 A paged ND cache is ``[num_blocks, block_size, num_heads, head_size]``; its NZ form is
 ``[num_blocks, T // E, block_size, E]`` with ``T = num_heads * head_size`` and
-``E = 32 // itemsize`` (16 for float16/bfloat16, 32 for int8): each token row is cut into
+``E = 32 // itemsize`` (32 for 1-byte, 16 for 2-byte, 8 for 4-byte types): each token row is cut into
 32-byte pieces, and piece ``p`` of every slot of a block is stored together.
 """
 

@@ -29,7 +29,8 @@ def kv_cache(
     ----------
     new_kv : torch.Tensor
         ``[ntokens, hidden]``, or ``[batch, seq, num_heads, head_size]`` read as its flat token
-        list; float16, bfloat16 or int8, the dtype of ``past``. Any strides.
+        list; any 1-, 2- or 4-byte element type (docs/semantics.md#element-types), the dtype of
+        ``past``. Any strides.
     layer_id : int or torch.Tensor
         The layer to write: an int or a one-element integer tensor, ``0 <= layer_id < layers``.
     past : torch.Tensor
@@ -104,11 +105,12 @@ def paged_cache_load(
     Parameters
     ----------
     key_cache, value_cache : torch.Tensor
-        ND: ``[num_blocks, block_size, num_heads, head_size_{k,v}]``, same dtype, with
+        Any 1-, 2- or 4-byte element type each (docs/semantics.md#element-types).
+        ND: ``[num_blocks, block_size, num_heads, head_size_{k,v}]``, with
         ``num_heads * head_size * itemsize`` a multiple of 32 bytes.
         NZ: ``[num_blocks, num_heads * head_size_{k,v} // E, block_size, E]`` with
-        ``E = 32 // itemsize`` (16 for float16/bfloat16, 32 for int8), ``block_size % 16 == 0``,
-        rows of at most 147456 bytes; equal dtypes, or int8 keys with float16/bfloat16 values.
+        ``E = 32 // itemsize`` (32, 16 or 8), ``block_size % 16 == 0``, rows of at most 147456
+        bytes.
         Build NZ caches with :func:`ascend_kv.nd_to_nz`.
     block_table : torch.Tensor
         ``[batch, max_blocks]`` int32 or int64. Every entry a token needs must be in
@@ -192,10 +194,11 @@ def reshape_and_cache(
         ``[num_tokens, num_heads, head_size_v]``, ``value_cache.dtype``; None (with
         ``value_cache=None``) for the key-only mode (ND only; ATB's ``K_CACHE_V_BYPASS``, MLA).
     key_cache, value_cache : torch.Tensor
-        ND: ``[num_blocks, block_size, num_heads, head_size]``, one dtype (float16, bfloat16 or
-        int8) with ``key``/``value``, rows of any size. NZ: ``[num_blocks, num_heads * head_size
-        // E, block_size, E]`` with ``E = 32 // itemsize``, ``block_size % 16 == 0``, each head a
-        multiple of 32 bytes below 98304; keys float16/bfloat16/int8, values float16/bfloat16.
+        Any 1-, 2- or 4-byte element type each, the dtype of ``key``/``value``
+        (docs/semantics.md#element-types). ND: ``[num_blocks, block_size, num_heads, head_size]``,
+        rows of any size. NZ: ``[num_blocks, num_heads * head_size // E, block_size, E]`` with
+        ``E = 32 // itemsize``, ``block_size % 16 == 0``, each head a multiple of 32 bytes below
+        98304.
         The caches share ``num_blocks`` and ``block_size``; head sizes may differ (MLA 512 + 64).
         Written in place; strided views (column slices, blocks of one K/V buffer) are fine.
     slot_mapping : torch.Tensor

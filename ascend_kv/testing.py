@@ -84,7 +84,7 @@ def install_cache_ops(module: _Module) -> _Module:
     atb = getattr(module, "atb", None)
     if atb is None:
         atb = types.SimpleNamespace()
-        setattr(module, "atb", atb)
+        setattr(module, "atb", atb)  # noqa: B010  (module is any object: typed as such, not as a torch_npu)
     atb.npu_paged_cache_load = facade.atb.npu_paged_cache_load
     return module
 
@@ -107,20 +107,18 @@ if pytest is not None:
     @pytest.fixture
     def install_torch_npu_cache_ops() -> Iterator[Callable[[Any], Any]]:
         """:func:`install_cache_ops`, with every attribute it set put back after the test."""
-        undo: list[Callable[[], None]] = []
+        undo: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, present before, its value)
 
         def install(module: Any) -> Any:
-            for owner, name in [(module, n) for n in CACHE_OPS] + [(module, "atb")]:
-                had, old = hasattr(owner, name), getattr(owner, name, None)
-                undo.append(lambda owner=owner, name=name, had=had, old=old: (
-                    setattr(owner, name, old) if had else delattr(owner, name)))
-            atb = getattr(module, "atb", None)
-            if atb is not None:
-                had, old = hasattr(atb, "npu_paged_cache_load"), getattr(atb, "npu_paged_cache_load", None)
-                undo.append(lambda had=had, old=old, atb=atb: (
-                    setattr(atb, "npu_paged_cache_load", old) if had else delattr(atb, "npu_paged_cache_load")))
+            owners = [(module, name) for name in (*CACHE_OPS, "atb")]
+            if getattr(module, "atb", None) is not None:
+                owners.append((module.atb, "npu_paged_cache_load"))
+            undo.extend((owner, name, hasattr(owner, name), getattr(owner, name, None)) for owner, name in owners)
             return install_cache_ops(module)
 
         yield install
-        for step in reversed(undo):
-            step()
+        for owner, name, present, value in reversed(undo):
+            if present:
+                setattr(owner, name, value)
+            else:
+                delattr(owner, name)

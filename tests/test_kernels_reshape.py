@@ -19,10 +19,10 @@ import safe_reference
 import test_sim
 import torch
 from cases import (
+    DTYPE_PAIRS,
     EXTREMES,
     ND,
     NZ,
-    DTYPE_PAIRS,
     Case,
     bits_equal,
     cloned,

@@ -18,7 +18,17 @@ import safe_reference
 import test_sim
 import torch
 from cases import (
-    ANY_DTYPE_PAIRS, INT64_MAX, INT64_MIN, ND, NZ, bits_equal, cloned, mostly, random_bits, random_cache, row_shape,
+    ANY_DTYPE_PAIRS,
+    INT64_MAX,
+    INT64_MIN,
+    ND,
+    NZ,
+    bits_equal,
+    cloned,
+    mostly,
+    random_bits,
+    random_cache,
+    row_shape,
 )
 from hypothesis import given
 from hypothesis import strategies as st

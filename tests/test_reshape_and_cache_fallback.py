@@ -20,9 +20,9 @@ import safe_reference
 import torch
 from ascend_kv.cpu_fallback import native, on_device
 from cases import (
+    DTYPE_PAIRS,
     ND,
     NZ,
-    DTYPE_PAIRS,
     Case,
     IndexPutRecorder,
     bits,

@@ -11,6 +11,7 @@ torch_npu's documented semantics.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,8 @@ import pytest
 import torch
 import torch_npu_golden as golden
 from cases import bits_equal, random_bits
+from hypothesis import given
+from hypothesis import strategies as st
 from test_npu_path import NPU, kernel_library, soc  # noqa: F401  (fixtures: the kernels' host build, the SoC)
 
 import ascend_kv
@@ -392,9 +395,10 @@ def test_compress_arguments_are_not_implemented_and_named() -> None:
     k = torch.zeros(2, 1, 16, dtype=torch.float16)
     kc = torch.zeros(2, 1, 16, 16, dtype=torch.float16)
     slots = torch.tensor([0, 1], dtype=I32)
-    for given in ({"compress_lens": slots}, {"seq_lens": slots, "compress_seq_offsets": slots}):
-        with pytest.raises(NotImplementedError, match=" and ".join([]) or next(iter(given))):
-            facade.npu_scatter_pa_kv_cache(k, k, kc, kc.clone(), slots, **given)
+    for compress in ({"compress_lens": slots}, {"seq_lens": slots, "compress_seq_offsets": slots}):
+        with pytest.raises(NotImplementedError) as info:
+            facade.npu_scatter_pa_kv_cache(k, k, kc, kc.clone(), slots, **compress)
+        assert all(name in str(info.value) for name in compress), info.value
     with pytest.raises(NotImplementedError, match="4-D key"):
         facade.npu_scatter_pa_kv_cache(k.view(1, 2, 1, 16), k.view(1, 2, 1, 16), kc, kc.clone(), slots)
     assert not kc.any()
@@ -447,6 +451,11 @@ def compiled_steps() -> list[tuple[str, Callable[..., Any], Callable[[], tuple[A
         caches = [facade.npu_format_cast(random_bits((2, 2, 16, 16), torch.float16, s), 29) for s in (79, 80)]
         return (k, *caches, torch.tensor([5, -1, 20], dtype=I32))
 
+    def nz_plain() -> tuple[Any, ...]:
+        k = random_bits((3, 2, 16), torch.float16, 81)
+        caches = [random_bits((2, 2, 16, 16), torch.float16, s) for s in (82, 83)]
+        return (k, *caches, torch.tensor([5, -1, 20], dtype=I32))
+
     def reshape(k: Any, kc: Any, vc: Any, s: Any) -> Any:
         facade._npu_reshape_and_cache(key=k, value=k, key_cache=kc, value_cache=vc, slot_indices=s)
         return kc, vc
@@ -463,12 +472,18 @@ def compiled_steps() -> list[tuple[str, Callable[..., Any], Callable[[], tuple[A
         facade.npu_gather_pa_kv_cache(kc, vc, t, n, key=k, value=v)
         return k, v
 
+    def cast_inside(k: Any, kc: Any, vc: Any, s: Any) -> Any:
+        kc, vc = facade.npu_format_cast(kc, 29), facade.npu_format_cast(vc, 29)
+        facade._npu_reshape_and_cache(k, k, kc, vc, s)
+        return kc, vc, torch.tensor(facade.get_npu_format(kc))
+
     def atb_load(kc: Any, vc: Any, t: Any, n: Any, k: Any, v: Any) -> Any:
         return facade.atb.npu_paged_cache_load(kc, vc, torch.where(t < 0, 0, t) % 3, n, key=k, value=v)
 
     return [("_npu_reshape_and_cache", reshape, nd), ("_npu_reshape_and_cache_siso", siso, nd),
             ("npu_scatter_pa_kv_cache", scatter, nz5), ("npu_gather_pa_kv_cache", gather, load),
-            ("atb.npu_paged_cache_load", atb_load, load), ("npu_format_cast + _npu_reshape_and_cache", reshape, nz_cast)]
+            ("atb.npu_paged_cache_load", atb_load, load), ("npu_format_cast + _npu_reshape_and_cache", reshape, nz_cast),
+            ("npu_format_cast and get_npu_format in the step", cast_inside, nz_plain)]
 
 
 @pytest.mark.parametrize(("name", "step", "inputs"), compiled_steps(), ids=[s[0] for s in compiled_steps()])
@@ -482,3 +497,44 @@ def test_each_function_compiles_fullgraph_and_traces_as_our_operator(name: str, 
     graph = torch.fx.experimental.proxy_tensor.make_fx(step)(*inputs())
     ops = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
     assert any(op.startswith("ascend_kv.") for op in ops), ops
+
+
+@st.composite
+def gather_calls(draw: st.DrawFn) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
+    """Any ``npu_gather_pa_kv_cache`` call on small shapes: tables with -1, ids past num_blocks and rows
+    too short, cumsum or not, seq_offset or not, ND or NZ (FRACTAL_NZ caches), every dtype pair."""
+    from cases import ANY_DTYPE_PAIRS
+
+    nz = draw(st.booleans())
+    key_dtype, value_dtype = draw(st.sampled_from(ANY_DTYPE_PAIRS))
+    block_size = draw(st.sampled_from([16, 32] if nz else [1, 3, 16]))
+    num_blocks, batch, columns = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    lens = [draw(st.integers(0, (columns + 1) * block_size)) for _ in range(batch)]
+    table = torch.tensor([[draw(st.integers(-2, num_blocks + 1)) for _ in range(columns)] for _ in range(batch)],
+                         dtype=draw(st.sampled_from([torch.int32, torch.int64])))
+    cumsum = not nz and draw(st.booleans())
+    seq_lens = torch.tensor([0, *itertools.accumulate(lens)] if cumsum else lens, dtype=table.dtype)
+    seq_offset = (torch.tensor([draw(st.integers(0, 2 * block_size)) for _ in lens], dtype=table.dtype)
+                  if not nz and draw(st.booleans()) else None)
+    rows = sum(lens) + draw(st.integers(0, 2))
+    seed = draw(st.integers(0, 2**31))
+    caches, outs = [], []
+    for i, dtype in enumerate((key_dtype, value_dtype)):
+        e = 32 // dtype.itemsize
+        if nz:
+            cache = facade.npu_format_cast(random_bits((num_blocks, 2, block_size, e), dtype, seed + i), 29)
+            out = random_bits((rows, 2 * e), dtype, seed + 2 + i)
+        else:
+            cache = random_bits((num_blocks, block_size, 1, e), dtype, seed + i)
+            out = random_bits((rows, 1, e), dtype, seed + 2 + i)
+        caches.append(cache)
+        outs.append(out)
+    return (*caches, table, seq_lens, *outs), {"seq_offset": seq_offset, "is_seq_lens_cumsum": cumsum}, nz
+
+
+@given(call=gather_calls())
+def test_gather_zero_fills_like_torch_npus_golden(backend: str, call: Any) -> None:
+    args, kwargs, nz = call
+    want = golden.gather(*args, kwargs["seq_offset"], kwargs["is_seq_lens_cumsum"], nz=nz)
+    facade.npu_gather_pa_kv_cache(*args, **kwargs)
+    assert_bits([(args[4], want[0]), (args[5], want[1])])
