@@ -24,6 +24,10 @@ def test_wheel_holds_only_the_ascend_kv_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "ascend_kv/cpu_fallback/__init__.py" in names
     assert "ascend_kv/py.typed" in names
+    assert {"ascend_kv/compat/torch_npu.py", "ascend_kv/testing.py"} <= set(names)
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pytest11]" in text and "ascend_kv.testing = ascend_kv.testing" in text
 
 
 def test_fallback_imports_only_under_ascend_kv(tmp_path: Path) -> None:

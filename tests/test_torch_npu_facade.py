@@ -388,6 +388,13 @@ def test_the_pytest_fixtures(stand_in_torch_npu: Any, install_torch_npu_cache_op
     assert mock._npu_reshape_and_cache is facade._npu_reshape_and_cache
 
 
+def test_the_installed_distribution_registers_the_pytest_plugin() -> None:
+    from importlib.metadata import entry_points
+
+    plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert plugins.get("ascend_kv.testing") == "ascend_kv.testing"
+
+
 # ----------------------------------------------------------------------------- errors: named, nothing written
 
 
