@@ -131,35 +131,50 @@ def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), tensor.data_ptr() + (last_element + 1) * tensor.element_size()
 
 
-def _row_interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` share no byte because their rows (dimension 0) start the same number
-    of bytes apart in both, and within that step each one's rows cover bytes the other's do not
-    (e.g. ``buf[:, 0]`` and ``buf[:, 1]`` of one ``[n, 2, h]`` buffer, or the two column ranges
-    of one ``[n, k + v]`` buffer)."""
-    if a.dim() == 0 or b.dim() == 0:
-        return False
-    step = a.stride(0) * a.element_size()
-    if step <= 0 or step != b.stride(0) * b.element_size():
-        return False
-    spans = [(sum((n - 1) * s for n, s in zip(t.shape[1:], t.stride()[1:])) + 1) * t.element_size() for t in (a, b)]
-    if max(spans) > step:
-        return False
-    a_at, b_at = a.data_ptr() % step, b.data_ptr() % step                      # every row's first byte, modulo step
-    return (b_at - a_at) % step >= spans[0] and (a_at - b_at) % step >= spans[1]
+def _window(tensor: torch.Tensor, period: int) -> tuple[int, int] | None:
+    """``(first, length)``: every byte of ``tensor`` lies, modulo ``period``, in the ``length`` bytes
+    from ``first`` (wrapping); None when that window would not fit in one period.
+
+    Dimensions whose byte strides are multiples of ``period`` move whole periods; the others
+    (e.g. the columns of a column slice) make the window.
+    """
+    size = tensor.element_size()
+    length = size
+    for n, stride in zip(tensor.shape, tensor.stride()):
+        if n > 1 and (stride * size) % period:
+            length += (n - 1) * stride * size
+    return (tensor.data_ptr() % period, length) if length <= period else None
+
+
+def _interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` provably share no byte because, for some period (a byte stride of
+    either), each one's bytes fall in a window of every period that the other's window misses:
+    ``buf[..., :k]`` and ``buf[..., k:]`` of one ``[n, bs, h, k + v]`` buffer (MLA), or
+    ``buf[:, 0]`` and ``buf[:, 1]`` of one ``[n, 2, ...]`` buffer (K and V block by block)."""
+    size_a, size_b = a.element_size(), b.element_size()
+    periods = {s * size_a for n, s in zip(a.shape, a.stride()) if n > 1 and s > 0}
+    periods |= {s * size_b for n, s in zip(b.shape, b.stride()) if n > 1 and s > 0}
+    for period in sorted(periods):
+        a_window, b_window = _window(a, period), _window(b, period)
+        if a_window is not None and b_window is not None:
+            (a_at, a_len), (b_at, b_len) = a_window, b_window
+            if (b_at - a_at) % period >= a_len and (a_at - b_at) % period >= b_len:
+                return True
+    return False
 
 
 def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two non-empty tensors on one device may share a byte: their address ranges meet, and
-    they are not rows interleaved apart. Rarer views that share no byte may still answer True."""
+    they are not interleaved apart. Rarer views that share no byte may still answer True."""
     a_first, a_end = _memory_span(a)
     b_first, b_end = _memory_span(b)
-    return a_first < b_end and b_first < a_end and not _row_interleaved_apart(a, b)
+    return a_first < b_end and b_first < a_end and not _interleaved_apart(a, b)
 
 
 def require_apart(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
     """``ValueError`` when output ``out`` may share memory with a tensor the call reads while writing.
 
-    The test is on address ranges and interleaved rows (:func:`_may_share_memory`), so it may
+    The test is on address ranges and interleaved windows (:func:`_may_share_memory`), so it may
     also reject rarer views that share no element; what would run instead is a read of
     half-written data.
     """

@@ -266,6 +266,67 @@ def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.D
     assert not ascend_kv.checks._may_share_memory(right, left)
 
 
+@given(views=st.integers(0, 3), data=st.data())
+def test_column_slices_of_higher_rank_buffers_are_apart(views: int, data: st.DataObject) -> None:
+    """Column ranges of one ``[nb, bs, h, w]`` buffer (MLA's 512 + 64 split) share no byte, at any
+    rank; one column more on either side does."""
+    shape = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
+    width = data.draw(st.integers(2, 12))
+    buffer = torch.zeros(*shape, width, dtype=torch.float16)
+    split = data.draw(st.integers(1, width - 1))
+    left, right = buffer[..., :split], buffer[..., split:]
+    assert not ascend_kv.checks._may_share_memory(left, right)
+    assert not ascend_kv.checks._may_share_memory(right, left)
+    assert ascend_kv.checks._may_share_memory(buffer[..., : split + 1], right)
+
+
+def _mla_buffer() -> torch.Tensor:
+    return torch.zeros(4, 16, 1, 576, dtype=torch.float16)
+
+
+def test_reshape_and_cache_writes_k_and_v_as_column_slices_of_one_buffer() -> None:
+    """MLA's ``[nb, bs, 1, 576]`` buffer split 512 + 64 into key_cache and value_cache (the issue's repro)."""
+    buf = _mla_buffer()
+    key, value = torch.ones(2, 1, 512, dtype=torch.float16), torch.full((2, 1, 64), 2.0, dtype=torch.float16)
+    ascend_kv.reshape_and_cache(key, value, buf[..., :512], buf[..., 512:], torch.tensor([0, 5]))
+    want = _mla_buffer()
+    want[0, [0, 5], :, :512], want[0, [0, 5], :, 512:] = 1.0, 2.0
+    assert bits_equal(buf, want)
+
+
+def test_reshape_and_cache_rejects_column_slices_that_overlap_by_one_column() -> None:
+    buf = _mla_buffer()
+    key, value = torch.ones(2, 1, 512, dtype=torch.float16), torch.ones(2, 1, 65, dtype=torch.float16)
+    with pytest.raises(ValueError, match="value_cache shares memory with key_cache"):
+        ascend_kv.reshape_and_cache(key, value, buf[..., :512], buf[..., 511:], torch.tensor([0, 5]))
+    assert not buf.any()
+
+
+def test_paged_cache_load_reads_and_writes_column_slices_of_one_buffer() -> None:
+    """Caches as column slices of one buffer, outputs as column slices of another: accepted, exact;
+    outputs overlapping by one column: refused, nothing written."""
+    cache = random_bits((4, 16, 1, 576), torch.float16, seed=21)
+    out = torch.zeros(20, 1, 576, dtype=torch.float16)
+    table, lens = torch.tensor([[2, 0]], dtype=torch.int32), torch.tensor([20], dtype=torch.int32)
+    ascend_kv.paged_cache_load(cache[..., :512], cache[..., 512:], table, lens, kv_cache_cfg=ND,
+                               key=out[..., :512], value=out[..., 512:])
+    assert bits_equal(out, torch.cat([cache[2], cache[0]])[:20])
+    overlapping = torch.zeros(20, 1, 577, dtype=torch.float16)
+    with pytest.raises(ValueError, match="value shares memory with key"):
+        ascend_kv.paged_cache_load(cache[..., :512], cache[..., 512:], table, lens, kv_cache_cfg=ND,
+                                   key=overlapping[..., :512], value=overlapping[..., 511:575])
+    assert not overlapping.any()
+
+
+def test_kv_cache_reads_new_kv_from_columns_beside_past() -> None:
+    """new_kv in columns of a buffer that past's rows do not reach is not an alias of past."""
+    buf = torch.zeros(1, 1, 8, 128, dtype=torch.float16)
+    past, new_kv = buf[..., :64], buf[0, 0, :2, 64:]
+    new_kv.fill_(3.0)
+    ascend_kv.kv_cache(new_kv, 0, past, torch.tensor([2]), torch.tensor([2]))
+    assert bits_equal(past[0, 0, :2], new_kv) and not past[0, 0, 2:].any()
+
+
 # ----------------------------------------------------------------------------- what is written: its own memory, writable, plain
 
 
