@@ -11,6 +11,10 @@ Subcommands:
 ``demo ...`` / ``bench ...``
     :func:`ascend_kv.demo.main` / :func:`ascend_kv.bench.main` with the remaining arguments.
 
+In every subcommand a bad setting (``ASCEND_KV_BACKEND``, ``ASCEND_KV_VALIDATE``) or a forced
+backend that cannot run is one line on stderr and exit status 2; a reader that closes stdout
+(``ascend-kv demo | head``) ends the command quietly, with status 0.
+
 Importing :mod:`ascend_kv` first (as running this module does) makes ``import torch``
 survive torch_npu without CANN; see :mod:`ascend_kv.autoload`.
 """

@@ -81,10 +81,9 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
                     "seq_starts": torch.tensor(starts, dtype=torch.int32) if seq_starts else None}
     rows = sum(lens)
     key_row, value_row = ((heads, head_k), (heads, head_v)) if layout == ND else ((heads * head_k,), (heads * head_v,))
-    outputs = {"key": torch.zeros((rows, *key_row), dtype=key_dtype),
-               "value": torch.zeros((rows, *value_row), dtype=value_dtype)}
+    key_out, value_out = torch.zeros((rows, *key_row), dtype=key_dtype), torch.zeros((rows, *value_row), dtype=value_dtype)
     if give_outputs:
-        kwargs.update(outputs)
+        kwargs.update(key=key_out, value=value_out)
     args = (key_cache, value_cache, table, context_lens)
     token_bytes = (key_cache[0].numel() * key_cache.element_size() + value_cache[0].numel()
                    * value_cache.element_size()) // block_size
@@ -95,7 +94,7 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
                                                               if k not in ("key", "value")}),
         decide=lambda: library.decision(checks.paged_cache_load(*args, **kwargs)[0]),
         bytes_moved=2 * sum(lens) * token_bytes,
-        run_into=None if give_outputs else lambda: paged_cache_load(*args, **kwargs, **outputs),
+        run_into=None if give_outputs else lambda: paged_cache_load(*args, **kwargs, key=key_out, value=value_out),
     )
 
 
@@ -201,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds, outputs = _median_seconds(scenario.run, args.repeats)
             expected = scenario.reference()
             ok = all(_same_bits(o, r) for o, r in zip(outputs, expected))
-            lines = [f"{decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
-                     f"read+write; bit-exact vs reference: {'yes' if ok else 'NO'}"]
+            lines = [(f"{decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
+                      f"read+write; bit-exact vs reference: {'yes' if ok else 'NO'}")]
             if scenario.run_into is not None:
                 into_seconds, into_outputs = _median_seconds(scenario.run_into, args.repeats)
                 into_ok = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))

@@ -26,8 +26,7 @@ def test_wheel_holds_only_the_ascend_kv_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "ascend_kv/cpu_fallback/__init__.py" in names
     assert "ascend_kv/py.typed" in names
-    (license_file,) = [name for name in names if name.endswith(".dist-info/licenses/LICENSE")
-                       or name.endswith(".dist-info/LICENSE")]
+    (license_file,) = [name for name in names if name.endswith((".dist-info/licenses/LICENSE", ".dist-info/LICENSE"))]
     assert b"Apache License\n                           Version 2.0" in zipfile.ZipFile(wheel).read(license_file)
     # Installed from the wheel, `ascend-kv info` gives a library hint that is true there: no scripts/ folder.
     target = tmp_path / "site"

@@ -3,7 +3,7 @@
 The host build (CMake target ``ascend_kv_host``: the kernel sources against the host model of
 the AscendC API, the tiling and the shared op binding) is built on first use with CMake and
 cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), keyed by a hash of every
-source file and the build settings, so an edited source is rebuilt. The library registers
+source file and the build settings, so an edited source is rebuilt (a build says so on stderr). The library registers
 ``torch.ops.ascend_kv_host.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for CPU and
 PrivateUse1; this
 module loads it and calls them. It is a test instrument: a kernel breaking an API rule (the
