@@ -380,16 +380,33 @@ def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
 
 
 class IndexPutRecorder(TorchDispatchMode):
-    """Records the (indices, values) of every ``index_put_`` call."""
+    """Records the (indices, values, accumulate) of every ``index_put_`` call."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+        self.calls: list[tuple[list[torch.Tensor], torch.Tensor, bool]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
-            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
+            accumulate = bool(args[3]) if len(args) > 3 else bool((kwargs or {}).get("accumulate", False))
+            self.calls.append(([i.clone() for i in args[1]], args[2].clone(), accumulate))
         return func(*args, **(kwargs or {}))
+
+    def require_one_change_per_place(self) -> None:
+        """Every write adds (integer bits) and no place gets two non-zero additions, so the result
+        is defined on a parallel device and a place the call does not name changes no byte."""
+        for indices, values, accumulate in self.calls:
+            assert accumulate, "index_put_ without accumulate: a skipped token would rewrite bytes it read"
+            changed: set[tuple[int, ...]] = set()
+            for t, place in enumerate(zip(*(i.tolist() for i in indices))):
+                if values[t].any():
+                    assert place not in changed, f"{place} changed twice"
+                    changed.add(place)
+
+    def require_no_change(self) -> None:
+        """Every recorded write adds zero: the call changes no byte, even beside a concurrent writer."""
+        for _, values, accumulate in self.calls:
+            assert accumulate and not values.any()
 
 
 # ----------------------------------------------------------------------------- judges: the reference's result, or a named error and no write
