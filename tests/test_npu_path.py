@@ -25,6 +25,7 @@ from cases import (
     Case,
     bits_equal,
     cloned,
+    empty_calls,
     garbage_kv_args,
     garbage_paged_args,
     kv_cache_cases,
@@ -320,3 +321,19 @@ def test_library_checks_direct_calls(kernel_library: None, monkeypatch: pytest.M
     with pytest.raises(RuntimeError, match="block_table"):
         ops.paged_cache_load(key_cache, value_cache, table.float(), lens, None, case.kwargs["key"],
                              case.kwargs["value"], 1, False)
+
+
+@pytest.mark.parametrize("name", sorted(empty_calls()))
+def test_an_empty_call_is_a_no_op_on_the_npu(soc: str, name: str) -> None:
+    """Empty tensors with strides outside the kernels' domain: the kernels take the call where they
+    run (the device fallback is barred there), nothing is read back, every tensor keeps its bits."""
+    operation, case = empty_calls()[name]
+    expected = case.cloned()
+    getattr(reference, operation)(*expected.args, **expected.kwargs)
+    on_npu = Case(tuple(t.to(NPU) if isinstance(t, torch.Tensor) else t for t in case.args),
+                  {k: t.to(NPU) if isinstance(t, torch.Tensor) else t for k, t in case.kwargs.items()})
+    assert [t.stride() for t in on_npu.tensors()] == [t.stride() for t in case.tensors()]
+    _, seen, fallbacks = run(getattr(ascend_kv, operation), on_npu)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+    assert all(bits_equal(host(got), want) for got, want in zip(on_npu.tensors(), expected.tensors()))
