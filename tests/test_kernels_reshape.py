@@ -320,8 +320,8 @@ def _call() -> dict[str, object]:
         ({"slot_mapping": torch.tensor([1.0, 2.0])}, "slot_mapping must be int32 or int64, got Float"),
         ({"slot_mapping": torch.tensor([[1, 2]])}, "slot_mapping must be 1-D [n], got shape [1, 2]"),
         ({"key_cache": torch.zeros((1, 8, 2, 7), dtype=torch.float16).expand(4, 8, 2, 7)},
-         "key_cache is written in place, so each element needs its own memory, but sizes [4, 8, 2, 7] with strides "
-         "[0, 14, 7, 1]"),
+         ("key_cache is written in place, so each element needs its own memory, but sizes [4, 8, 2, 7] with strides "
+          "[0, 14, 7, 1]")),
         ({"value_cache": torch.zeros(4 * 8 * 10, dtype=torch.float16).as_strided((4, 8, 2, 5), (79, 10, 5, 1))},
          "value_cache is written in place, so each element needs its own memory"),
         ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, "slot_mapping must be contiguous"),

@@ -363,8 +363,8 @@ def test_paged_binding_checks_every_tensor(change: dict[str, object], message: s
         (3, torch.tensor([2, 2], dtype=torch.int16), "seq_len must be int32 or int64, got Short"),
         (1, random_bits((2, 2, 32, 8), torch.float16, 2).transpose(2, 3), "past's rows (dim 3) must be contiguous"),
         (1, torch.zeros((2, 1, 8, 32), dtype=torch.float16).expand(2, 2, 8, 32),
-         "past is written in place, so each element needs its own memory, but sizes [2, 2, 8, 32] with strides "
-         "[256, 0, 32, 1]"),
+         ("past is written in place, so each element needs its own memory, but sizes [2, 2, 8, 32] with strides "
+          "[256, 0, 32, 1]")),
         (2, torch.tensor([[4, 2]]), "token_offset must be 1-D [batch], got shape [1, 2]"),
         (3, torch.tensor([[2], [2]]), "seq_len must be 1-D [batch], got shape [2, 1]"),
     ],
