@@ -40,7 +40,8 @@ def test_paged_cache_load_of_column_sliced_caches_with_long_rows(backend: str) -
 @pytest.mark.parametrize("head_size", [LONG + 3, 65_536])  # a strided 80,006-byte row; 131,072-byte rows
 def test_reshape_and_cache_of_long_rows(backend: str, head_size: int) -> None:
     fused = random_bits((3, 2 * head_size + 8), H, 4)  # key and value column slices of one buffer
-    key, value = fused[:, :head_size].unflatten(1, (1, head_size)), fused[:, head_size:2 * head_size].unflatten(1, (1, head_size))
+    key = fused[:, :head_size].unflatten(1, (1, head_size))
+    value = fused[:, head_size:2 * head_size].unflatten(1, (1, head_size))
     key_cache, value_cache = (random_bits((2, 4, 1, head_size), H, seed) for seed in (5, 6))
     slots = torch.tensor([1, 2, 7])  # a run of two consecutive slots, then one in the next block
     expected = reference.reshape_and_cache(key, value, key_cache.clone(), value_cache.clone(), slots)

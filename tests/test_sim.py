@@ -334,13 +334,15 @@ def _paged_call() -> dict[str, object]:
         # written tensors: rows 32 elements apart are distinct, 31 apart overlap (an expand() view shares all)
         ({"key": torch.zeros(5 * 32, dtype=torch.float16).as_strided((5, 2, 16), (32, 16, 1))}, None),
         ({"key": torch.zeros(5 * 32, dtype=torch.float16).as_strided((5, 2, 16), (31, 16, 1))},
-         "key is written in place, so each element needs its own memory, but sizes [5, 2, 16] with strides [31, 16, 1]"),
+         ("key is written in place, so each element needs its own memory, but sizes [5, 2, 16] with strides "
+          "[31, 16, 1]")),
         ({"value": torch.zeros((1, 2, 16), dtype=torch.float16).expand(5, 2, 16)},
          "value is written in place, so each element needs its own memory"),
         # index tensors: the rank as well as the entry count
         ({"context_lens": torch.tensor([[5]])}, "context_lens must be 1-D [batch], got shape [1, 1]"),
         ({"seq_starts": torch.tensor([[0]])}, "seq_starts must be 1-D [batch], got shape [1, 1]"),
-        ({"cumsum": True, "context_lens": torch.tensor([[0, 5]])}, "context_lens must be 1-D [batch + 1], got shape [1, 2]"),
+        ({"cumsum": True, "context_lens": torch.tensor([[0, 5]])},
+         "context_lens must be 1-D [batch + 1], got shape [1, 2]"),
         ({"block_table": torch.tensor([1, 2])}, "block_table must be 2-D [batch, max_blocks], got shape [2]"),
     ],
 )
