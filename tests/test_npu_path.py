@@ -10,6 +10,7 @@ upload, so "a call never waits for the device" is a number here.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -321,6 +322,14 @@ def test_library_checks_direct_calls(kernel_library: None, monkeypatch: pytest.M
     with pytest.raises(RuntimeError, match="block_table"):
         ops.paged_cache_load(key_cache, value_cache, table.float(), lens, None, case.kwargs["key"],
                              case.kwargs["value"], 1, False)
+    key = case.kwargs["key"]
+    before = host(key).clone()
+    with pytest.raises(RuntimeError, match="key is written in place, so each element needs its own memory"):
+        ops.paged_cache_load(key_cache, value_cache, table, lens, None, key[:1].expand(key.shape), case.kwargs["value"],
+                             1, False)
+    with pytest.raises(RuntimeError, match=re.escape("context_lens must be 1-D [batch], got shape [2, 1]")):
+        ops.paged_cache_load(key_cache, value_cache, table, lens[:, None], None, key, case.kwargs["value"], 1, False)
+    assert bits_equal(host(key), before)  # a refused call wrote nothing
 
 
 @pytest.mark.parametrize("name", sorted(empty_calls()))
