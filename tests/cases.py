@@ -489,3 +489,33 @@ def argument(op: str, case: Case, name: str) -> Any:
     """Argument ``name`` of ``case``, a call of ``op``."""
     names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
     return case.args[names.index(name)] if name in names else case.kwargs[name]
+
+
+# ----------------------------------------------------------------------------- empty calls with any strides
+
+
+def empty_calls() -> dict[str, tuple[str, Case]]:
+    """``{name: (operation, call)}``: calls with nothing to move whose empty tensors have strides
+    outside the kernels' domain (rows not contiguous: column slices, steps); each is a no-op."""
+    h = torch.float16
+    no_index = torch.zeros(0, dtype=torch.int32)
+    two_zeros = torch.zeros(2, dtype=torch.int32)
+    sliced_cache = torch.zeros(0, 16, 2, 16, dtype=h)[..., :8]   # 0 blocks, column-sliced
+    sliced_rows = torch.zeros(0, 2, 11, dtype=h)
+    return {
+        "kv_cache strided new_kv": ("kv_cache", Case(
+            (torch.zeros(0, 64, dtype=h)[:, ::2], 0, random_bits((1, 2, 8, 32), h, 1), two_zeros, two_zeros.clone()))),
+        "kv_cache empty strided past": ("kv_cache", Case(
+            (torch.zeros(0, 32, dtype=h), 0, torch.zeros(1, 0, 8, 64, dtype=h)[..., ::2], no_index, no_index))),
+        "paged_cache_load 0-block sliced caches": ("paged_cache_load", Case(
+            (sliced_cache, sliced_cache.clone(), torch.zeros(1, 0, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)),
+            {"kv_cache_cfg": ND, "key": sliced_rows[..., :8], "value": sliced_rows.clone()[..., 3:]})),
+        "reshape_and_cache sliced key, key only": ("reshape_and_cache", Case(
+            (sliced_rows[..., :8], None, random_bits((2, 16, 2, 8), h, 2), None, no_index))),
+        "reshape_and_cache sliced key and value": ("reshape_and_cache", Case(
+            (sliced_rows[..., :8], sliced_rows[..., 3:], random_bits((2, 16, 2, 8), h, 3),
+             random_bits((2, 16, 2, 8), h, 4), no_index))),
+        "reshape_and_cache 0-block sliced caches": ("reshape_and_cache", Case(
+            (torch.zeros(0, 2, 8, dtype=h), torch.zeros(0, 2, 8, dtype=h), sliced_cache, sliced_cache.clone(),
+             no_index))),
+    }

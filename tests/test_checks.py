@@ -3,6 +3,7 @@ that nothing was written. The checks run before dispatch, so one backend is enou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -345,6 +346,35 @@ def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> 
         with pytest.raises(ValueError, match=f"{name} is written in place"):
             ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=ND, **outputs)
         assert not any(t.any() for t in outputs.values())
+
+
+def test_direct_operator_calls_refuse_shared_elements_and_index_tensors_of_another_rank() -> None:
+    """torch.ops.ascend_kv.* check what the public functions check: a written tensor whose elements
+    share memory, and an index tensor with the right entry count but the wrong rank, are ValueErrors
+    naming the argument, and nothing is written."""
+    h = torch.float16
+    ops = torch.ops.ascend_kv
+    cache = torch.ones(2, 16, 1, 16, dtype=h)
+    shared_rows = torch.zeros(1, 1, 16, dtype=h).expand(16, 1, 16)
+    with pytest.raises(ValueError, match="key is written in place"):
+        ops.paged_cache_load.into(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=1,
+                                  key=shared_rows, value=torch.zeros(16, 1, 16, dtype=h))
+    with pytest.raises(ValueError, match=re.escape("context_lens must be a 1-D tensor [batch], got shape (1, 1)")):
+        ops.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([[16]]), kv_cache_cfg=1)
+    shared_blocks = torch.zeros(1, 16, 1, 16, dtype=h).expand(2, 16, 1, 16)
+    for call in (ops.reshape_and_cache, ascend_kv.reshape_and_cache):
+        with pytest.raises(ValueError, match="key_cache is written in place"):
+            call(torch.ones(2, 1, 16, dtype=h), None, shared_blocks, None, torch.tensor([0, 17]))
+        assert not shared_blocks.any()
+    with pytest.raises(ValueError, match=re.escape("slot_mapping must be a 1-D tensor [batch], got shape (1, 2)")):
+        ops.reshape_and_cache(torch.ones(2, 1, 16, dtype=h), None, torch.zeros(2, 16, 1, 16, dtype=h), None,
+                              torch.tensor([[0, 17]]))
+    with pytest.raises(ValueError, match="past is written in place"):
+        ops.kv_cache(torch.ones(2, 16, dtype=h), 0, torch.zeros(1, 1, 4, 16, dtype=h).expand(1, 2, 4, 16),
+                     torch.tensor([1, 1]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match=re.escape("token_offset must be a 1-D tensor [batch], got shape (1, 2)")):
+        ops.kv_cache(torch.ones(2, 16, dtype=h), 0, torch.zeros(1, 2, 4, 16, dtype=h), torch.tensor([[1, 1]]),
+                     torch.tensor([1, 1]))
 
 
 def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:
