@@ -262,7 +262,7 @@ def reshape_and_cache_case(
 @st.composite
 def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
     """Any valid ``reshape_and_cache`` call on small shapes: ND rows of any size, NZ in its six dtype pairs,
-    key only, padding slots, fewer slots than tokens, strided inputs and caches."""
+    key only, padding slots, slots named twice, fewer slots than tokens, strided inputs and caches."""
     kv_cache_cfg = draw(st.sampled_from(["nd", "nz"]))
     if kv_cache_cfg == "nd":
         key_dtype = value_dtype = draw(st.sampled_from(CACHE_DTYPES))
@@ -278,6 +278,7 @@ def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
     num_blocks = draw(st.integers(1, 4))
     index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
     written = draw(st.lists(st.integers(0, num_blocks * block_size - 1), unique=True, max_size=12))
+    written += draw(st.lists(st.sampled_from(written), max_size=3)) if written else []    # duplicates: the last wins
     padding = draw(st.lists(st.sampled_from([-1, -2, -(2**31)]), max_size=3))
     slots = draw(st.permutations(written + padding))
     return reshape_and_cache_case(
