@@ -13,6 +13,7 @@ no loop over tokens.
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import math
@@ -317,10 +318,27 @@ def bool_argument(name: str, value: object) -> bool:
     return bool(value)
 
 
+def _member(member: enum.Enum) -> str:
+    return f"{type(member).__qualname__}.{member.name}"
+
+
+def _same_layout(member: enum.Enum) -> str:
+    """The name, in the other layout enum, of the layout an enum member names (by its name)."""
+    nz = "NZ" in member.name
+    if isinstance(member, KvCacheCfg):
+        return "K_CACHE_V_CACHE_NZ" if nz else "K_CACHE_V_CACHE"
+    return "K_CACHE_V_CACHE_NZ" if nz else "K_CACHE_V_CACHE_ND"
+
+
 def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
     """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
     if type(value) is KvCacheCfg:  # the common case, without the ABC test below
         return value
+    if isinstance(value, enum.Enum):
+        raise TypeError(
+            f"kv_cache_cfg must be a KvCacheCfg, 0, 1, 'nz' or 'nd', got {_member(value)}, a member of another enum "
+            f"(ReshapeAndCacheParam.KvCacheCfg numbers ND 0, key-only 1, NZ 2): pass KvCacheCfg.{_same_layout(value)}"
+        )
     if isinstance(value, str):
         by_name = {"nz": KvCacheCfg.K_CACHE_V_CACHE_NZ, "nd": KvCacheCfg.K_CACHE_V_CACHE_ND}
         if value.lower() in by_name:
@@ -435,6 +453,26 @@ def check_kv_cache(
 
 
 # ----------------------------------------------------------------------------- paged_cache_load
+
+
+def _load_cache_shapes(
+    layout: KvCacheCfg, key_cache: torch.Tensor, value_cache: torch.Tensor
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """:func:`check_cache_shapes` for ``paged_cache_load``, whose default layout is NZ (ATB's): an NZ
+    shape error on caches that are valid ND says to pass ``kv_cache_cfg="nd"``."""
+    try:
+        return check_cache_shapes(layout, key_cache, value_cache)
+    except ValueError as error:
+        if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+            raise
+        try:
+            check_cache_shapes(KvCacheCfg.K_CACHE_V_CACHE_ND, key_cache, value_cache)
+        except (TypeError, ValueError):
+            raise error from None
+        raise ValueError(
+            f"{error}. The caches are valid ND caches [num_blocks, block_size, num_heads, head_size]: pass "
+            f"kv_cache_cfg='nd' (paged_cache_load reads NZ by default, as ATB does)"
+        ) from None
 
 
 def check_cache_shapes(
@@ -617,7 +655,7 @@ def paged_cache_load(
         raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
     if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
         raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
-    num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
+    num_blocks, block_size, key_row, value_row = _load_cache_shapes(layout, key_cache, value_cache)
 
     table = index_tensor("block_table", block_table, ndim=2, allow_meta=meta)
     lens_tensor = index_tensor("context_lens", context_lens, allow_meta=meta)
@@ -727,6 +765,12 @@ def reshape_and_cache_cfg_argument(value: object) -> tuple[KvCacheCfg, bool]:
     if type(value) is cfg:
         return (KvCacheCfg.K_CACHE_V_CACHE_NZ, False) if value == cfg.K_CACHE_V_CACHE_NZ else (
             KvCacheCfg.K_CACHE_V_CACHE_ND, value == cfg.K_CACHE_V_BYPASS)
+    if isinstance(value, enum.Enum):
+        raise TypeError(
+            f"kv_cache_cfg must be 'nd', 'nz' or a ReshapeAndCacheParam.KvCacheCfg member, got {_member(value)}, a member "
+            f"of another enum (KvCacheCfg numbers NZ 0, ND 1): pass ReshapeAndCacheParam.KvCacheCfg."
+            f"{_same_layout(value)}"
+        )
     if isinstance(value, str):
         by_name = {"nd": KvCacheCfg.K_CACHE_V_CACHE_ND, "nz": KvCacheCfg.K_CACHE_V_CACHE_NZ}
         if value.lower() in by_name:

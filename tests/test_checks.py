@@ -328,6 +328,34 @@ def test_kv_cache_reads_new_kv_from_columns_beside_past() -> None:
     assert bits_equal(past[0, 0, :2], new_kv) and not past[0, 0, 2:].any()
 
 
+def test_a_layout_enum_of_the_other_operation_is_a_type_error() -> None:
+    """The two layout enums number ND and NZ differently: a member of the wrong one is never read as an int."""
+    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
+    wrong = ascend_kv.ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE  # ND, value 0: NZ for the load
+    with pytest.raises(TypeError, match=r"got ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE, a member of another "
+                                        r"enum .*pass KvCacheCfg.K_CACHE_V_CACHE_ND"):
+        ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([3]), kv_cache_cfg=wrong)
+    key = torch.zeros(1, 2, 16, dtype=torch.float16)
+    with pytest.raises(TypeError, match=r"got KvCacheCfg.K_CACHE_V_CACHE_NZ, a member of another enum .*pass "
+                                        r"ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE_NZ"):
+        ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([1]),
+                                    kv_cache_cfg=ascend_kv.KvCacheCfg.K_CACHE_V_CACHE_NZ)
+    assert not cache.any()
+
+
+def test_an_nz_read_of_valid_nd_caches_says_to_pass_nd() -> None:
+    """paged_cache_load reads NZ by default (ATB's), reshape_and_cache writes ND by default (ATB's):
+    an NZ shape error on caches that are valid ND names kv_cache_cfg='nd'; one that is no ND cache does not."""
+    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"block_size\) = 2 must be a multiple of 16 in NZ\. The caches are valid ND "
+                                         r"caches .*: pass kv_cache_cfg='nd'"):
+        ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([3]))
+    not_nd = torch.zeros(4, 16, 1, 8, dtype=torch.float16)        # 16-byte rows: no ND cache either
+    with pytest.raises(ValueError) as error:
+        ascend_kv.paged_cache_load(not_nd, not_nd, torch.tensor([[0]]), torch.tensor([3]))
+    assert "kv_cache_cfg='nd'" not in str(error.value)
+
+
 # ----------------------------------------------------------------------------- what is written: its own memory, writable, plain
 
 
