@@ -67,13 +67,14 @@ def tensor_argument(name: str, value: object) -> torch.Tensor:
     return value
 
 
-def require_tensor(name: str, value: object, *, allow_meta: bool = False) -> torch.Tensor:
+def require_tensor(name: str, value: object, *, allow_meta: bool = False, allow_negated: bool = False) -> torch.Tensor:
     """``value`` itself, or ``TypeError`` when it is not a dense tensor holding its values in memory
-    (meta tensors only with ``allow_meta``: a call on meta tensors computes shapes)."""
+    (meta tensors only with ``allow_meta``: a call on meta tensors computes shapes; lazily negated
+    views only with ``allow_negated``, for code that reads through torch ops, which resolve them)."""
     tensor = tensor_argument(name, value)
     if tensor.is_meta and not allow_meta:
         raise TypeError(f"{name} must hold data, got a meta tensor")
-    if tensor.is_neg():
+    if not allow_negated and tensor.is_neg():
         raise negated_view_error(name)
     return tensor
 

@@ -208,3 +208,23 @@ def test_inductor_loses_symbolic_view_offsets() -> None:
     lib._destroy()
     assert torch.equal(out[1, :3], torch.zeros(3, 4)), "layer 1 written: PyTorch fixed the bug"
     assert torch.equal(out[0, :3], torch.full((3, 4), 2.0)), "layer 1's rows land in layer 0"
+
+
+# ----------------------------------------------------------------------------- the layout helpers
+
+
+@pytest.mark.parametrize("dynamic", DYNAMIC)
+def test_layout_helpers_trace_in_a_compiled_step(dynamic: bool | None) -> None:
+    """nd_to_nz and nz_to_nd inside a fullgraph step (building or reading an NZ cache), exact."""
+
+    def step(nd: torch.Tensor, key: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nz = ascend_kv.nd_to_nz(nd)
+        ascend_kv.reshape_and_cache(key, key, nz, nz.clone(), slots, kv_cache_cfg="nz")
+        return nz, ascend_kv.nz_to_nd(nz, HEADS)
+
+    compiled = torch.compile(step, backend="inductor", fullgraph=True, dynamic=dynamic)
+    for n in TOKENS:
+        nd = torch.randn(4, BLOCK, HEADS, HEAD, generator=torch.Generator().manual_seed(n)).half()
+        key, slots = _tokens(n), _slots(n, 4)
+        for want, got in zip(step(nd, key, slots), compiled(nd, key, slots)):
+            assert bits_equal(got, want), f"{n} tokens"
