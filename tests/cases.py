@@ -7,6 +7,7 @@ Inf patterns included), so comparisons are bit for bit (:func:`bits_equal`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,7 +427,9 @@ def _tensors(values: Any) -> list[torch.Tensor]:
 
 
 def require_named_error(error: BaseException, names: tuple[str, ...]) -> None:
-    assert any(name in str(error) for name in names), f"the message names no argument: {error}"
+    """The message names one of ``names`` as a whole word (``key`` is not named by ``key_cache``)."""
+    named = any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", str(error)) for name in names)
+    assert named, f"the message names no argument: {error}"
 
 
 def judge_kv_cache(*args: Any) -> BaseException | None:

@@ -219,7 +219,13 @@ def test_numpy_integer_layer_id_is_accepted() -> None:
     case = kv_base()
     args = list(case.args)
     args[1] = np.int64(1)
-    ascend_kv.kv_cache(*args)
+    reference_args = list(case.cloned().args)
+    reference_args[1] = 1
+    expected = reference.kv_cache(*reference_args)
+    before = args[2].clone()
+    assert ascend_kv.kv_cache(*args) is args[2]
+    assert bits_equal(args[2], expected)
+    assert bits_equal(args[2][0], before[0]) and not bits_equal(args[2][1], before[1])  # layer 1 written, only
 
 
 def test_mixed_devices_name_the_odd_argument() -> None:

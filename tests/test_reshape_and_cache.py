@@ -96,6 +96,13 @@ def one_cache_twice(case: Case) -> Case:
     return replaced(case, 3, case.args[2])
 
 
+def tokens_in_cache(case: Case, token: int, cache: int) -> Case:
+    """``case`` with its key (``token`` 0) or value (1) read from the first rows of a cache (``cache`` 2 or 3)."""
+    tokens = case.args[token]
+    rows = case.args[cache].reshape(-1, *tokens.shape[1:])[: tokens.shape[0]]
+    return replaced(case, token, rows)
+
+
 RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
     # slots: the last in range and the first out; padding; duplicates
     ("last slot", lambda: nd([63]), None, ""),
@@ -146,6 +153,12 @@ RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
     # aliasing
     ("key_cache is value_cache", lambda: one_cache_twice(nd([1])), ValueError,
      "value_cache shares memory with key_cache"),
+    ("key read from key_cache", lambda: tokens_in_cache(nd([5]), 0, 2), ValueError,
+     "key_cache shares memory with key, which the operation reads"),
+    ("value read from value_cache", lambda: tokens_in_cache(nd([5]), 1, 3), ValueError,
+     "value_cache shares memory with value, which the operation reads"),
+    ("key read from value_cache", lambda: tokens_in_cache(nd([5]), 0, 3), ValueError,
+     "value_cache shares memory with key, which the operation reads"),
 ]
 
 
