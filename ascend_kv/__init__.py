@@ -1,4 +1,7 @@
-"""ascend_kv: ATB's KVCacheOperation, PagedCacheLoadOperation and ReshapeAndCacheOperation for Ascend NPUs, and anywhere else.
+"""ascend_kv: ATB's KV-cache operations for Ascend NPUs, and anywhere else, as PyTorch operators.
+
+The operations (their ATB names in :data:`ascend_kv.support.OPERATIONS`): KVCacheOperation,
+PagedCacheLoadOperation, ReshapeAndCacheOperation.
 
 The public names, nothing else; see README.md for a tour.
 """
@@ -16,7 +19,7 @@ from .ops import (
     paged_cache_load,
     reshape_and_cache,
 )
-from . import library  # noqa: F401  (registers torch.ops.ascend_kv.kv_cache and .paged_cache_load)
+from . import library  # noqa: F401  (registers one torch.ops.ascend_kv operator per operation)
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"

@@ -18,6 +18,8 @@ precomputed indices (``kv_cache``; ``reshape_and_cache`` against one per cache).
 Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--sweep-mb N]
 [--backends fallback,sim] [--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N]
 [--tiny] [--json PATH] [--plot PATH]``; docs/benchmarks.md shows a run and explains the numbers.
+One torch thread unless ``--threads`` says otherwise. Each row is printed as soon as it is measured,
+and stderr says what is being measured.
 """
 
 from __future__ import annotations
@@ -447,47 +449,51 @@ def machine() -> dict[str, Any]:
     }
 
 
-def format_table(rows: list[dict[str, Any]], overhead: dict[str, Any] | None) -> str:
-    """The results as a fixed-width text table."""
-    head = f"{'workload':28} {'dtype':8} {'backend':9} {'path':13} {'layers':>6} {'ms/call':>8} {'GB/s':>6} " \
-           f"{'x copy_':>7} {'target':>6} {'single x copy_':>14} {'no-checks':>9} {'x ref':>7}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if "unavailable" in r:
-            lines.append(f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} unavailable: {r['unavailable']}")
-            continue
-        target = f"{r['target_ratio_to_copy']:.1f}" if r["target_ratio_to_copy"] else "-"
-        speedup = f"{r['speedup_over_reference']:.1f}" if r["speedup_over_reference"] is not None else "-"
-        prevalidated = f"{r['prevalidated_ratio_to_copy']:.2f}" if "prevalidated_ratio_to_copy" in r else "-"
-        lines.append(
-            f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['path'] or '-':13} {r['layers']:6} "
-            f"{r['median_s'] * 1e3:8.3f} {r['gb_per_s']:6.2f} {r['ratio_to_copy']:7.2f} {target:>6} "
-            f"{r['single_ratio_to_copy']:14.2f} {prevalidated:>9} {speedup:>7}"
-        )
-    lines.append("ms/call, GB/s, x copy_: per call in a loop over the layers, each layer's tensors its own; single: one "
-                 "call on its own; no-checks: single, the fallback on a call validated once outside the timing; "
-                 "x ref: single")
-    if overhead:
-        per = overhead["per_call_s"]
-        lines.append("")
-        lines.append(f"small-call overhead ({overhead['workload']}, float16), per call, median (min):")
-        lines.extend(f"  {name:18} {t * 1e6:8.1f} us ({overhead['per_call_min_s'][name] * 1e6:.1f})"
-                     for name, t in per.items())
-        lines.append(f"  public kv_cache / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
-                     f"({overhead['ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
-        lines.append(f"  public reshape_and_cache / bare index_copy_ x2 = {overhead['write_ratio_to_index_copy']:.2f} "
-                     f"({overhead['write_ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
-        if "cold_per_call_s" in overhead:
-            cold = overhead["cold_per_call_s"]
-            lines.append("  one call after each sweep (cold caches), median: " + ", ".join(
-                f"{name} {t * 1e6:.1f} us" for name, t in cold.items()))
-            lines.append(f"  cold: kv_cache / index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}, "
-                         f"reshape_and_cache / index_copy_ x2 = {overhead['cold_write_ratio_to_index_copy']:.2f}")
-    return "\n".join(lines)
+_HEAD = f"{'workload':28} {'dtype':8} {'backend':9} {'path':13} {'layers':>6} {'ms/call':>8} {'GB/s':>6} " \
+        f"{'x copy_':>7} {'target':>6} {'single x copy_':>14} {'no-checks':>9} {'x ref':>7}"
+#: The table's header lines, printed before the first row is measured.
+TABLE_HEAD = [_HEAD, "-" * len(_HEAD)]
+TABLE_NOTE = ("ms/call, GB/s, x copy_: per call in a loop over the layers, each layer's tensors its own; single: one "
+              "call on its own; no-checks: single, the fallback on a call validated once outside the timing; "
+              "x ref: single")
+
+
+def format_row(r: dict[str, Any]) -> str:
+    """One result row of :func:`measure` as a line of the table under :data:`TABLE_HEAD`."""
+    if "unavailable" in r:
+        return f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} unavailable: {r['unavailable']}"
+    target = f"{r['target_ratio_to_copy']:.1f}" if r["target_ratio_to_copy"] else "-"
+    speedup = f"{r['speedup_over_reference']:.1f}" if r["speedup_over_reference"] is not None else "-"
+    prevalidated = f"{r['prevalidated_ratio_to_copy']:.2f}" if "prevalidated_ratio_to_copy" in r else "-"
+    return (
+        f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['path'] or '-':13} {r['layers']:6} "
+        f"{r['median_s'] * 1e3:8.3f} {r['gb_per_s']:6.2f} {r['ratio_to_copy']:7.2f} {target:>6} "
+        f"{r['single_ratio_to_copy']:14.2f} {prevalidated:>9} {speedup:>7}"
+    )
+
+
+def format_overhead(overhead: dict[str, Any]) -> list[str]:
+    """The lines of :func:`decode_overhead`'s result."""
+    per = overhead["per_call_s"]
+    lines = [f"small-call overhead ({overhead['workload']}, float16), per call, median (min):"]
+    lines.extend(f"  {name:18} {t * 1e6:8.1f} us ({overhead['per_call_min_s'][name] * 1e6:.1f})"
+                 for name, t in per.items())
+    lines.append(f"  public kv_cache / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
+                 f"({overhead['ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
+    lines.append(f"  public reshape_and_cache / bare index_copy_ x2 = {overhead['write_ratio_to_index_copy']:.2f} "
+                 f"({overhead['write_ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
+    if "cold_per_call_s" in overhead:
+        cold = overhead["cold_per_call_s"]
+        lines.append("  one call after each sweep (cold caches), median: " + ", ".join(
+            f"{name} {t * 1e6:.1f} us" for name, t in cold.items()))
+        lines.append(f"  cold: kv_cache / index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}, "
+                     f"reshape_and_cache / index_copy_ x2 = {overhead['cold_write_ratio_to_index_copy']:.2f}")
+    return lines
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
-    """A bar chart of the ratio to ``copy_`` per workload and dtype, with the targets."""
+    """A bar chart of the ratio to ``copy_`` per workload and dtype, on a log axis, each bar labelled with its
+    value, with the targets."""
     rows = [r for r in rows if "unavailable" not in r]
     try:
         import matplotlib
@@ -504,28 +510,39 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         series.setdefault(f"{r['backend']}, one call on its own", {})[label] = r["single_ratio_to_copy"]
         if "prevalidated_ratio_to_copy" in r:
             series.setdefault(f"{r['backend']}, one call without the checks", {})[label] = r["prevalidated_ratio_to_copy"]
+    values = [value for ratio in series.values() for value in ratio.values()]
+    left, right = min(0.1, min(values) / 2), max(2.0, max(values) * 2)   # log axis: no outlier squashes the rest
     fig, ax = plt.subplots(figsize=(10, 0.22 * len(labels) * len(series) + 1.5))
     height = 0.8 / len(series)
     for i, (name, ratio) in enumerate(series.items()):
-        ys = [j + i * height for j in range(len(labels))]
-        ax.barh(ys, [ratio.get(label, 0.0) for label in labels], height=height, label=name)
-    for value, style in ((0.8, "--"), (0.5, ":")):
+        bars = [(j + i * height, ratio[label]) for j, label in enumerate(labels) if label in ratio]
+        drawn = ax.barh([y for y, _ in bars], [value - left for _, value in bars], left=left, height=height, label=name)
+        ax.bar_label(drawn, labels=[f"{value:.2g}" for _, value in bars], fontsize=6, padding=2)
+    ax.set_xscale("log")
+    ax.set_xlim(left, right)
+    for value, style in ((0.8, "--"), (0.5, ":"), (1.0, "-")):
         ax.axvline(value, color="gray", linestyle=style, linewidth=1)
     ax.set_yticks([j + 0.4 - height / 2 for j in range(len(labels))], labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("throughput / Tensor.copy_ of the same bytes (same run); targets 0.8 (prefill, ND) and 0.5 (NZ)")
-    ax.legend(loc="lower right")
+    ax.set_xlabel("throughput / Tensor.copy_ of the same bytes, same run (log scale; targets 0.8 ND, 0.5 NZ)")
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _progress(step: str) -> None:
+    """Say on stderr what is measured next (the table rows go to stdout as each is measured)."""
+    print(f"ascend-kv bench: measuring {step} ...", file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-kv bench", description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds; the median is reported (default 15)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="torch.set_num_threads for the whole run (default: all logical CPUs)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads for the whole run (default 1, as docs/benchmarks.md measures: "
+                             "on a shared machine more threads wait for busy CPUs)")
     parser.add_argument("--sweep-mb", type=int, default=64,
                         help="MB written before every timed loop or call to start it with cold CPU caches, as in a "
                              "serving step; 0 times back to back (default 64)")
@@ -567,11 +584,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = machine()
     sweep = sweeper(args.sweep_mb) if args.sweep_mb else None
     rows: list[dict[str, Any]] = []
-    for w in chosen:
-        for dtype in dtypes:
-            rows.extend(measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats, sweep))
-    overhead = decode_overhead(args.warmup, args.repeats, sweep=sweep) if "fallback" in backends else None
-    print(format_table(rows, overhead))
+    print(*TABLE_HEAD, sep="\n", flush=True)
+    steps = len(chosen) * len(dtypes) + ("fallback" in backends)
+    for step, (w, dtype) in enumerate(((w, dtype) for w in chosen for dtype in dtypes), 1):
+        _progress(f"[{step}/{steps}] {w.name}, {str(dtype).removeprefix('torch.')}")
+        measured = measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats, sweep)
+        print(*map(format_row, measured), sep="\n", flush=True)
+        rows.extend(measured)
+    print(TABLE_NOTE)
+    overhead = None
+    if "fallback" in backends:
+        _progress(f"[{steps}/{steps}] small-call overhead")
+        overhead = decode_overhead(args.warmup, args.repeats, sweep=sweep)
+        print("", *format_overhead(overhead), sep="\n", flush=True)
     result = {
         "machine": before, "load_average_after": machine()["load_average"],
         "settings": {"warmup": args.warmup, "repeats": args.repeats, "threads": torch.get_num_threads(),

@@ -13,6 +13,7 @@ no loop over tokens.
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import math
@@ -64,13 +65,14 @@ def tensor_argument(name: str, value: object) -> torch.Tensor:
     return value
 
 
-def require_tensor(name: str, value: object, *, allow_meta: bool = False) -> torch.Tensor:
+def require_tensor(name: str, value: object, *, allow_meta: bool = False, allow_negated: bool = False) -> torch.Tensor:
     """``value`` itself, or ``TypeError`` when it is not a dense tensor holding its values in memory
-    (meta tensors only with ``allow_meta``: a call on meta tensors computes shapes)."""
+    (meta tensors only with ``allow_meta``: a call on meta tensors computes shapes; lazily negated
+    views only with ``allow_negated``, for code that reads through torch ops, which resolve them)."""
     tensor = tensor_argument(name, value)
     if tensor.is_meta and not allow_meta:
         raise TypeError(f"{name} must hold data, got a meta tensor")
-    if tensor.is_neg():
+    if not allow_negated and tensor.is_neg():
         raise negated_view_error(name)
     return tensor
 
@@ -129,35 +131,50 @@ def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), tensor.data_ptr() + (last_element + 1) * tensor.element_size()
 
 
-def _row_interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` share no byte because their rows (dimension 0) start the same number
-    of bytes apart in both, and within that step each one's rows cover bytes the other's do not
-    (e.g. ``buf[:, 0]`` and ``buf[:, 1]`` of one ``[n, 2, h]`` buffer, or the two column ranges
-    of one ``[n, k + v]`` buffer)."""
-    if a.dim() == 0 or b.dim() == 0:
-        return False
-    step = a.stride(0) * a.element_size()
-    if step <= 0 or step != b.stride(0) * b.element_size():
-        return False
-    spans = [(sum((n - 1) * s for n, s in zip(t.shape[1:], t.stride()[1:])) + 1) * t.element_size() for t in (a, b)]
-    if max(spans) > step:
-        return False
-    a_at, b_at = a.data_ptr() % step, b.data_ptr() % step                      # every row's first byte, modulo step
-    return (b_at - a_at) % step >= spans[0] and (a_at - b_at) % step >= spans[1]
+def _window(tensor: torch.Tensor, period: int) -> tuple[int, int] | None:
+    """``(first, length)``: every byte of ``tensor`` lies, modulo ``period``, in the ``length`` bytes
+    from ``first`` (wrapping); None when that window would not fit in one period.
+
+    Dimensions whose byte strides are multiples of ``period`` move whole periods; the others
+    (e.g. the columns of a column slice) make the window.
+    """
+    size = tensor.element_size()
+    length = size
+    for n, stride in zip(tensor.shape, tensor.stride()):
+        if n > 1 and (stride * size) % period:
+            length += (n - 1) * stride * size
+    return (tensor.data_ptr() % period, length) if length <= period else None
+
+
+def _interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` provably share no byte because, for some period (a byte stride of
+    either), each one's bytes fall in a window of every period that the other's window misses:
+    ``buf[..., :k]`` and ``buf[..., k:]`` of one ``[n, bs, h, k + v]`` buffer (MLA), or
+    ``buf[:, 0]`` and ``buf[:, 1]`` of one ``[n, 2, ...]`` buffer (K and V block by block)."""
+    size_a, size_b = a.element_size(), b.element_size()
+    periods = {s * size_a for n, s in zip(a.shape, a.stride()) if n > 1 and s > 0}
+    periods |= {s * size_b for n, s in zip(b.shape, b.stride()) if n > 1 and s > 0}
+    for period in sorted(periods):
+        a_window, b_window = _window(a, period), _window(b, period)
+        if a_window is not None and b_window is not None:
+            (a_at, a_len), (b_at, b_len) = a_window, b_window
+            if (b_at - a_at) % period >= a_len and (a_at - b_at) % period >= b_len:
+                return True
+    return False
 
 
 def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two non-empty tensors on one device may share a byte: their address ranges meet, and
-    they are not rows interleaved apart. Rarer views that share no byte may still answer True."""
+    they are not interleaved apart. Rarer views that share no byte may still answer True."""
     a_first, a_end = _memory_span(a)
     b_first, b_end = _memory_span(b)
-    return a_first < b_end and b_first < a_end and not _row_interleaved_apart(a, b)
+    return a_first < b_end and b_first < a_end and not _interleaved_apart(a, b)
 
 
 def require_apart(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
     """``ValueError`` when output ``out`` may share memory with a tensor the call reads while writing.
 
-    The test is on address ranges and interleaved rows (:func:`_may_share_memory`), so it may
+    The test is on address ranges and interleaved windows (:func:`_may_share_memory`), so it may
     also reject rarer views that share no element; what would run instead is a read of
     half-written data.
     """
@@ -337,10 +354,27 @@ def bool_argument(name: str, value: object) -> bool:
     return bool(value)
 
 
+def _member(member: enum.Enum) -> str:
+    return f"{type(member).__qualname__}.{member.name}"
+
+
+def _same_layout(member: enum.Enum) -> str:
+    """The name, in the other layout enum, of the layout an enum member names (by its name)."""
+    nz = "NZ" in member.name
+    if isinstance(member, KvCacheCfg):
+        return "K_CACHE_V_CACHE_NZ" if nz else "K_CACHE_V_CACHE"
+    return "K_CACHE_V_CACHE_NZ" if nz else "K_CACHE_V_CACHE_ND"
+
+
 def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
     """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
     if type(value) is KvCacheCfg:  # the common case, without the ABC test below
         return value
+    if isinstance(value, enum.Enum):
+        raise TypeError(
+            f"kv_cache_cfg must be a KvCacheCfg, 0, 1, 'nz' or 'nd', got {_member(value)}, a member of another enum "
+            f"(ReshapeAndCacheParam.KvCacheCfg numbers ND 0, key-only 1, NZ 2): pass KvCacheCfg.{_same_layout(value)}"
+        )
     if isinstance(value, str):
         by_name = {"nz": KvCacheCfg.K_CACHE_V_CACHE_NZ, "nd": KvCacheCfg.K_CACHE_V_CACHE_ND}
         if value.lower() in by_name:
@@ -455,6 +489,26 @@ def check_kv_cache(
 
 
 # ----------------------------------------------------------------------------- paged_cache_load
+
+
+def _load_cache_shapes(
+    layout: KvCacheCfg, key_cache: torch.Tensor, value_cache: torch.Tensor
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """:func:`check_cache_shapes` for ``paged_cache_load``, whose default layout is NZ (ATB's): an NZ
+    shape error on caches that are valid ND says to pass ``kv_cache_cfg="nd"``."""
+    try:
+        return check_cache_shapes(layout, key_cache, value_cache)
+    except ValueError as error:
+        if layout == KvCacheCfg.K_CACHE_V_CACHE_ND:
+            raise
+        try:
+            check_cache_shapes(KvCacheCfg.K_CACHE_V_CACHE_ND, key_cache, value_cache)
+        except (TypeError, ValueError):
+            raise error from None
+        raise ValueError(
+            f"{error}. The caches are valid ND caches [num_blocks, block_size, num_heads, head_size]: pass "
+            f"kv_cache_cfg='nd' (paged_cache_load reads NZ by default, as ATB does)"
+        ) from None
 
 
 def check_cache_shapes(
@@ -632,7 +686,7 @@ def paged_cache_load(
         raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
     if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ and seq_starts is not None:
         raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
-    num_blocks, block_size, key_row, value_row = check_cache_shapes(layout, key_cache, value_cache)
+    num_blocks, block_size, key_row, value_row = _load_cache_shapes(layout, key_cache, value_cache)
 
     table = index_tensor("block_table", block_table, ndim=2, allow_meta=meta)
     lens_tensor = index_tensor("context_lens", context_lens, allow_meta=meta)
@@ -744,6 +798,12 @@ def reshape_and_cache_cfg_argument(value: object) -> tuple[KvCacheCfg, bool]:
     if type(value) is cfg:
         return (KvCacheCfg.K_CACHE_V_CACHE_NZ, False) if value == cfg.K_CACHE_V_CACHE_NZ else (
             KvCacheCfg.K_CACHE_V_CACHE_ND, value == cfg.K_CACHE_V_BYPASS)
+    if isinstance(value, enum.Enum):
+        raise TypeError(
+            f"kv_cache_cfg must be 'nd', 'nz' or a ReshapeAndCacheParam.KvCacheCfg member, got {_member(value)}, a member "
+            f"of another enum (KvCacheCfg numbers NZ 0, ND 1): pass ReshapeAndCacheParam.KvCacheCfg."
+            f"{_same_layout(value)}"
+        )
     if isinstance(value, str):
         by_name = {"nd": KvCacheCfg.K_CACHE_V_CACHE_ND, "nz": KvCacheCfg.K_CACHE_V_CACHE_NZ}
         if value.lower() in by_name:
@@ -880,14 +940,4 @@ def reshape_and_cache(
             f"slot_mapping[{i}] = {values[i]} is out of range: the caches hold {capacity} slots "
             f"(num_blocks {num_blocks} x block_size {block_size})"
         )
-    written = [s for s in values if s >= 0]
-    if len(set(written)) != len(written):
-        first: dict[int, int] = {}
-        for i, s in enumerate(values):
-            if s >= 0 and s in first:
-                raise ValueError(
-                    f"slot_mapping[{i}] = {s} repeats slot_mapping[{first[s]}]: two tokens cannot be written "
-                    f"to one cache slot"
-                )
-            first.setdefault(s, i)
     return args, values

@@ -11,6 +11,10 @@ Subcommands:
 ``demo ...`` / ``bench ...``
     :func:`ascend_kv.demo.main` / :func:`ascend_kv.bench.main` with the remaining arguments.
 
+In every subcommand a bad setting (``ASCEND_KV_BACKEND``, ``ASCEND_KV_VALIDATE``) or a forced
+backend that cannot run is one line on stderr and exit status 2; a reader that closes stdout
+(``ascend-kv demo | head``) ends the command quietly, with status 0.
+
 Importing :mod:`ascend_kv` first (as running this module does) makes ``import torch``
 survive torch_npu without CANN; see :mod:`ascend_kv.autoload`.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -29,16 +34,15 @@ import torch
 from . import __version__, autoload, device, policy, support
 from .backends import npu
 from .dtypes import element_types_note
+from .errors import BackendUnavailableError
+from .settings import SettingError
 
 
 def _support_matrix(args: argparse.Namespace) -> int:
     if args.soc is None:
         if args.json:
-            lines = [
-                {"id": line.id, "name": line.name, "soc_names": line.soc_names,
-                 "ops": {op: line.supports(op) for op in support.OPERATIONS}}
-                for line in support.PRODUCT_LINES
-            ]
+            lines = [{"id": line.id, "name": line.name, "soc_names": line.soc_names, **support.line_answer(line)}
+                     for line in support.PRODUCT_LINES]
             print(json.dumps({"operations": list(support.OPERATIONS), "product_lines": lines}, indent=2))
         else:
             print(support.markdown_table(), end="")
@@ -107,14 +111,14 @@ def _info(args: argparse.Namespace) -> int:
         f"CANN runtime    {'loaded' if cann['loaded'] else 'not loaded: ' + str(cann['reason'])}",
         f"NPU             {npu_state['device_count']} device(s)" if npu_state["available"]
         else f"NPU             none: {npu_state['reason']}",
-        f"SoC             {soc['name']} ({soc['source']}), product line {soc['product_line']}" if soc["name"]
-        else "SoC             unknown (no NPU; set ASCEND_KV_SOC to ask about one)",
+        _soc_line(soc),
         f"kernel library  {'loaded from ' + lib['path'] if lib['loaded'] else 'not loaded: ' + lib['reason']}",
         f"backend         {report['requested_backend']} requested, tensors on {report['device']}",
     ]
+    width = max(map(len, report["ops"])) + 1
     for op, decision in report["ops"].items():
         runs = decision["backend"] or "cannot run"
-        lines.append(f"{op:<24}{runs}: {decision['reason']}")
+        lines.append(f"{op:<{width}}{runs}: {decision['reason']}")
     lines.append(f"element types   {report['element_types']}")
     facade = report["torch_npu_facade"]
     lines.append(f"torch_npu names {facade['module']}: {', '.join(facade['functions'])}; tests: {facade['test_helpers']}")
@@ -122,6 +126,14 @@ def _info(args: argparse.Namespace) -> int:
         lines.append(f"note: {report['advice']}")
     print("\n".join(lines))
     return 0
+
+
+def _soc_line(soc: dict[str, Any]) -> str:
+    if soc["name"] is None:
+        return "SoC             unknown (no NPU; set ASCEND_KV_SOC to ask about one)"
+    if soc["product_line"] is None:
+        return f"SoC             {soc['name']} ({soc['source']}): not a known Ascend SoC (see `ascend-kv support-matrix`)"
+    return f"SoC             {soc['name']} ({soc['source']}), product line {soc['product_line']}"
 
 
 def _delegate(module: str, argv: Sequence[str]) -> int:
@@ -132,7 +144,7 @@ def _delegate(module: str, argv: Sequence[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``ascend-kv``."""
     parser = argparse.ArgumentParser(
-        prog="ascend-kv", description="ATB KVCacheOperation and PagedCacheLoadOperation for Ascend NPUs."
+        prog="ascend-kv", description=f"ATB's KV-cache operations for Ascend NPUs: {', '.join(support.OPERATIONS)}."
     )
     parser.add_argument("--version", action="version", version=f"ascend_kv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -141,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--json", action="store_true", help="machine-readable output")
     info = commands.add_parser("info", help="runtime, SoC, kernel library, and which backend runs each op")
     info.add_argument("--json", action="store_true", help="machine-readable output")
-    for name, text in (("demo", "both operations on realistic shapes, checked"), ("bench", "benchmarks")):
+    for name, text in (("demo", "every operation on realistic shapes, checked"), ("bench", "benchmarks")):
         sub = commands.add_parser(name, help=text, add_help=False, prefix_chars="\0")
         sub.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -150,10 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``ascend-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.command in ("demo", "bench"):
-        return _delegate(f"ascend_kv.{args.command}", args.args)
     try:
+        if args.command in ("demo", "bench"):
+            return _delegate(f"ascend_kv.{args.command}", args.args)
         return _support_matrix(args) if args.command == "support-matrix" else _info(args)
-    except ValueError as error:  # a bad ASCEND_KV_BACKEND, for example
+    except (SettingError, BackendUnavailableError) as error:  # a bad ASCEND_KV_BACKEND, a backend that cannot run
         print(f"ascend-kv: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`ascend-kv demo | head`): not an error
+        _discard_stdout()
+        return 0
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed pipe does not fail too."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (replaced, as under pytest)
+        pass

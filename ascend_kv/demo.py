@@ -22,7 +22,8 @@ ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
 @dataclass
 class Scenario:
-    """One demo call: ``run`` calls the op, ``check`` the reference; both return outputs."""
+    """One demo call: ``run`` calls the op, ``reference`` the reference; both return outputs.
+    ``run_into``: for an allocating call, the same call writing preallocated outputs."""
 
     name: str
     op: str
@@ -30,6 +31,7 @@ class Scenario:
     reference: Callable[[], tuple[torch.Tensor, ...]]
     decide: Callable[[], policy.Decision]
     bytes_moved: int
+    run_into: Callable[[], tuple[torch.Tensor, ...]] | None = None
 
 
 def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -77,11 +79,11 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
     context_lens = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()] if cumsum else lens, dtype=torch.int32)
     kwargs: dict = {"kv_cache_cfg": layout, "cumsum": cumsum,
                     "seq_starts": torch.tensor(starts, dtype=torch.int32) if seq_starts else None}
+    rows = sum(lens)
+    key_row, value_row = ((heads, head_k), (heads, head_v)) if layout == ND else ((heads * head_k,), (heads * head_v,))
+    key_out, value_out = torch.zeros((rows, *key_row), dtype=key_dtype), torch.zeros((rows, *value_row), dtype=value_dtype)
     if give_outputs:
-        rows = sum(lens)
-        key_row, value_row = ((heads, head_k), (heads, head_v)) if layout == ND else ((heads * head_k,), (heads * head_v,))
-        kwargs["key"] = torch.zeros((rows, *key_row), dtype=key_dtype)
-        kwargs["value"] = torch.zeros((rows, *value_row), dtype=value_dtype)
+        kwargs.update(key=key_out, value=value_out)
     args = (key_cache, value_cache, table, context_lens)
     token_bytes = (key_cache[0].numel() * key_cache.element_size() + value_cache[0].numel()
                    * value_cache.element_size()) // block_size
@@ -92,6 +94,7 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
                                                               if k not in ("key", "value")}),
         decide=lambda: library.decision(checks.paged_cache_load(*args, **kwargs)[0]),
         bytes_moved=2 * sum(lens) * token_bytes,
+        run_into=None if give_outputs else lambda: paged_cache_load(*args, **kwargs, key=key_out, value=value_out),
     )
 
 
@@ -168,9 +171,20 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.view(width), b.view(width))
 
 
+def _median_seconds(run: Callable[[], tuple[torch.Tensor, ...]], repeats: int
+                    ) -> tuple[float, tuple[torch.Tensor, ...]]:
+    """The median time of ``repeats`` calls of ``run`` (at least one), and the last call's outputs."""
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        outputs = run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), outputs
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every scenario; print backend, reason, time and the check; exit 1 on a mismatch."""
-    parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
     parser.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="force a backend (default: auto)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per call (median reported)")
@@ -179,20 +193,25 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     why_no_npu = device.advice()
     if why_no_npu is not None:
-        print(f"note: {why_no_npu}\n")
+        print(f"note: {why_no_npu}\n", flush=True)
     with policy.use_backend(args.backend) if args.backend else contextlib.nullcontext():
         for scenario in scenarios(16 if args.quick else 1, g):
             decision = scenario.decide()
-            times = []
-            for _ in range(max(1, args.repeats)):
-                start = time.perf_counter()
-                outputs = scenario.run()
-                times.append(time.perf_counter() - start)
-            ok = all(_same_bits(o, r) for o, r in zip(outputs, scenario.reference()))
+            seconds, outputs = _median_seconds(scenario.run, args.repeats)
+            expected = scenario.reference()
+            ok = all(_same_bits(o, r) for o, r in zip(outputs, expected))
+            lines = [(f"{decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
+                      f"read+write; bit-exact vs reference: {'yes' if ok else 'NO'}")]
+            if scenario.run_into is not None:
+                into_seconds, into_outputs = _median_seconds(scenario.run_into, args.repeats)
+                into_ok = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))
+                ok = ok and into_ok
+                lines[0] += " (allocating: the time includes zero-filling the new key and value)"
+                lines.append(f"into given key/value: {into_seconds * 1e3:8.3f} ms, "
+                             f"{scenario.bytes_moved / into_seconds / 1e9:6.2f} GB/s read+write; "
+                             f"bit-exact vs reference: {'yes' if into_ok else 'NO'}")
             failures += not ok
-            seconds = statistics.median(times)
-            print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}\n"
-                  f"     {decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s"
-                  f" read+write; bit-exact vs reference: {'yes' if ok else 'NO'}\n     why: {decision.reason}")
+            print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}", *(f"     {line}" for line in lines),
+                  f"     why: {decision.reason}", sep="\n", flush=True)
     print(f"{'all' if not failures else failures} {'calls match' if not failures else 'calls differ from'} the reference")
     return 1 if failures else 0

@@ -34,7 +34,7 @@ def nd_to_nz(cache: torch.Tensor) -> torch.Tensor:
     >>> nd_to_nz(nd).shape
     torch.Size([2, 2, 16, 16])
     """
-    cache = require_tensor("cache", cache)
+    cache = require_tensor("cache", cache, allow_negated=True)  # torch ops below; is_neg() would not trace
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D ND cache [num_blocks, block_size, num_heads, head_size], got shape {tuple(cache.shape)}")
     num_blocks, block_size, num_heads, head_size = cache.shape
@@ -60,7 +60,7 @@ def nz_to_nd(cache: torch.Tensor, num_heads: int) -> torch.Tensor:
     torch.Tensor
         A new contiguous tensor ``[num_blocks, block_size, num_heads, T // num_heads]``.
     """
-    cache = require_tensor("cache", cache)
+    cache = require_tensor("cache", cache, allow_negated=True)  # torch ops below; is_neg() would not trace
     num_heads = int_argument("num_heads", num_heads)
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D NZ cache [num_blocks, T // E, block_size, E], got shape {tuple(cache.shape)}")

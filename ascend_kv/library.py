@@ -26,7 +26,7 @@ from typing import Any, TypeVar, Union
 
 import torch
 
-from . import checks, cpu_fallback, policy, upload, validation
+from . import checks, cpu_fallback, functionalization, policy, upload, validation
 from .backends import kernel_domain, npu
 from .calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from .cpu_fallback import on_device
@@ -251,3 +251,5 @@ for _name, _schema in SCHEMAS.items():
     _LIB.impl(_name, _without_grad(_device_impl), "PrivateUse1")
     _LIB.impl(_name, _without_grad(_device_impl), "CompositeExplicitAutograd")  # every other device
     torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake_impl, lib=_LIB)
+    _packet, _, _overload = _name.partition(".")
+    functionalization.register(getattr(getattr(torch.ops.ascend_kv, _packet), _overload or "default"), _LIB)

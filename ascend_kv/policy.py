@@ -48,7 +48,7 @@ class Decision:
     Attributes
     ----------
     op : str
-        ``"KVCacheOperation"`` or ``"PagedCacheLoadOperation"``.
+        The operation's ATB name (one of :data:`ascend_kv.support.OPERATIONS`), e.g. ``"KVCacheOperation"``.
     requested : str
         The requested backend: ``"auto"``, ``"npu"``, ``"sim"`` or ``"fallback"``.
     backend : str or None
@@ -100,12 +100,13 @@ def use_backend(name: str) -> contextlib.AbstractContextManager[None]:
 
 
 def _sim_unavailable() -> str | None:
-    """Why the host build of the kernels cannot be imported, or None when it can."""
+    """Why the host build of the kernels cannot run here (not importable, no sources, no CMake), or None."""
     try:
-        importlib.import_module("ascend_kv.backends.sim")
+        sim = importlib.import_module("ascend_kv.backends.sim")
     except Exception as error:
         return f"the host build of the kernels is not available: {type(error).__name__}: {error}"
-    return None
+    why: str | None = sim.unavailable()
+    return None if why is None else f"the host build of the kernels is not available: {why}"
 
 
 def _without_kernels(
@@ -206,8 +207,8 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     Parameters
     ----------
     op : str
-        ``"KVCacheOperation"`` / ``"kv_cache"`` or ``"PagedCacheLoadOperation"`` /
-        ``"paged_cache_load"``.
+        An operation's ATB name (one of :data:`ascend_kv.support.OPERATIONS`) or its function's name,
+        e.g. ``"ReshapeAndCacheOperation"`` or ``"reshape_and_cache"``.
     device : str or torch.device, optional
         The tensors' device; by default NPU 0 when an NPU is available, else ``cpu`` (and the
         reason then says why there is no NPU).

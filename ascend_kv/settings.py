@@ -1,5 +1,8 @@
 """A setting with a few named values: a context manager sets it for a block, else an environment
-variable (read once), else its default. The backend choice and the validation mode are two."""
+variable (read once), else its default. The backend choice and the validation mode are two.
+
+The first read of any setting's variable checks every setting's variable, so a misspelled one
+is an error at the first call even when the call never needs that setting."""
 
 from __future__ import annotations
 
@@ -9,6 +12,12 @@ import functools
 import os
 from collections.abc import Iterator
 
+
+class SettingError(ValueError):
+    """A setting's value (from its environment variable or given in code) is not one of its choices."""
+
+
+_SETTINGS: list[Setting] = []
 
 class Setting:
     """One setting.
@@ -30,16 +39,23 @@ class Setting:
         self.env, self.choices, self.default, self.argument = env, choices, default, argument
         self._chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar(env, default=None)
         self.environment = functools.cache(self._read_environment)
+        _SETTINGS.append(self)
 
     def check(self, value: str, source: str) -> str:
-        """``value`` itself, or ``ValueError`` naming ``source`` when it is not one of the choices."""
+        """``value`` itself, or :class:`SettingError` naming ``source`` when it is not one of the choices."""
         if value not in self.choices:
-            raise ValueError(f"{source} must be one of {', '.join(self.choices)}, got {value!r}")
+            raise SettingError(f"{source} must be one of {', '.join(self.choices)}, got {value!r}")
         return value
 
-    def _read_environment(self) -> str:
-        """The variable's value, or the default when unset (an unknown value raises every time)."""
+    def _variable(self) -> str:
+        """The variable's value, or the default when unset; an unknown value raises."""
         return self.check(os.environ.get(self.env, "").strip().lower() or self.default, self.env)
+
+    def _read_environment(self) -> str:
+        """:meth:`_variable`, after checking every setting's variable (an unknown value raises every time)."""
+        for setting in _SETTINGS:
+            setting._variable()
+        return self._variable()
 
     def current(self) -> str:
         """The innermost ``with`` block's value, else the variable's, else the default."""

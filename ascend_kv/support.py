@@ -172,23 +172,34 @@ def matrix() -> dict[str, dict[str, bool]]:
     return {line.id: {op: line.supports(op) for op in OPERATIONS} for line in PRODUCT_LINES}
 
 
+def line_answer(line: ProductLine | None) -> dict[str, Any]:
+    """What ``ascend-kv support-matrix --json`` says of a product line (None: an unknown SoC's).
+
+    Returns
+    -------
+    dict
+        ``{"ops": {operation: bool}, "layouts": {"ReshapeAndCacheOperation": [layout, ...]},
+        "kernels_run": {operation: bool}}``: what Huawei documents on the line, and where
+        ascend_kv's own kernels run (:meth:`ProductLine.kernels_run`; elsewhere the fallback).
+    """
+    return {
+        "ops": {op: line is not None and line.supports(op) for op in OPERATIONS},
+        "layouts": {"ReshapeAndCacheOperation": [] if line is None else list(line.layouts)},
+        "kernels_run": {op: line is not None and line.kernels_run(op) for op in OPERATIONS},
+    }
+
+
 def soc_answer(soc: str) -> dict[str, Any]:
     """The answer for one SoC, as ``ascend-kv support-matrix --soc NAME --json`` prints it.
 
     Returns
     -------
     dict
-        ``{"soc": soc, "product_line": id or None, "ops": {operation: bool}, "layouts":
-        {"ReshapeAndCacheOperation": [layout, ...]}}``: what Huawei documents on the SoC's line
-        (nothing for an unknown SoC); ``soc`` is echoed as given.
+        ``{"soc": soc, "product_line": id or None, **line_answer(line)}`` (:func:`line_answer`;
+        nothing documented for an unknown SoC); ``soc`` is echoed as given.
     """
     line = product_line(soc)
-    return {
-        "soc": soc,
-        "product_line": None if line is None else line.id,
-        "ops": {op: line is not None and line.supports(op) for op in OPERATIONS},
-        "layouts": {"ReshapeAndCacheOperation": [] if line is None else list(line.layouts)},
-    }
+    return {"soc": soc, "product_line": None if line is None else line.id, **line_answer(line)}
 
 
 def _cell(line: ProductLine, op: str) -> str:

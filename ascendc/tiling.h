@@ -24,11 +24,15 @@ constexpr uint64_t kBlockBytes = 32;
 constexpr uint64_t kMaxBlockCount = 4095;
 /// Largest GM-side gap of one DataCopyPad, in bytes (32-bit field).
 constexpr uint64_t kMaxPadGapBytes = 0xFFFFFFFFull;
+/// Largest blockLen of one DataCopyPad, in bytes: the documented range is [1, 65535]
+/// (docs/host_model.md); longer rows move in several copies.
+constexpr uint64_t kMaxPadBlockBytes = 65535;
 /// UB buffers of the copy queue: 2 = double buffering (MTE2 of chunk i+1 overlaps MTE3 of chunk i).
 constexpr uint64_t kCopyBuffers = 2;
 /// Bytes of one staged window of an index tensor, at most: well below the 16-bit limits some
 /// of AscendC's own checks put on a copy length.
 constexpr uint64_t kMaxStageBytes = 16 * 1024;
+static_assert(kMaxStageBytes <= kMaxPadBlockBytes, "a staged window is one DataCopyPad block");
 
 /// Paged cache layouts, the values of ascend_kv.KvCacheCfg.
 constexpr uint64_t kLayoutNz = 0;

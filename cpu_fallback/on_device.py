@@ -35,12 +35,11 @@ def kv_cache(args: KvCacheArgs) -> None:
     ``past[layer_id, b, token_offset[b] - seq_len[b] + j]`` (``j`` its place in the entry) when
     that position and ``layer_id`` are in range.
 
-    One ``index_put_`` writes all ``ntokens`` rows, so it is race-free by construction: distinct
-    written tokens have distinct destinations (distinct entries, or distinct ``j``), and every
-    skipped token is redirected to rewrite the first written token's destination with that
-    token's own row, so duplicate destinations always carry identical bits. When no token is
-    written, every write puts back the current bits of ``past[layer, 0, 0]`` (gathered before
-    the ``index_put_``), which nothing else writes.
+    One accumulating ``index_put_`` on the integer bits of ``past`` writes all ``ntokens`` rows:
+    a written token adds ``new - old`` (wrapping integer arithmetic, so the sum is exactly the
+    new bits) to its own destination, which no other token has; a skipped token adds zero to a
+    written token's destination, or to ``past[layer, 0, 0]`` when none is written, so the bytes
+    of every place the call does not name stay as they are.
 
     Temporary memory: about a dozen int64 or bool ``[ntokens]`` vectors and two
     ``[ntokens, hidden]`` row buffers (the gathered rows, then the selected ones).
@@ -77,9 +76,7 @@ def kv_cache(args: KvCacheArgs) -> None:
     position = torch.where(written, position, torch.where(any_written, position.index_select(0, first), 0))
     layers_index = layer.expand(ntokens)
 
-    kept = past[layer, 0, 0]                                                     # [1, hidden], put back if none is written
-    rows = torch.where((written | any_written).unsqueeze(1), new_kv.index_select(0, src), kept)
-    past.index_put_((layers_index, entry, position), rows)
+    _add_difference(past, (layers_index, entry, position), new_kv.index_select(0, src), written)
 
 
 def paged_cache_load(args: PagedLoadArgs) -> None:
@@ -153,13 +150,12 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     skipped; tokens from ``len(slot_mapping)`` on are never read. A slot several tokens name
     takes the last of them.
 
-    One ``index_put_`` per cache writes all ``n = len(slot_mapping)`` tokens, race-free by
-    construction: each token writes the row of the token its slot takes (found by a stable
-    sort of the slots, so a duplicate writes the last duplicate's row), and every skipped
-    token is redirected to rewrite the first written token's slot with that slot's row, so
-    duplicate destinations always carry identical bits. When no token is written, every write
-    puts back the current bits of token ``(0, 0)`` (gathered before the ``index_put_``). An NZ
-    cache ``[num_blocks, T // E, block_size, E]`` is written through its
+    One accumulating ``index_put_`` per cache, on its integer bits, writes all ``n =
+    len(slot_mapping)`` tokens: the last token naming a slot (found by a stable sort of the
+    slots) adds ``new - old`` to it, exactly the new bits in wrapping integer arithmetic; every
+    other token (skipped, or an earlier duplicate) adds zero to a written slot, or to token
+    ``(0, 0)`` when none is written, so the bytes of every slot the call does not name stay as
+    they are. An NZ cache ``[num_blocks, T // E, block_size, E]`` is written through its
     ``[num_blocks, block_size, T // E, E]`` transposed view, one token per index as in ND.
 
     Temporary memory: about a dozen int64 or bool ``[n]`` vectors and, per cache, two
@@ -177,14 +173,14 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     ordered, order = torch.sort(ranked, stable=True)
     source = order[torch.searchsorted(ordered, ranked, right=True) - 1]          # the last token naming each slot
 
+    last = written & (source == torch.arange(n, device=slots.device))           # the token each written slot takes
     first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a written token, if any
     any_written = written.index_select(0, first)                                 # [1]
-    source = torch.where(written, source, source.index_select(0, first))
     slot = torch.where(written, slots, torch.where(any_written, slots.index_select(0, first), 0))
     block, position = torch.div(slot, block_size, rounding_mode="floor"), slot % block_size
-    _scatter(nd, args.key_cache, args.key, source, block, position, any_written)
+    _scatter(nd, args.key_cache, args.key, block, position, last)
     if args.value is not None and args.value_cache is not None:
-        _scatter(nd, args.value_cache, args.value, source, block, position, any_written)
+        _scatter(nd, args.value_cache, args.value, block, position, last)
 
 
 def output_rows(context_lens: torch.Tensor, cumsum: bool) -> torch.Tensor:
@@ -245,21 +241,31 @@ def _writer(first_rows: torch.Tensor, lengths: torch.Tensor, row: torch.Tensor) 
     return torch.where(covered, order[reacher[at]], 0), covered
 
 
-def _scatter(nd: bool, cache: torch.Tensor, tokens: torch.Tensor, source: torch.Tensor, block: torch.Tensor,
-             position: torch.Tensor, any_written: torch.Tensor) -> None:
-    """``token(cache, block[i], position[i]) = tokens[source[i]]`` for every ``i``, or, unless ``any_written``, its own bits.
+def _scatter(nd: bool, cache: torch.Tensor, tokens: torch.Tensor, block: torch.Tensor, position: torch.Tensor,
+             last: torch.Tensor) -> None:
+    """``token(cache, block[i], position[i]) = tokens[i]`` for every ``i`` where ``last[i]``; the rest add zero.
 
     ``cache`` ND ``[num_blocks, block_size, heads, head_size]`` or NZ ``[num_blocks, T // E,
-    block_size, E]``; ``tokens`` ``[num_tokens, heads, head_size]``; the rest ``[n]``
-    (``any_written`` ``[1]``).
+    block_size, E]``; ``tokens`` ``[num_tokens, heads, head_size]``; the rest ``[n]``.
     """
     if cache.numel() == 0:
         return
     target = _bits(cache) if nd else _bits(cache).transpose(1, 2)               # [num_blocks, block_size, ...]
-    rows = _bits(tokens).index_select(0, source).reshape(source.shape[0], *target.shape[2:])
-    kept = target[0, 0]                                                          # put back if nothing is written
-    mask = any_written.reshape(-1, *([1] * (rows.dim() - 1)))
-    target.index_put_((block, position), torch.where(mask, rows, kept))
+    rows = _bits(tokens)[: block.shape[0]].reshape(block.shape[0], *target.shape[2:])
+    _add_difference(target, (block, position), rows, last)
+
+
+def _add_difference(target: torch.Tensor, index: tuple[torch.Tensor, ...], rows: torch.Tensor,
+                    written: torch.Tensor) -> None:
+    """``target[index][i] = rows[i]`` where ``written[i]``, by adding ``rows - target[index]`` to the
+    integer bits (exact, wrapping); elsewhere add zero, which changes no byte.
+
+    ``target`` integer bits; ``index`` tensors of ``[n]``; ``rows`` ``[n, *target[index].shape[1:]]``;
+    ``written`` ``[n]`` bool, with no two written entries naming one place.
+    """
+    difference = rows - target[index]
+    mask = written.reshape(-1, *([1] * (rows.dim() - 1)))
+    target.index_put_(index, torch.where(mask, difference, torch.zeros_like(difference)), accumulate=True)
 
 
 def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,

@@ -7,6 +7,7 @@ Inf patterns included), so comparisons are bit for bit (:func:`bits_equal`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +269,7 @@ def reshape_and_cache_case(
 @st.composite
 def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
     """Any valid ``reshape_and_cache`` call on small shapes: ND rows of any size, NZ, every dtype pair,
-    key only, padding slots, fewer slots than tokens, strided inputs and caches."""
+    key only, padding slots, slots named twice, fewer slots than tokens, strided inputs and caches."""
     kv_cache_cfg = draw(st.sampled_from(["nd", "nz"]))
     key_dtype, value_dtype = draw(st.sampled_from(ANY_DTYPE_PAIRS))
     if kv_cache_cfg == "nd":
@@ -283,6 +284,7 @@ def reshape_and_cache_cases(draw: st.DrawFn) -> Case:
     num_blocks = draw(st.integers(1, 4))
     index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
     written = draw(st.lists(st.integers(0, num_blocks * block_size - 1), unique=True, max_size=12))
+    written += draw(st.lists(st.sampled_from(written), max_size=3)) if written else []    # duplicates: the last wins
     padding = draw(st.lists(st.sampled_from([-1, -2, -(2**31)]), max_size=3))
     slots = draw(st.permutations(written + padding))
     return reshape_and_cache_case(
@@ -385,16 +387,33 @@ def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
 
 
 class IndexPutRecorder(TorchDispatchMode):
-    """Records the (indices, values) of every ``index_put_`` call."""
+    """Records the (indices, values, accumulate) of every ``index_put_`` call."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+        self.calls: list[tuple[list[torch.Tensor], torch.Tensor, bool]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         if func.overloadpacket in (torch.ops.aten.index_put_, torch.ops.aten.index_put):
-            self.calls.append(([i.clone() for i in args[1]], args[2].clone()))
+            accumulate = bool(args[3]) if len(args) > 3 else bool((kwargs or {}).get("accumulate", False))
+            self.calls.append(([i.clone() for i in args[1]], args[2].clone(), accumulate))
         return func(*args, **(kwargs or {}))
+
+    def require_one_change_per_place(self) -> None:
+        """Every write adds (integer bits) and no place gets two non-zero additions, so the result
+        is defined on a parallel device and a place the call does not name changes no byte."""
+        for indices, values, accumulate in self.calls:
+            assert accumulate, "index_put_ without accumulate: a skipped token would rewrite bytes it read"
+            changed: set[tuple[int, ...]] = set()
+            for t, place in enumerate(zip(*(i.tolist() for i in indices))):
+                if values[t].any():
+                    assert place not in changed, f"{place} changed twice"
+                    changed.add(place)
+
+    def require_no_change(self) -> None:
+        """Every recorded write adds zero: the call changes no byte, even beside a concurrent writer."""
+        for _, values, accumulate in self.calls:
+            assert accumulate and not values.any()
 
 
 # ----------------------------------------------------------------------------- judges: the reference's result, or a named error and no write
@@ -413,7 +432,9 @@ def _tensors(values: Any) -> list[torch.Tensor]:
 
 
 def require_named_error(error: BaseException, names: tuple[str, ...]) -> None:
-    assert any(name in str(error) for name in names), f"the message names no argument: {error}"
+    """The message names one of ``names`` as a whole word (``key`` is not named by ``key_cache``)."""
+    named = any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", str(error)) for name in names)
+    assert named, f"the message names no argument: {error}"
 
 
 def judge_kv_cache(*args: Any) -> BaseException | None:
@@ -477,3 +498,33 @@ def argument(op: str, case: Case, name: str) -> Any:
     """Argument ``name`` of ``case``, a call of ``op``."""
     names = KV_ARGS if op == "kv_cache" else LOAD_ARGS[:4]
     return case.args[names.index(name)] if name in names else case.kwargs[name]
+
+
+# ----------------------------------------------------------------------------- empty calls with any strides
+
+
+def empty_calls() -> dict[str, tuple[str, Case]]:
+    """``{name: (operation, call)}``: calls with nothing to move whose empty tensors have strides
+    outside the kernels' domain (rows not contiguous: column slices, steps); each is a no-op."""
+    h = torch.float16
+    no_index = torch.zeros(0, dtype=torch.int32)
+    two_zeros = torch.zeros(2, dtype=torch.int32)
+    sliced_cache = torch.zeros(0, 16, 2, 16, dtype=h)[..., :8]   # 0 blocks, column-sliced
+    sliced_rows = torch.zeros(0, 2, 11, dtype=h)
+    return {
+        "kv_cache strided new_kv": ("kv_cache", Case(
+            (torch.zeros(0, 64, dtype=h)[:, ::2], 0, random_bits((1, 2, 8, 32), h, 1), two_zeros, two_zeros.clone()))),
+        "kv_cache empty strided past": ("kv_cache", Case(
+            (torch.zeros(0, 32, dtype=h), 0, torch.zeros(1, 0, 8, 64, dtype=h)[..., ::2], no_index, no_index))),
+        "paged_cache_load 0-block sliced caches": ("paged_cache_load", Case(
+            (sliced_cache, sliced_cache.clone(), torch.zeros(1, 0, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)),
+            {"kv_cache_cfg": ND, "key": sliced_rows[..., :8], "value": sliced_rows.clone()[..., 3:]})),
+        "reshape_and_cache sliced key, key only": ("reshape_and_cache", Case(
+            (sliced_rows[..., :8], None, random_bits((2, 16, 2, 8), h, 2), None, no_index))),
+        "reshape_and_cache sliced key and value": ("reshape_and_cache", Case(
+            (sliced_rows[..., :8], sliced_rows[..., 3:], random_bits((2, 16, 2, 8), h, 3),
+             random_bits((2, 16, 2, 8), h, 4), no_index))),
+        "reshape_and_cache 0-block sliced caches": ("reshape_and_cache", Case(
+            (torch.zeros(0, 2, 8, dtype=h), torch.zeros(0, 2, 8, dtype=h), sliced_cache, sliced_cache.clone(),
+             no_index))),
+    }

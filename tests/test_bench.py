@@ -29,7 +29,19 @@ def test_workloads_cover_the_issue() -> None:
     assert [w.name for w in bench.workloads(tiny=True)] == names
 
 
-def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    plotted: list[tuple[str, list[str]]] = []                     # per figure saved: x scale, bar labels
+    save = Figure.savefig
+
+    def spy(figure: Figure, *args: object, **kwargs: object) -> None:
+        (ax,) = figure.axes
+        plotted.append((ax.get_xscale(), [text.get_text() for text in ax.texts]))
+        save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     status = bench.main(["--tiny", "--warmup", "0", "--repeats", "2", "--threads", "1", "--reference-repeats", "1",
                          "--sweep-mb", "1", "--json", str(out_json), "--plot", str(out_png)])
@@ -60,6 +72,42 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
     assert overhead["ratio_to_index_copy"] > 0 and overhead["write_ratio_to_index_copy"] > 0
     assert set(overhead["cold_per_call_s"]) == set(overhead["per_call_s"]) and overhead["cold_ratio_to_index_copy"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (scale, labels), = plotted                # a log axis, so outliers of 100x do not squash the other bars,
+    assert scale == "log"                     # and every bar labelled with its ratio
+    ratios = [row[k] for row in rows for k in ("ratio_to_copy", "single_ratio_to_copy", "prevalidated_ratio_to_copy")]
+    assert sorted(labels) == sorted(f"{ratio:.2g}" for ratio in ratios)
+
+
+def test_one_thread_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As docs/benchmarks.md measures: on a shared machine more threads wait for busy CPUs."""
+    out_json = tmp_path / "bench.json"
+    torch.set_num_threads(2)
+    try:
+        assert bench.main(["--tiny", "--only", "decode 64x1 h1024", "--dtypes", "int8", "--repeats", "1",
+                           "--reference-repeats", "0", "--json", str(out_json)]) == 0
+    finally:
+        torch.set_num_threads(1)
+    assert ", threads 1," in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["settings"]["threads"] == 1
+
+
+def test_each_row_is_printed_as_it_is_measured(tmp_path: Path) -> None:
+    """Piped, the rows still come one by one, each after the stderr line saying what is measured."""
+    script = str(Path(sys.executable).parent / "ascend-kv")
+    done = subprocess.run([script, "bench", "--tiny", "--only", "decode 64x1", "--dtypes", "float16,int8",
+                           "--warmup", "0", "--repeats", "1", "--reference-repeats", "0", "--sweep-mb", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, check=True)
+    lines = done.stdout.splitlines()
+    measured = [(w.name, dtype) for w in bench.workloads(tiny=True) if "decode 64x1" in w.name
+                for dtype in ("float16", "int8")]
+    assert len(measured) == 6
+    steps = [i for i, line in enumerate(lines) if line.startswith("ascend-kv bench: measuring [")]
+    assert len(steps) == len(measured) + 1                                   # and the small-call overhead last
+    for i, (step, (name, dtype)) in enumerate(zip(steps, measured), 1):
+        assert lines[step] == f"ascend-kv bench: measuring [{i}/7] {name}, {dtype} ..."
+        assert lines[step + 1].split()[:len(name.split()) + 2] == [*name.split(), dtype, "fallback"]
+    assert lines[steps[-1]] == "ascend-kv bench: measuring [7/7] small-call overhead ..."
+    assert lines[steps[-1] + 1] == "" and lines[steps[-1] + 2].startswith("small-call overhead (")
 
 
 def test_reference_can_be_skipped(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ that nothing was written. The checks run before dispatch, so one backend is enou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -223,7 +224,13 @@ def test_numpy_integer_layer_id_is_accepted() -> None:
     case = kv_base()
     args = list(case.args)
     args[1] = np.int64(1)
-    ascend_kv.kv_cache(*args)
+    reference_args = list(case.cloned().args)
+    reference_args[1] = 1
+    expected = reference.kv_cache(*reference_args)
+    before = args[2].clone()
+    assert ascend_kv.kv_cache(*args) is args[2]
+    assert bits_equal(args[2], expected)
+    assert bits_equal(args[2][0], before[0]) and not bits_equal(args[2][1], before[1])  # layer 1 written, only
 
 
 def test_mixed_devices_name_the_odd_argument() -> None:
@@ -271,6 +278,95 @@ def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.D
     assert not ascend_kv.checks._may_share_memory(right, left)
 
 
+@given(views=st.integers(0, 3), data=st.data())
+def test_column_slices_of_higher_rank_buffers_are_apart(views: int, data: st.DataObject) -> None:
+    """Column ranges of one ``[nb, bs, h, w]`` buffer (MLA's 512 + 64 split) share no byte, at any
+    rank; one column more on either side does."""
+    shape = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
+    width = data.draw(st.integers(2, 12))
+    buffer = torch.zeros(*shape, width, dtype=torch.float16)
+    split = data.draw(st.integers(1, width - 1))
+    left, right = buffer[..., :split], buffer[..., split:]
+    assert not ascend_kv.checks._may_share_memory(left, right)
+    assert not ascend_kv.checks._may_share_memory(right, left)
+    assert ascend_kv.checks._may_share_memory(buffer[..., : split + 1], right)
+
+
+def _mla_buffer() -> torch.Tensor:
+    return torch.zeros(4, 16, 1, 576, dtype=torch.float16)
+
+
+def test_reshape_and_cache_writes_k_and_v_as_column_slices_of_one_buffer() -> None:
+    """MLA's ``[nb, bs, 1, 576]`` buffer split 512 + 64 into key_cache and value_cache (the issue's repro)."""
+    buf = _mla_buffer()
+    key, value = torch.ones(2, 1, 512, dtype=torch.float16), torch.full((2, 1, 64), 2.0, dtype=torch.float16)
+    ascend_kv.reshape_and_cache(key, value, buf[..., :512], buf[..., 512:], torch.tensor([0, 5]))
+    want = _mla_buffer()
+    want[0, [0, 5], :, :512], want[0, [0, 5], :, 512:] = 1.0, 2.0
+    assert bits_equal(buf, want)
+
+
+def test_reshape_and_cache_rejects_column_slices_that_overlap_by_one_column() -> None:
+    buf = _mla_buffer()
+    key, value = torch.ones(2, 1, 512, dtype=torch.float16), torch.ones(2, 1, 65, dtype=torch.float16)
+    with pytest.raises(ValueError, match="value_cache shares memory with key_cache"):
+        ascend_kv.reshape_and_cache(key, value, buf[..., :512], buf[..., 511:], torch.tensor([0, 5]))
+    assert not buf.any()
+
+
+def test_paged_cache_load_reads_and_writes_column_slices_of_one_buffer() -> None:
+    """Caches as column slices of one buffer, outputs as column slices of another: accepted, exact;
+    outputs overlapping by one column: refused, nothing written."""
+    cache = random_bits((4, 16, 1, 576), torch.float16, seed=21)
+    out = torch.zeros(20, 1, 576, dtype=torch.float16)
+    table, lens = torch.tensor([[2, 0]], dtype=torch.int32), torch.tensor([20], dtype=torch.int32)
+    ascend_kv.paged_cache_load(cache[..., :512], cache[..., 512:], table, lens, kv_cache_cfg=ND,
+                               key=out[..., :512], value=out[..., 512:])
+    assert bits_equal(out, torch.cat([cache[2], cache[0]])[:20])
+    overlapping = torch.zeros(20, 1, 577, dtype=torch.float16)
+    with pytest.raises(ValueError, match="value shares memory with key"):
+        ascend_kv.paged_cache_load(cache[..., :512], cache[..., 512:], table, lens, kv_cache_cfg=ND,
+                                   key=overlapping[..., :512], value=overlapping[..., 511:575])
+    assert not overlapping.any()
+
+
+def test_kv_cache_reads_new_kv_from_columns_beside_past() -> None:
+    """new_kv in columns of a buffer that past's rows do not reach is not an alias of past."""
+    buf = torch.zeros(1, 1, 8, 128, dtype=torch.float16)
+    past, new_kv = buf[..., :64], buf[0, 0, :2, 64:]
+    new_kv.fill_(3.0)
+    ascend_kv.kv_cache(new_kv, 0, past, torch.tensor([2]), torch.tensor([2]))
+    assert bits_equal(past[0, 0, :2], new_kv) and not past[0, 0, 2:].any()
+
+
+def test_a_layout_enum_of_the_other_operation_is_a_type_error() -> None:
+    """The two layout enums number ND and NZ differently: a member of the wrong one is never read as an int."""
+    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
+    wrong = ascend_kv.ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE  # ND, value 0: NZ for the load
+    with pytest.raises(TypeError, match=r"got ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE, a member of another "
+                                        r"enum .*pass KvCacheCfg.K_CACHE_V_CACHE_ND"):
+        ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([3]), kv_cache_cfg=wrong)
+    key = torch.zeros(1, 2, 16, dtype=torch.float16)
+    with pytest.raises(TypeError, match=r"got KvCacheCfg.K_CACHE_V_CACHE_NZ, a member of another enum .*pass "
+                                        r"ReshapeAndCacheParam.KvCacheCfg.K_CACHE_V_CACHE_NZ"):
+        ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([1]),
+                                    kv_cache_cfg=ascend_kv.KvCacheCfg.K_CACHE_V_CACHE_NZ)
+    assert not cache.any()
+
+
+def test_an_nz_read_of_valid_nd_caches_says_to_pass_nd() -> None:
+    """paged_cache_load reads NZ by default (ATB's), reshape_and_cache writes ND by default (ATB's):
+    an NZ shape error on caches that are valid ND names kv_cache_cfg='nd'; one that is no ND cache does not."""
+    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"block_size\) = 2 must be a multiple of 16 in NZ\. The caches are valid ND "
+                                         r"caches .*: pass kv_cache_cfg='nd'"):
+        ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([3]))
+    not_nd = torch.zeros(4, 16, 1, 8, dtype=torch.float16)        # 16-byte rows: no ND cache either
+    with pytest.raises(ValueError) as error:
+        ascend_kv.paged_cache_load(not_nd, not_nd, torch.tensor([[0]]), torch.tensor([3]))
+    assert "kv_cache_cfg='nd'" not in str(error.value)
+
+
 # ----------------------------------------------------------------------------- what is written: its own memory, writable, plain
 
 
@@ -289,6 +385,35 @@ def test_outputs_whose_elements_share_memory_are_rejected_before_any_write() -> 
         with pytest.raises(ValueError, match=f"{name} is written in place"):
             ascend_kv.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=ND, **outputs)
         assert not any(t.any() for t in outputs.values())
+
+
+def test_direct_operator_calls_refuse_shared_elements_and_index_tensors_of_another_rank() -> None:
+    """torch.ops.ascend_kv.* check what the public functions check: a written tensor whose elements
+    share memory, and an index tensor with the right entry count but the wrong rank, are ValueErrors
+    naming the argument, and nothing is written."""
+    h = torch.float16
+    ops = torch.ops.ascend_kv
+    cache = torch.ones(2, 16, 1, 16, dtype=h)
+    shared_rows = torch.zeros(1, 1, 16, dtype=h).expand(16, 1, 16)
+    with pytest.raises(ValueError, match="key is written in place"):
+        ops.paged_cache_load.into(cache, cache, torch.tensor([[0]]), torch.tensor([16]), kv_cache_cfg=1,
+                                  key=shared_rows, value=torch.zeros(16, 1, 16, dtype=h))
+    with pytest.raises(ValueError, match=re.escape("context_lens must be a 1-D tensor [batch], got shape (1, 1)")):
+        ops.paged_cache_load(cache, cache, torch.tensor([[0]]), torch.tensor([[16]]), kv_cache_cfg=1)
+    shared_blocks = torch.zeros(1, 16, 1, 16, dtype=h).expand(2, 16, 1, 16)
+    for call in (ops.reshape_and_cache, ascend_kv.reshape_and_cache):
+        with pytest.raises(ValueError, match="key_cache is written in place"):
+            call(torch.ones(2, 1, 16, dtype=h), None, shared_blocks, None, torch.tensor([0, 17]))
+        assert not shared_blocks.any()
+    with pytest.raises(ValueError, match=re.escape("slot_mapping must be a 1-D tensor [batch], got shape (1, 2)")):
+        ops.reshape_and_cache(torch.ones(2, 1, 16, dtype=h), None, torch.zeros(2, 16, 1, 16, dtype=h), None,
+                              torch.tensor([[0, 17]]))
+    with pytest.raises(ValueError, match="past is written in place"):
+        ops.kv_cache(torch.ones(2, 16, dtype=h), 0, torch.zeros(1, 1, 4, 16, dtype=h).expand(1, 2, 4, 16),
+                     torch.tensor([1, 1]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match=re.escape("token_offset must be a 1-D tensor [batch], got shape (1, 2)")):
+        ops.kv_cache(torch.ones(2, 16, dtype=h), 0, torch.zeros(1, 2, 4, 16, dtype=h), torch.tensor([[1, 1]]),
+                     torch.tensor([1, 1]))
 
 
 def test_outputs_sharing_memory_with_what_the_call_reads_are_rejected() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ascend_kv import cli, device, support
+import ascend_kv
+from ascend_kv import cli, device, policy, support
 from ascend_kv.backends import npu
 
 A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True}
@@ -30,6 +32,9 @@ ANSWERS = [  # (SoC, product line, documented operations, ReshapeAndCache layout
 ]
 
 
+KERNELS_RUN = {"atlas-a2": A2_A3, "atlas-a3": A2_A3}                   # ascend_kv's own kernels: A2/A3 only
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -43,7 +48,8 @@ def test_support_matrix_for_one_soc_as_json(
     status, out, err = run(capsys, "support-matrix", "--soc", soc, "--json")
     assert (status, err) == (0, "")
     assert json.loads(out) == {"soc": soc, "product_line": line, "ops": ops,
-                               "layouts": {"ReshapeAndCacheOperation": layouts}}
+                               "layouts": {"ReshapeAndCacheOperation": layouts},
+                               "kernels_run": KERNELS_RUN.get(line, NONE)}
 
 
 @pytest.mark.parametrize("soc", ["Ascend910", "Ascend910C", "Ascend 910B3", "", "nvidia-a100"])
@@ -51,7 +57,7 @@ def test_unknown_soc_exits_2_listing_the_known_families(capsys: pytest.CaptureFi
     status, out, err = run(capsys, "support-matrix", "--soc", soc, "--json")
     assert status == 2
     assert json.loads(out) == {"soc": soc, "product_line": None, "ops": NONE,
-                               "layouts": {"ReshapeAndCacheOperation": []}}
+                               "layouts": {"ReshapeAndCacheOperation": []}, "kernels_run": NONE}
     assert f"unknown SoC name {soc!r}" in err
     for line in support.PRODUCT_LINES:
         assert line.id in err
@@ -65,6 +71,10 @@ def test_support_matrix_text_and_json(capsys: pytest.CaptureFixture[str]) -> Non
     whole = json.loads(out)
     assert status == 0 and whole["operations"] == list(support.OPERATIONS)
     assert {line["id"]: line["ops"] for line in whole["product_lines"]} == support.matrix()
+    by_id = {line["id"]: line for line in whole["product_lines"]}
+    for _, line, ops, layouts in ANSWERS:
+        assert {k: by_id[line][k] for k in ("ops", "layouts", "kernels_run")} == {
+            "ops": ops, "layouts": {"ReshapeAndCacheOperation": layouts}, "kernels_run": KERNELS_RUN.get(line, NONE)}
     status, out, _ = run(capsys, "support-matrix", "--soc", "Ascend910B2C")
     assert status == 0 and out.startswith("Ascend910B2C: atlas-a2 (") and "KVCacheOperation yes" in out
 
@@ -111,6 +121,100 @@ def test_info_with_a_bad_backend_choice_exits_2(
     monkeypatch.setenv("ASCEND_KV_BACKEND", "cuda")
     status, _, err = run(capsys, "info")
     assert status == 2 and "ASCEND_KV_BACKEND must be one of auto, npu, sim, fallback, got 'cuda'" in err
+
+
+def test_info_names_an_unknown_soc_and_keeps_the_columns_apart(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(device.SOC_ENV, "Ascend999X")
+    monkeypatch.delenv("ASCEND_KV_BACKEND", raising=False)
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    assert "SoC             Ascend999X (from ASCEND_KV_SOC): not a known Ascend SoC" in out and "None" not in out
+    for op in support.OPERATIONS:
+        (line,) = [line for line in out.splitlines() if line.startswith(op)]
+        assert line.split()[:2] == [op, "fallback:"]
+
+
+def test_info_says_sim_cannot_run_without_cmake(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ascend_kv.backends import sim
+
+    monkeypatch.setattr(sim, "_loaded", None)                       # not yet loaded in this process
+    monkeypatch.setattr(sim.shutil, "which", lambda *_, **__: None)  # and no cmake anywhere
+    monkeypatch.setenv("ASCEND_KV_BACKEND", "sim")
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    for op in support.OPERATIONS:
+        assert f"{op} cannot run: the host build of the kernels is not available: it builds the AscendC kernels " \
+               "for the host with CMake, and 'cmake' was not found" in " ".join(out.split())
+    status, out, _ = run(capsys, "info", "--json")
+    assert {d["backend"] for d in json.loads(out)["ops"].values()} == {None}
+
+
+def test_info_hint_names_the_build_script_of_this_checkout(capsys: pytest.CaptureFixture[str]) -> None:
+    """From a source checkout the hint names its build script (test_packaging checks the wheel's hint)."""
+    _, out, _ = run(capsys, "info", "--json")
+    reason = json.loads(out)["kernel_library"]["reason"]
+    assert str(Path(__file__).resolve().parents[1] / "scripts" / "build_npu.sh") in reason
+
+
+@pytest.mark.parametrize(("argv", "variable", "value", "message"), [
+    (["demo", "--quick", "--repeats", "1", "--backend", "npu"], None, None,
+     "backend 'npu' cannot run KVCacheOperation on cpu: the tensors are on cpu, not on an Ascend NPU"),
+    (["demo", "--quick", "--repeats", "1"], "ASCEND_KV_BACKEND", "bogus",
+     "ASCEND_KV_BACKEND must be one of auto, npu, sim, fallback, got 'bogus'"),
+    (["demo", "--quick", "--repeats", "1"], "ASCEND_KV_VALIDATE", "ful",
+     "ASCEND_KV_VALIDATE must be one of device, full, got 'ful'"),
+    (["info"], "ASCEND_KV_VALIDATE", "fulll", "ASCEND_KV_VALIDATE must be one of device, full, got 'fulll'"),
+])
+def test_setting_and_backend_errors_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], variable: str | None,
+    value: str | None, message: str,
+) -> None:
+    monkeypatch.delenv("ASCEND_KV_BACKEND", raising=False)
+    if variable is not None:
+        monkeypatch.setenv(variable, value)
+    status, _, err = run(capsys, *argv)
+    assert (status, err) == (2, f"ascend-kv: {message}\n")
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    """`ascend-kv demo | head`: the reader goes away; the command stops quietly, exit 0."""
+    script = str(Path(sys.executable).parent / "ascend-kv")
+    child = subprocess.Popen([script, "demo", "--quick", "--repeats", "1"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()                                          # gone before the first line is written
+    err = child.stderr.read()
+    assert (child.wait(), err) == (0, "")
+
+
+def _operation_named(text: str, op: str) -> bool:
+    """``op`` (an ATB name) appears in ``text`` as itself or as its function's name."""
+    return op in text or next(name for name, atb in policy._OP_NAMES.items() if atb == op) in text
+
+
+def test_texts_name_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
+    """Help texts, the demo script, the package's description and docstring: no text from the days of two operations."""
+    from ascend_kv import demo
+
+    helps = {}
+    for name, main, argv in (("ascend-kv --help", cli.main, ["--help"]), ("demo --help", demo.main, ["--help"])):
+        with pytest.raises(SystemExit):
+            main(argv)
+        helps[name] = capsys.readouterr().out
+    root = Path(__file__).resolve().parents[1]
+    description = re.search(r'^description = "(.*)"$', (root / "pyproject.toml").read_text(), re.MULTILINE)
+    assert description is not None
+    listing = {"ascend-kv --help": helps["ascend-kv --help"], "pyproject description": description.group(1),
+               "ascend_kv docstring": ascend_kv.__doc__ or ""}
+    texts = {**listing, "demo --help": helps["demo --help"], "scripts/demo.sh": (root / "scripts" / "demo.sh").read_text()}
+    for name, text in texts.items():
+        assert not re.search(r"\bboth\b|\btwo operations\b", text), name
+    for name, text in listing.items():
+        assert [op for op in support.OPERATIONS if not _operation_named(text, op)] == [], name
 
 
 @pytest.mark.parametrize("command", ["demo", "bench"])

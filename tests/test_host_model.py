@@ -129,6 +129,17 @@ def test_misuse_is_rejected_with_a_precise_message(driver: Path, case: str) -> N
         assert fragment in out["msg"], (fragment, out["msg"])
 
 
+def test_pad_block_length_is_capped_at_the_documented_65535_bytes(driver: Path) -> None:
+    """DataCopyPad's blockLen is at most 65535 bytes (docs/host_model.md): the limit itself copies
+    bit-exactly; one byte more is refused on the read side and on the write side, writing nothing."""
+    out = run(driver, "pad_len_limit")
+    assert (out["rc"], out["msg"], out["equal"]) == (OK, "", "1")
+    for case in ("pad_read_over_limit", "pad_write_over_limit"):
+        out = run(driver, case)
+        assert out["rc"] == MODEL_ERROR and out["equal"] == "0", out
+        assert "DataCopyPad: DataCopyExtParams.blockLen 65536 bytes out of range [0, 65535]" in out["msg"], out
+
+
 def test_error_names_the_core(driver: Path) -> None:
     assert run(driver, "gm_read_oob", 3)["msg"].startswith("core 0 of 3: ")
 

@@ -319,6 +319,11 @@ def _call() -> dict[str, object]:
          "slot_mapping has 3 entries, more than the 2 tokens of value"),
         ({"slot_mapping": torch.tensor([1.0, 2.0])}, "slot_mapping must be int32 or int64, got Float"),
         ({"slot_mapping": torch.tensor([[1, 2]])}, "slot_mapping must be 1-D [n], got shape [1, 2]"),
+        ({"key_cache": torch.zeros((1, 8, 2, 7), dtype=torch.float16).expand(4, 8, 2, 7)},
+         ("key_cache is written in place, so each element needs its own memory, but sizes [4, 8, 2, 7] with strides "
+          "[0, 14, 7, 1]")),
+        ({"value_cache": torch.zeros(4 * 8 * 10, dtype=torch.float16).as_strided((4, 8, 2, 5), (79, 10, 5, 1))},
+         "value_cache is written in place, so each element needs its own memory"),
         ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, "slot_mapping must be contiguous"),
         ({"key": random_bits((3, 7, 2), torch.float16, 9).transpose(1, 2)},
          "key's token rows must be contiguous"),
@@ -336,6 +341,17 @@ def test_binding_checks_every_tensor(change: dict[str, object], message: str) ->
     call = {**_call(), **change}
     with pytest.raises(RuntimeError, match="ascend_kv_host.reshape_and_cache: .*" + re.escape(message)):
         torch.ops.ascend_kv_host.reshape_and_cache(**call)
+
+
+def test_binding_takes_written_caches_whose_elements_just_do_not_overlap() -> None:
+    """value_cache blocks 80 elements apart: one past the 79 its slots reach (79 apart is refused above)."""
+    sim.load()
+    call = _call()
+    call["value_cache"] = random_bits((4 * 80,), torch.float16, 11).as_strided((4, 8, 2, 5), (80, 10, 5, 1))
+    expected = reference.reshape_and_cache(call["key"], call["value"], call["key_cache"].clone(),
+                                           call["value_cache"].clone(), call["slot_mapping"])
+    torch.ops.ascend_kv_host.reshape_and_cache(**call)
+    assert bits_equal(call["key_cache"], expected[0]) and bits_equal(call["value_cache"], expected[1])
 
 
 def test_binding_nz_rows_must_be_whole_pieces() -> None:

@@ -10,6 +10,7 @@ upload, so "a call never waits for the device" is a number here.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from cases import (
     Case,
     bits_equal,
     cloned,
+    empty_calls,
     garbage_kv_args,
     garbage_paged_args,
     kv_cache_cases,
@@ -321,3 +323,27 @@ def test_library_checks_direct_calls(kernel_library: None, monkeypatch: pytest.M
     with pytest.raises(RuntimeError, match="block_table"):
         ops.paged_cache_load(key_cache, value_cache, table.float(), lens, None, case.kwargs["key"],
                              case.kwargs["value"], 1, False)
+    key = case.kwargs["key"]
+    before = host(key).clone()
+    with pytest.raises(RuntimeError, match="key is written in place, so each element needs its own memory"):
+        ops.paged_cache_load(key_cache, value_cache, table, lens, None, key[:1].expand(key.shape), case.kwargs["value"],
+                             1, False)
+    with pytest.raises(RuntimeError, match=re.escape("context_lens must be 1-D [batch], got shape [2, 1]")):
+        ops.paged_cache_load(key_cache, value_cache, table, lens[:, None], None, key, case.kwargs["value"], 1, False)
+    assert bits_equal(host(key), before)  # a refused call wrote nothing
+
+
+@pytest.mark.parametrize("name", sorted(empty_calls()))
+def test_an_empty_call_is_a_no_op_on_the_npu(soc: str, name: str) -> None:
+    """Empty tensors with strides outside the kernels' domain: the kernels take the call where they
+    run (the device fallback is barred there), nothing is read back, every tensor keeps its bits."""
+    operation, case = empty_calls()[name]
+    expected = case.cloned()
+    getattr(reference, operation)(*expected.args, **expected.kwargs)
+    on_npu = Case(tuple(t.to(NPU) if isinstance(t, torch.Tensor) else t for t in case.args),
+                  {k: t.to(NPU) if isinstance(t, torch.Tensor) else t for k, t in case.kwargs.items()})
+    assert [t.stride() for t in on_npu.tensors()] == [t.stride() for t in case.tensors()]
+    _, seen, fallbacks = run(getattr(ascend_kv, operation), on_npu)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+    assert all(bits_equal(host(got), want) for got, want in zip(on_npu.tensors(), expected.tensors()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -28,6 +30,19 @@ def test_wheel_holds_only_the_ascend_kv_package(tmp_path: Path) -> None:
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[pytest11]" in text and "ascend_kv.testing = ascend_kv.testing" in text
+    (license_file,) = [name for name in names if name.endswith((".dist-info/licenses/LICENSE", ".dist-info/LICENSE"))]
+    assert b"Apache License\n                           Version 2.0" in zipfile.ZipFile(wheel).read(license_file)
+    # Installed from the wheel, `ascend-kv info` gives a library hint that is true there: no scripts/ folder.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    done = subprocess.run([sys.executable, "-m", "ascend_kv", "info", "--json"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, check=True)
+    library = json.loads(done.stdout)["kernel_library"]
+    assert library["path"].startswith(str(target))
+    assert "build_npu.sh" not in library["reason"]
+    assert "installed from its source on a host with CANN" in library["reason"] and "pip install" in library["reason"]
 
 
 def test_fallback_imports_only_under_ascend_kv(tmp_path: Path) -> None:

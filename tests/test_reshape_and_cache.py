@@ -47,6 +47,22 @@ def test_a_write_is_read_back_by_paged_cache_load(backend: str, layout: str) -> 
         assert bits_equal(loaded_value[row].reshape(value[i].shape), value[i])
 
 
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+@pytest.mark.parametrize("slots", [[3, 9, 3], [0, 7, 0, 0], [-1, 5, 5, -1]])
+def test_a_slot_named_twice_keeps_its_last_token(backend: str, layout: str, slots: list[int]) -> None:
+    """SGLang pads a batch by sending its dummy tokens to slot 0: accepted, the last token wins, whole."""
+    case = reshape_and_cache_case(layout, slots, num_tokens=len(slots))
+    key, value, key_cache, value_cache, _ = case.args
+    ascend_kv.reshape_and_cache(*case.args, **case.kwargs)
+    table = torch.tensor([[0, 1, 2, 3]], dtype=torch.int32)
+    loaded_key, loaded_value = ascend_kv.paged_cache_load(key_cache, value_cache, table, torch.tensor([64]),
+                                                          kv_cache_cfg=layout)
+    for slot in {s for s in slots if s >= 0}:
+        last = max(i for i, s in enumerate(slots) if s == slot)
+        assert bits_equal(loaded_key[slot].reshape(key[last].shape), key[last])
+        assert bits_equal(loaded_value[slot].reshape(value[last].shape), value[last])
+
+
 # ----------------------------------------------------------------------------- rules at their boundaries
 
 
@@ -80,6 +96,13 @@ def one_cache_twice(case: Case) -> Case:
     return replaced(case, 3, case.args[2])
 
 
+def tokens_in_cache(case: Case, token: int, cache: int) -> Case:
+    """``case`` with its key (``token`` 0) or value (1) read from the first rows of a cache (``cache`` 2 or 3)."""
+    tokens = case.args[token]
+    rows = case.args[cache].reshape(-1, *tokens.shape[1:])[: tokens.shape[0]]
+    return replaced(case, token, rows)
+
+
 RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
     # slots: the last in range and the first out; padding; duplicates
     ("last slot", lambda: nd([63]), None, ""),
@@ -87,7 +110,8 @@ RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
      "slot_mapping[0] = 64 is out of range: the caches hold 64 slots (num_blocks 4 x block_size 16)"),
     ("padding -1", lambda: nd([-1, 3]), None, ""),
     ("padding repeated", lambda: nd([-1, -1]), None, ""),
-    ("duplicate slot", lambda: nd([3, 9, 3]), ValueError, "slot_mapping[2] = 3 repeats slot_mapping[0]"),
+    ("duplicate slot", lambda: nd([3, 9, 3]), None, ""),
+    ("every token to slot 0", lambda: nd([0, 0, 0]), None, ""),
     ("slots == tokens", lambda: nd([1, 2], num_tokens=2), None, ""),
     ("fewer slots than tokens", lambda: nd([1], num_tokens=2), None, ""),
     ("more slots than tokens", lambda: replaced(nd([1], num_tokens=1), 4, torch.tensor([1, 2])), ValueError,
@@ -131,6 +155,12 @@ RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
     # aliasing
     ("key_cache is value_cache", lambda: one_cache_twice(nd([1])), ValueError,
      "value_cache shares memory with key_cache"),
+    ("key read from key_cache", lambda: tokens_in_cache(nd([5]), 0, 2), ValueError,
+     "key_cache shares memory with key, which the operation reads"),
+    ("value read from value_cache", lambda: tokens_in_cache(nd([5]), 1, 3), ValueError,
+     "value_cache shares memory with value, which the operation reads"),
+    ("key read from value_cache", lambda: tokens_in_cache(nd([5]), 0, 3), ValueError,
+     "value_cache shares memory with key, which the operation reads"),
 ]
 
 

@@ -331,12 +331,25 @@ def _paged_call() -> dict[str, object]:
          "key_cache's token rows (dims 2, 3) must be contiguous"),
         ({"layout": 2}, "layout must be 0 (NZ) or 1 (ND), got 2"),
         ({"key": torch.zeros((5, 2, 16), dtype=torch.bfloat16)}, "key has dtype BFloat16, key_cache has Half"),
+        # written tensors: rows 32 elements apart are distinct, 31 apart overlap (an expand() view shares all)
+        ({"key": torch.zeros(5 * 32, dtype=torch.float16).as_strided((5, 2, 16), (32, 16, 1))}, None),
+        ({"key": torch.zeros(5 * 32, dtype=torch.float16).as_strided((5, 2, 16), (31, 16, 1))},
+         ("key is written in place, so each element needs its own memory, but sizes [5, 2, 16] with strides "
+          "[31, 16, 1]")),
+        ({"value": torch.zeros((1, 2, 16), dtype=torch.float16).expand(5, 2, 16)},
+         "value is written in place, so each element needs its own memory"),
+        # index tensors: the rank as well as the entry count
+        ({"context_lens": torch.tensor([[5]])}, "context_lens must be 1-D [batch], got shape [1, 1]"),
+        ({"seq_starts": torch.tensor([[0]])}, "seq_starts must be 1-D [batch], got shape [1, 1]"),
+        ({"cumsum": True, "context_lens": torch.tensor([[0, 5]])},
+         "context_lens must be 1-D [batch + 1], got shape [1, 2]"),
+        ({"block_table": torch.tensor([1, 2])}, "block_table must be 2-D [batch, max_blocks], got shape [2]"),
     ],
 )
 def test_paged_binding_checks_every_tensor(change: dict[str, object], message: str | None) -> None:
     sim.load()
     call = {**_paged_call(), **change}
-    if message is None:  # a one-column view of a 2-D tensor is contiguous: accepted
+    if message is None:  # accepted (e.g. a one-column view of a 2-D tensor is contiguous)
         torch.ops.ascend_kv_host.paged_cache_load(**call)
         return
     with pytest.raises(RuntimeError, match="ascend_kv_host.paged_cache_load: .*" + re.escape(message)):
@@ -351,6 +364,11 @@ def test_paged_binding_checks_every_tensor(change: dict[str, object], message: s
         (2, torch.tensor([4, 2, 1]), "token_offset must have 2 entries, got 3"),
         (3, torch.tensor([2, 2], dtype=torch.int16), "seq_len must be int32 or int64, got Short"),
         (1, random_bits((2, 2, 32, 8), torch.float16, 2).transpose(2, 3), "past's rows (dim 3) must be contiguous"),
+        (1, torch.zeros((2, 1, 8, 32), dtype=torch.float16).expand(2, 2, 8, 32),
+         ("past is written in place, so each element needs its own memory, but sizes [2, 2, 8, 32] with strides "
+          "[256, 0, 32, 1]")),
+        (2, torch.tensor([[4, 2]]), "token_offset must be 1-D [batch], got shape [1, 2]"),
+        (3, torch.tensor([[2], [2]]), "seq_len must be 1-D [batch], got shape [2, 1]"),
     ],
 )
 def test_kv_binding_checks_every_tensor(index: int, value: torch.Tensor, message: str) -> None:
@@ -369,6 +387,9 @@ def test_binding_reads_a_layer_tensor_and_ignores_layer_id() -> None:
     assert bits_equal(past, expected)
     with pytest.raises(RuntimeError, match="layer_tensor must have 1 entries, got 2"):
         torch.ops.ascend_kv_host.kv_cache(new_kv, past, token_offset, seq_len, torch.tensor([1, 1]), 0)
+    for layer in (torch.tensor(0), torch.tensor([[0]])):  # one element of any rank, as the Python rule
+        torch.ops.ascend_kv_host.kv_cache(new_kv, past, token_offset, seq_len, layer, 1)
+    assert bits_equal(past, reference.kv_cache(new_kv, 0, expected.clone(), token_offset, seq_len))
 
 
 def test_meta_implementations_trace_without_data() -> None:

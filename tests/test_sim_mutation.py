@@ -8,8 +8,9 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), the staged index window read without its MTE2_S flag, and a
-kernel that no longer declares itself vector-only. The unmutated library passes the same calls.
+twice is then written by two cores), the staged index window read without its MTE2_S flag, rows
+moved in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer
+declares itself vector-only. The unmutated library passes the same calls.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ MUTANTS = {
         ("kernels/reshape_and_cache.cpp", "if ((block * t_.blockStripes + stripe) % t_.usedCores == core) {",
          "if (i * t_.usedCores / t_.tokens == core) {"),
     ],
+    "uncapped-pad-blocks": [  # rows moved in DataCopyPad blocks as long as the 21-bit field holds
+        ("tiling.h", "constexpr uint64_t kMaxPadBlockBytes = 65535;", "constexpr uint64_t kMaxPadBlockBytes = 2097151;"),
+    ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
                                    "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n"), ""),
@@ -89,7 +93,9 @@ CALLS = {"kv_dense": kv_dense, "kv_strided": kv_strided, "paged_mla": paged_mla,
          "reshape_nd_long_run": lambda: reshape(1, (1, 4096, 1, 7), 7, range(4096)),
          # slot 3 twice, by the first token and the last: with two cores, in the shares of both
          "reshape_nd_twice": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 3)),
-         "reshape_nd_distinct": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 4))}
+         "reshape_nd_distinct": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 4)),
+         # rows of 131,072 bytes: segments of a UB buffer (93,696 bytes), each more than one DataCopyPad block
+         "reshape_nd_long_rows": lambda: reshape(1, (2, 16, 1, 65536), 65536, (0, 5))}
 try:
     CALLS[sys.argv[2]]()
     print("ok")
@@ -200,8 +206,15 @@ def test_reshape_even_token_split_with_a_slot_named_twice_is_a_race(libraries: d
             in message)
 
 
+def test_pad_blocks_beyond_the_documented_65535_bytes_are_stopped(libraries: dict[str, Path]) -> None:
+    """DataCopyPad's blockLen is documented up to 65,535 bytes; the kernels split longer rows."""
+    message = run(libraries["uncapped-pad-blocks"], "reshape_nd_long_rows")
+    assert "DataCopyPad: DataCopyExtParams.blockLen 93696 bytes out of range [0, 65535]" in message
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla", "reshape_nd_unaligned",
-                                  "reshape_nz", "reshape_nd_long_run", "reshape_nd_twice", "reshape_nd_distinct"])
+                                  "reshape_nz", "reshape_nd_long_run", "reshape_nd_twice", "reshape_nd_distinct",
+                                  "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:
     assert run(libraries["unmutated"], call, cores) == "ok"

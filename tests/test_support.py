@@ -45,7 +45,8 @@ def test_product_line_of_each_soc_name(soc: str, line: str | None) -> None:
     assert (found.id if found else None) == line
     expected_ops = ALL if line in ("atlas-a2", "atlas-a3") else NONE if line is None else RESHAPE_ONLY
     assert support.soc_answer(soc) == {"soc": soc, "product_line": line, "ops": expected_ops,
-                                       "layouts": {"ReshapeAndCacheOperation": LAYOUTS[line]}}
+                                       "layouts": {"ReshapeAndCacheOperation": LAYOUTS[line]},
+                                       "kernels_run": ALL if line in ("atlas-a2", "atlas-a3") else NONE}
     for op in support.OPERATIONS:
         assert support.is_supported(op, soc) is expected_ops[op]
         assert (found is not None and found.kernels_run(op)) is (line in ("atlas-a2", "atlas-a3"))

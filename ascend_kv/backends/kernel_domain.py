@@ -28,7 +28,10 @@ from ..params import KvCacheCfg
 
 
 def dense_from(tensor: torch.Tensor, first_dim: int) -> bool:
-    """Are dims ``first_dim..`` of ``tensor`` row-major contiguous (size-1 dims ignored)?"""
+    """Are dims ``first_dim..`` of ``tensor`` row-major contiguous (size-1 dims ignored)? An empty
+    tensor always is: the kernels address none of its bytes, whatever its strides."""
+    if tensor.numel() == 0:
+        return True
     expected = 1
     for dim in range(tensor.dim() - 1, first_dim - 1, -1):
         if tensor.shape[dim] != 1 and tensor.stride(dim) != expected:

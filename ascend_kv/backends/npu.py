@@ -1,7 +1,7 @@
 """The NPU backend: the compiled AscendC kernels, called through their PyTorch op library.
 
-The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` or CMake on a host
-with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for
+The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` of a source checkout,
+or by ``pip install`` from the source, on a host with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for
 PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU_LIB`` when
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
 loaded once, lazily. The kernels' host build registers the same operators as
@@ -69,16 +69,23 @@ def _registered_namespace() -> str | None:
     return None
 
 
+def _build_hint() -> str:
+    """How to build the library: the build script in a source checkout, a source install for an installed package."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_npu.sh"
+    if script.is_file():
+        return f"build it on a host with CANN with {script}"
+    return ("it is built when ascend_kv is installed from its source on a host with CANN "
+            "(`source set_env.sh`, then `pip install --no-build-isolation .` in the source tree)")
+
+
 @functools.cache
 def library() -> LibraryStatus:
     """Load the kernel library once; never raises (the reason is kept instead)."""
     path = library_path()
     if not path.is_file():
         where = f"${LIBRARY_ENV}" if os.environ.get(LIBRARY_ENV, "").strip() else "the package"
-        return LibraryStatus(
-            False, str(path), f"{path} does not exist (looked in {where}); build it with scripts/build_npu.sh "
-            f"on a host with CANN, or point {LIBRARY_ENV} at it"
-        )
+        return LibraryStatus(False, str(path), f"{path} does not exist (looked in {where}); {_build_hint()}, "
+                                               f"or point {LIBRARY_ENV} at it")
     try:
         torch.ops.load_library(str(path))
     except Exception as error:  # e.g. torch_npu's libraries missing: the loader's message says which

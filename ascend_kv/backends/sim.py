@@ -3,7 +3,7 @@
 The host build (CMake target ``ascend_kv_host``: the kernel sources against the host model of
 the AscendC API, the tiling and the shared op binding) is built on first use with CMake and
 cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), keyed by a hash of every
-source file and the build settings, so an edited source is rebuilt. The library registers
+source file and the build settings, so an edited source is rebuilt (a build says so on stderr). The library registers
 ``torch.ops.ascend_kv_host.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for CPU and
 PrivateUse1; this
 module loads it and calls them. It is a test instrument: a kernel breaking an API rule (the
@@ -41,6 +41,24 @@ _loaded: Path | None = None
 
 # ----------------------------------------------------------------------------- build
 
+_UNAVAILABLE = "backend 'sim' is not available: "
+
+
+def _unavailable(why: str) -> BackendUnavailableError:
+    return BackendUnavailableError(_UNAVAILABLE + why)
+
+
+def unavailable() -> str | None:
+    """Why this process cannot run the host build (its sources or CMake missing), or None when it can."""
+    if _loaded is not None:
+        return None
+    try:
+        source_root()
+        _cmake()
+    except BackendUnavailableError as error:
+        return str(error).removeprefix(_UNAVAILABLE)
+    return None
+
 
 def source_root() -> Path:
     """The ``ascendc/`` sources: in the repository (editable install) or shipped in the wheel."""
@@ -48,18 +66,14 @@ def source_root() -> Path:
     for root in (here.parents[2] / "ascendc", here.parents[1] / "_ascendc"):
         if (root / "CMakeLists.txt").is_file() and (root / "cmake" / "host.cmake").is_file():
             return root
-    raise BackendUnavailableError(
-        f"backend 'sim' is not available: the AscendC sources were not found next to {here.parents[1]}"
-    )
+    raise _unavailable(f"the AscendC sources were not found next to {here.parents[1]}")
 
 
 def _cmake() -> str:
     found = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
     if found is None:
-        raise BackendUnavailableError(
-            "backend 'sim' is not available: it builds the AscendC kernels for the host with CMake, and "
-            "'cmake' was not found (install it, e.g. `pip install cmake`)"
-        )
+        raise _unavailable("it builds the AscendC kernels for the host with CMake, and 'cmake' was not found "
+                           "(install it, e.g. `pip install cmake`)")
     return found
 
 
@@ -91,15 +105,15 @@ def _run(command: list[str], what: str) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-4000:]
-        raise BackendUnavailableError(
-            f"backend 'sim' is not available: {what} failed ({' '.join(command)}):\n{tail}"
-        )
+        raise _unavailable(f"{what} failed ({' '.join(command)}):\n{tail}")
 
 
 def _build(target: Path) -> None:
     """Configure and build the host target in a private folder, then rename the library into
     place: a concurrent build or load never sees a partial file."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"ascend_kv: building the AscendC kernels for the host (backend 'sim') into {target.parent}; "
+          "once for these sources, later runs reuse it", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as work:
         build = Path(work) / "build"
         cmake = _cmake()

@@ -11,21 +11,22 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
-#include <vector>
 
 #include <ATen/ATen.h>
 
 #include "acl/acl.h"
 #include "torch_npu/csrc/core/npu/NPUFormat.h"
+#include "torch_npu/csrc/core/npu/NPUGraphsUtils.h"
 #include "torch_npu/csrc/core/npu/NPUGuard.h"
 #include "torch_npu/csrc/core/npu/NPUStream.h"
 #include "torch_npu/csrc/framework/FormatHelper.h"
 #include "torch_npu/csrc/framework/OpCommand.h"
 
 #include "kernel_launch.h"
+#include "tiling_cache.h"
 
 extern "C" {
 /// kernels/kv_cache.cpp: kv_cache_kernel(newKv, past, tokenOffset, seqLen, layerId, tiling).
@@ -50,35 +51,38 @@ constexpr uint64_t kUsableUbBytes = 192 * 1024 - 256 - 8 * 1024;
 
 void* Address(const at::Tensor& tensor) { return tensor.defined() ? tensor.data_ptr() : nullptr; }
 
+/// A tiling in device memory: the pinned host copy it is uploaded from and the device copy the
+/// kernel reads.
+struct DeviceTiling {
+    at::Tensor host;
+    at::Tensor device;
+};
+
 /**
- * The tiling in device memory, one persistent read-only copy per (device, stream, tiling bytes).
- * Why: a blocking copy from pageable memory synchronises the stream and cannot be captured in a
- * graph. Here the first call of a shape uploads from pinned memory with a non-blocking copy
- * ordered on the stream that launches the kernel; both buffers are kept for the life of the
- * process, so a captured graph replays a copy (and a kernel) whose memory never changes or goes
- * away, and every later call of that shape uploads nothing. Keyed by stream as well, so a kernel
- * never reads a tiling another stream is still writing. Serving engines run a bounded set of
- * shapes, so the cache stays small.
+ * The tiling in device memory, one read-only copy per (device, stream, tiling bytes), from a
+ * bounded cache (tiling_cache.h). Why: a blocking copy from pageable memory synchronises the stream
+ * and cannot be captured in a graph. The first call of a shape uploads from pinned memory with a
+ * non-blocking copy ordered on the stream that launches the kernel; later calls of that shape
+ * upload nothing. A graph being captured keeps its tilings for good, so its replays copy from and
+ * read memory that never changes or goes away. Keyed by stream as well, so a kernel never reads a
+ * tiling another stream is still writing. The caller holds the entry until its launch has run.
  */
-void* TilingOnDevice(const void* tiling, size_t bytes, const at::Device& device, aclrtStream stream)
+std::shared_ptr<DeviceTiling> TilingOnDevice(const void* tiling, size_t bytes, const at::Device& device,
+                                             aclrtStream stream)
 {
-    using Key = std::tuple<int, void*, std::string>;
-    static std::mutex mutex;
-    static std::map<Key, std::pair<at::Tensor, at::Tensor>> cache;  // key -> (pinned host, device)
-    Key key{device.index(), stream, std::string(static_cast<const char*>(tiling), bytes)};
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = cache.find(key);
-    if (found != cache.end()) {
-        return found->second.second.data_ptr();
-    }
-    const auto length = static_cast<int64_t>(bytes);
-    at::Tensor host = at::empty({length}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    std::memcpy(host.data_ptr(), tiling, bytes);
-    at::Tensor onDevice = at::empty({length}, at::TensorOptions().dtype(at::kByte).device(device));
-    onDevice.copy_(host, /*non_blocking=*/true);
-    void* address = onDevice.data_ptr();
-    cache.emplace(std::move(key), std::make_pair(std::move(host), std::move(onDevice)));
-    return address;
+    // Leaked on purpose: destroying its tensors at exit would free NPU memory after ACL's teardown.
+    static auto* cache = new TilingCache<DeviceTiling>(kTilingCacheEntries);
+    const bool capturing = c10_npu::currentStreamCaptureStatusMayInitCtx() != c10_npu::CaptureStatus::None;
+    TilingKey key{device.index(), stream, std::string(static_cast<const char*>(tiling), bytes)};
+    return cache->Get(key, capturing, [&]() {
+        const auto length = static_cast<int64_t>(bytes);
+        DeviceTiling made;
+        made.host = at::empty({length}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+        std::memcpy(made.host.data_ptr(), tiling, bytes);
+        made.device = at::empty({length}, at::TensorOptions().dtype(at::kByte).device(device));
+        made.device.copy_(made.host, /*non_blocking=*/true);
+        return made;
+    });
 }
 
 /// Queue `launch` (returning the launcher's status) on the current stream of `device`. Why
@@ -89,11 +93,14 @@ void Queue(const char* op, const at::Device& device, const Tiling& tiling, Launc
 {
     c10_npu::NPUGuard guard(device);
     aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream(false);
-    void* tilingGm = TilingOnDevice(&tiling, sizeof(tiling), device, stream);
+    // Held by the queued launch, so a tiling dropped from the cache meanwhile stays allocated until the
+    // kernel is on the stream; after that only later work on that stream can reuse its memory.
+    const std::shared_ptr<DeviceTiling> onDevice = TilingOnDevice(&tiling, sizeof(tiling), device, stream);
     const auto blockDim = static_cast<uint32_t>(tiling.usedCores);
     at_npu::native::OpCommand command;
     command.Name(std::string("ascend_kv_") + op);
-    command.SetCustomHandler([=]() -> int { return static_cast<int>(launch(blockDim, stream, tilingGm)); });
+    command.SetCustomHandler(
+        [=]() -> int { return static_cast<int>(launch(blockDim, stream, onDevice->device.data_ptr())); });
     command.Run();
 }
 

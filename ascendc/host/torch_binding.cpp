@@ -16,13 +16,16 @@
  * and layer_id is ignored. reshape_and_cache without value and value_cache is the key-only mode.
  *
  * The ops can be called directly, so every tensor the kernels index is checked here (device,
- * dtype, rank, consistent shapes, strides inside the kernels' domain), with messages naming the
- * tensor. Index values are never read on the host: the kernels read the index tensors and skip
+ * dtype, rank, consistent shapes, strides inside the kernels' domain, written tensors whose
+ * elements each have their own memory), with messages naming the tensor. Index values are never read on the host: the kernels read the index tensors and skip
  * whatever falls outside the tensors. Tiling from shapes, byte strides, the vector-core count
  * and the UB size (kernel_launch.h says where those come from in each build).
  */
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -50,21 +53,37 @@ void CheckDevice(const char* op, const at::Tensor& tensor, const char* name, con
     ascend_kv::CheckStorageFormat(tensor, op, name);
 }
 
-/// An index tensor: int32 or int64, contiguous, on `device`, `numel` entries.
-void CheckIndex(const char* op, const at::Tensor& tensor, const char* name, const at::Device& device, int64_t numel)
+void CheckRank(const char* op, const at::Tensor& tensor, const char* name, int64_t dims, const char* shape)
+{
+    TORCH_CHECK(tensor.dim() == dims, Where(op), name, " must be ", dims, "-D ", shape, ", got shape ",
+                tensor.sizes());
+}
+
+/// An index tensor of any shape: int32 or int64, contiguous, on `device`.
+void CheckIndexTensor(const char* op, const at::Tensor& tensor, const char* name, const at::Device& device)
 {
     CheckDevice(op, tensor, name, device);
     TORCH_CHECK(tensor.scalar_type() == at::kInt || tensor.scalar_type() == at::kLong, Where(op), name,
                 " must be int32 or int64, got ", tensor.scalar_type());
     TORCH_CHECK(tensor.is_contiguous(), Where(op), name, " must be contiguous (pass .contiguous()), got strides ",
                 tensor.strides());
-    TORCH_CHECK(tensor.numel() == numel, Where(op), name, " must have ", numel, " entries, got ", tensor.numel(),
-                " (shape ", tensor.sizes(), ")");
+}
+
+/// A 1-D index tensor `shape` of `entries` entries, as CheckIndexTensor.
+void CheckIndex(const char* op, const at::Tensor& tensor, const char* name, const at::Device& device,
+                const char* shape, int64_t entries)
+{
+    CheckRank(op, tensor, name, 1, shape);
+    CheckIndexTensor(op, tensor, name, device);
+    TORCH_CHECK(tensor.size(0) == entries, Where(op), name, " must have ", entries, " entries, got ", tensor.size(0));
 }
 
 /// Are dims [firstDim, dim) of `tensor` dense (row-major, size-1 dims ignored)?
 bool DenseFrom(const at::Tensor& tensor, int64_t firstDim)
 {
+    if (tensor.numel() == 0) {
+        return true;  // the kernels address no byte of an empty tensor, whatever its strides
+    }
     int64_t expected = 1;
     for (int64_t d = tensor.dim() - 1; d >= firstDim; --d) {
         if (tensor.size(d) != 1 && tensor.stride(d) != expected) {
@@ -82,10 +101,27 @@ void CheckDenseFrom(const char* op, const at::Tensor& tensor, const char* name, 
                 tensor.strides());
 }
 
-void CheckRank(const char* op, const at::Tensor& tensor, const char* name, int64_t dims, const char* shape)
+/// A tensor the kernel writes: no two of its elements share memory (an expand() view would make
+/// several cores write one place). Dims sorted by stride: each stride must pass the span of the smaller ones.
+void CheckDistinctElements(const char* op, const at::Tensor& tensor, const char* name)
 {
-    TORCH_CHECK(tensor.dim() == dims, Where(op), name, " must be ", dims, "-D ", shape, ", got shape ",
-                tensor.sizes());
+    if (tensor.numel() == 0) {
+        return;
+    }
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+    for (int64_t d = 0; d < tensor.dim(); ++d) {
+        if (tensor.size(d) > 1) {
+            dims.emplace_back(tensor.stride(d), tensor.size(d));
+        }
+    }
+    std::sort(dims.begin(), dims.end());
+    int64_t span = 0;  // the largest element offset the dims seen so far reach
+    for (const auto& [stride, size] : dims) {
+        TORCH_CHECK(stride > span, Where(op), name, " is written in place, so each element needs its own memory, but "
+                    "sizes ", tensor.sizes(), " with strides ", tensor.strides(), " map several elements to one "
+                    "place (an expand() view?)");
+        span += stride * (size - 1);
+    }
 }
 
 void CheckRowBytes(const char* op, const char* name, int64_t rowBytes)
@@ -130,11 +166,14 @@ ascend_kv::KvCacheTiling KvCachePlan(const char* op, const at::Tensor& newKv, co
     CheckDevice(op, newKv, "new_kv", device);
     CheckDenseFrom(op, newKv, "new_kv", 1, "rows");
     CheckDenseFrom(op, past, "past", 3, "rows (dim 3)");
+    CheckDistinctElements(op, past, "past");
     const int64_t batch = past.size(1);
-    CheckIndex(op, tokenOffset, "token_offset", device, batch);
-    CheckIndex(op, seqLen, "seq_len", device, batch);
-    if (layer.defined()) {
-        CheckIndex(op, layer, "layer_tensor", device, 1);
+    CheckIndex(op, tokenOffset, "token_offset", device, "[batch]", batch);
+    CheckIndex(op, seqLen, "seq_len", device, "[batch]", batch);
+    if (layer.defined()) {  // one element, any rank (the Python rule too)
+        CheckIndexTensor(op, layer, "layer_tensor", device);
+        TORCH_CHECK(layer.numel() == 1, Where(op), "layer_tensor must have 1 entries, got ", layer.numel(), " (shape ",
+                    layer.sizes(), ")");
     }
     ascend_kv::KvCacheGeometry call;
     call.newKv = ascend_kv::GeometryOf(newKv);
@@ -232,12 +271,14 @@ ascend_kv::PagedLoadTiling PagedLoadPlan(const char* op, const at::Tensor& keyCa
     call.key = CheckedCache(op, nd, keyCache, "key_cache", key, "key", output, device);
     call.value = CheckedCache(op, nd, valueCache, "value_cache", value, "value", output, device);
     CheckSameBlocks(op, nd, keyCache, valueCache);
+    CheckDistinctElements(op, key, "key");
+    CheckDistinctElements(op, value, "value");
     CheckRank(op, blockTable, "block_table", 2, "[batch, max_blocks]");
     const int64_t batch = blockTable.size(0);
-    CheckIndex(op, blockTable, "block_table", device, blockTable.numel());
-    CheckIndex(op, contextLens, "context_lens", device, batch + (cumsum ? 1 : 0));
+    CheckIndexTensor(op, blockTable, "block_table", device);
+    CheckIndex(op, contextLens, "context_lens", device, cumsum ? "[batch + 1]" : "[batch]", batch + (cumsum ? 1 : 0));
     if (seqStarts.defined()) {
-        CheckIndex(op, seqStarts, "seq_starts", device, batch);
+        CheckIndex(op, seqStarts, "seq_starts", device, "[batch]", batch);
     }
     call.blockTable = ascend_kv::GeometryOf(blockTable);
     call.contextLens = ascend_kv::GeometryOf(contextLens);
@@ -281,13 +322,14 @@ ascend_kv::ReshapeTiling ReshapePlan(const char* op, const at::Tensor& key, cons
     ascend_kv::ReshapeGeometry call;
     call.layout = static_cast<uint64_t>(layout);
     call.key = CheckedCache(op, nd, keyCache, "key_cache", key, "key", input, device);
-    CheckRank(op, slotMapping, "slot_mapping", 1, "[n]");
+    CheckDistinctElements(op, keyCache, "key_cache");
+    CheckIndex(op, slotMapping, "slot_mapping", device, "[n]", slotMapping.numel());
     const int64_t tokens = slotMapping.size(0);
-    CheckIndex(op, slotMapping, "slot_mapping", device, tokens);
     TORCH_CHECK(tokens <= key.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
                 key.size(0), " tokens of key");
     if (value.defined()) {
         call.value = CheckedCache(op, nd, valueCache, "value_cache", value, "value", input, device);
+        CheckDistinctElements(op, valueCache, "value_cache");
         CheckSameBlocks(op, nd, keyCache, valueCache);
         TORCH_CHECK(tokens <= value.size(0), Where(op), "slot_mapping has ", tokens, " entries, more than the ",
                     value.size(0), " tokens of value");

@@ -2,7 +2,7 @@
  * Pieces shared by the copy kernels (kv_cache.cpp, paged_cache_load.cpp, reshape_and_cache.cpp):
  * reading the tiling, index arithmetic that never leaves the tensors, int32/int64 index tensors
  * staged into UB, a paged cache and its token rows, and copies of rows (contiguous or strided)
- * through a double-buffered UB queue.
+ * through a double-buffered UB queue. No DataCopyPad moves more than kMaxPadBlockBytes per block.
  *
  * Device code only: the same file is compiled by CANN for the NPU and by g++ against the host
  * model of the AscendC API (ascendc/sim/include) for the host build.
@@ -261,38 +261,62 @@ __aicore__ inline bool PadGap(uint64_t pitch, uint64_t rowBytes, uint32_t& gap)
     return true;
 }
 
+/// The largest piece of a row one DataCopyPad moves: kMaxPadBlockBytes rounded down to whole
+/// 32-byte blocks, so every piece of a row starts on a 32-byte boundary in UB.
+constexpr uint64_t kPadPieceBytes = kMaxPadBlockBytes / kBlockBytes * kBlockBytes;
+
+/// One row of rowBytes (any size) from GM `src` into UB from byte `at` of `buffer`, in pieces of at
+/// most kPadPieceBytes.
+__aicore__ inline void ReadRow(AscendC::LocalTensor<uint8_t>& buffer, uint64_t at,
+                               const AscendC::GlobalTensor<uint8_t>& src, uint64_t rowBytes)
+{
+    AscendC::DataCopyPadExtParams<uint8_t> padding(false, 0, 0, 0);
+    for (uint64_t done = 0; done < rowBytes; done += kPadPieceBytes) {
+        AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(MinU64(kPadPieceBytes, rowBytes - done)), 0, 0, 0);
+        AscendC::DataCopyPad(buffer[static_cast<uint32_t>(at + done)], src[done], one, padding);
+    }
+}
+
+/// One row of rowBytes (any size) from UB byte `at` of `buffer` to GM `dst`, as ReadRow.
+__aicore__ inline void WriteRow(const AscendC::GlobalTensor<uint8_t>& dst, AscendC::LocalTensor<uint8_t>& buffer,
+                                uint64_t at, uint64_t rowBytes)
+{
+    for (uint64_t done = 0; done < rowBytes; done += kPadPieceBytes) {
+        AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(MinU64(kPadPieceBytes, rowBytes - done)), 0, 0, 0);
+        AscendC::DataCopyPad(dst[done], buffer[static_cast<uint32_t>(at + done)], one);
+    }
+}
+
 /// `rows` (<= kMaxBlockCount) rows of rowBytes (any size), `pitch` bytes apart in GM, into UB rows
-/// UbPitch(rowBytes) apart.
+/// UbPitch(rowBytes) apart: one strided DataCopyPad when the gap and the row fit its fields, else row by row.
 __aicore__ inline void ReadRows(AscendC::LocalTensor<uint8_t>& buffer, const AscendC::GlobalTensor<uint8_t>& src,
                                 uint64_t pitch, uint64_t rows, uint64_t rowBytes)
 {
-    AscendC::DataCopyPadExtParams<uint8_t> padding(false, 0, 0, 0);
     uint32_t gap = 0;
-    if (PadGap(pitch, rowBytes, gap)) {
+    if (rowBytes <= kMaxPadBlockBytes && PadGap(pitch, rowBytes, gap)) {
+        AscendC::DataCopyPadExtParams<uint8_t> padding(false, 0, 0, 0);
         AscendC::DataCopyExtParams params(static_cast<uint16_t>(rows), static_cast<uint32_t>(rowBytes), gap, 0, 0);
         AscendC::DataCopyPad(buffer, src, params, padding);
         return;
     }
-    AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
     for (uint64_t r = 0; r < rows; ++r) {
-        AscendC::DataCopyPad(buffer[static_cast<uint32_t>(r * UbPitch(rowBytes))], src[r * pitch], one, padding);
+        ReadRow(buffer, r * UbPitch(rowBytes), src[r * pitch], rowBytes);
     }
 }
 
 /// `rows` (<= kMaxBlockCount) UB rows of rowBytes (any size), UbPitch(rowBytes) apart, to GM rows
-/// `pitch` bytes apart.
+/// `pitch` bytes apart, as ReadRows.
 __aicore__ inline void WriteRows(const AscendC::GlobalTensor<uint8_t>& dst, AscendC::LocalTensor<uint8_t>& buffer,
                                  uint64_t pitch, uint64_t rows, uint64_t rowBytes)
 {
     uint32_t gap = 0;
-    if (PadGap(pitch, rowBytes, gap)) {
+    if (rowBytes <= kMaxPadBlockBytes && PadGap(pitch, rowBytes, gap)) {
         AscendC::DataCopyExtParams params(static_cast<uint16_t>(rows), static_cast<uint32_t>(rowBytes), 0, gap, 0);
         AscendC::DataCopyPad(dst, buffer, params);
         return;
     }
-    AscendC::DataCopyExtParams one(1, static_cast<uint32_t>(rowBytes), 0, 0, 0);
     for (uint64_t r = 0; r < rows; ++r) {
-        AscendC::DataCopyPad(dst[r * pitch], buffer[static_cast<uint32_t>(r * UbPitch(rowBytes))], one);
+        WriteRow(dst[r * pitch], buffer, r * UbPitch(rowBytes), rowBytes);
     }
 }
 

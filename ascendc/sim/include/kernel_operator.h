@@ -13,7 +13,7 @@
 //     on every AllocTensor and InitBuffer(TBuf).
 //   - DataCopy / DataCopyPad: UB side 32-byte aligned, GM side aligned to sizeof(T),
 //     count*sizeof(T) a multiple of 32 B, blockCount <= 4095, blockLen <= 65535 (32-byte units)
-//     or <= 2097151 bytes (DataCopyPad; a whole number of elements), paddings <= 32 B, gaps measured
+//     or <= 65535 bytes (DataCopyPad; a whole number of elements), paddings <= 32 B, gaps measured
 //     from the end of one block to the start of the next (DataCopy: 32-byte units both sides;
 //     DataCopyPad: bytes on the GM side, 32-byte blocks on the UB side, each UB block starting on
 //     a 32-byte boundary), a zero blockCount or blockLen is a no-op, every UB byte inside the
@@ -802,7 +802,8 @@ namespace host_model {
 
 constexpr uint32_t kMaxBlockCount = 4095;
 constexpr uint32_t kMaxBlockLen = 65535;
-constexpr uint32_t kMaxPadBlockLen = 2097151; // 21 bits, bytes
+// DataCopyPad's blockLen: bytes in [1, 65535] as documented (docs/host_model.md), whatever the field's width.
+constexpr uint32_t kMaxPadBlockLen = 65535;
 
 // A GM<->UB copy made of `count` blocks. GM block i starts at gmFirst + i*gmPitch bytes (relative
 // to the GlobalTensor's element 0), UB block i at i*ubPitch bytes; gmLen bytes move per block;

@@ -1,6 +1,7 @@
 // Test driver for the AscendC host model: `model_cases <case>` runs one small kernel on the model
 // and prints "rc=<code>" and "msg=<message>" (and, for the copy cases, "equal=<0|1>").
 // Each misuse case breaks exactly one rule; tests/test_host_model.py checks the message.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -139,6 +140,26 @@ extern "C" __global__ __aicore__ void pad_copy(GM_ADDR src, GM_ADDR dst, uint32_
 extern "C" __global__ __aicore__ void pad_fill(GM_ADDR src, GM_ADDR dst, uint32_t rows)
 {
     PadIn(src, dst, rows, [rows](GlobalTensor<int32_t>& d, LocalTensor<int32_t>& t) { DataCopy(d, t, rows * 8); });
+}
+
+// `reads` DataCopyPad blocks of readLen bytes from src into UB, then one block of writeLen bytes
+// back to dst: the blockLen limit of 65535 bytes on either side.
+extern "C" __global__ __aicore__ void pad_long(GM_ADDR src, GM_ADDR dst, uint16_t reads, uint32_t readLen,
+                                               uint32_t writeLen)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    TPipe pipe;
+    TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, 2 * 65536);
+    GlobalTensor<uint8_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(src), 2 * 65536);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(dst), 2 * 65536);
+    LocalTensor<uint8_t> t = q.AllocTensor<uint8_t>();
+    DataCopyPad(t, s, DataCopyExtParams(reads, readLen, 0, 0, 0), DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+    q.EnQue(t);
+    t = q.DeQue<uint8_t>();
+    DataCopyPad(d, t, DataCopyExtParams(1, writeLen, 0, 0, 0));
+    q.FreeTensor(t);
 }
 
 std::string g_case;
@@ -406,6 +427,21 @@ int main(int argc, char** argv)
                 expect[i] = -1;
             }
         }
+    } else if (name == "pad_len_limit" || name == "pad_read_over_limit" || name == "pad_write_over_limit") {
+        // blockLen 65535 (the largest documented) moves; 65536 is refused reading, or writing after
+        // a read of two 32768-byte blocks.
+        const bool write_over = name == "pad_write_over_limit";
+        const uint32_t len = name == "pad_len_limit" ? 65535 : 65536;
+        std::vector<uint8_t> in(2 * 65536), out(2 * 65536, 0x11);
+        for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+        host_model::GmRegion buffers[] = {{in.data(), in.size(), "src", false}, {out.data(), out.size(), "dst", true}};
+        rc = host_model::Launch(1, ub, buffers, 2, [&]() {
+            pad_long(in.data(), out.data(), write_over ? 2 : 1, write_over ? len / 2 : len, len); },
+            err, sizeof(err), host_model::kDefaultGarbage, true);
+        std::vector<uint8_t> want(out.size(), 0x11);
+        std::copy_n(in.begin(), len, want.begin());
+        std::printf("rc=%d\nmsg=%s\nequal=%d\n", rc, err, want == out ? 1 : 0);
+        return 0;
     } else if (name == "undeclared_task_type") {
         rc = host_model::Launch(1, ub, regions, 2, [&]() { queue_copy(reinterpret_cast<GM_ADDR>(src.data()),
                                                                     reinterpret_cast<GM_ADDR>(dst.data()), total); },
