@@ -100,6 +100,17 @@ def mla_512_64(torch_npu: Any, dev: torch.device) -> Pairs:
     return [(kc, expected[0]), (vc, expected[1])]
 
 
+def mla_column_slices(torch_npu: Any, dev: torch.device) -> Pairs:
+    """MLA's latent and rope caches as column slices of one ``[nb, 128, 1, 576]`` buffer, written in place."""
+    buf = random_bits((3, 128, 1, 576), torch.bfloat16, 62).to(dev)
+    kc, vc = buf[..., :512], buf[..., 512:]
+    kv_c, k_pe = random_bits((4, 1, 576), torch.bfloat16, 63).to(dev).split([512, 64], dim=-1)
+    slots = slots_tensor([1, 255, -1, 300], dev)
+    expected = golden.scatter(kv_c, k_pe, kc, vc, slots, nz=False)
+    torch_npu._npu_reshape_and_cache(key=kv_c, value=k_pe, key_cache=kc, value_cache=vc, slot_indices=slots)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
 def c8_int8_5d_nz(torch_npu: Any, dev: torch.device) -> Pairs:
     """vllm-ascend's C8 path: int8 K and V into per-head 5-D NZ views ``[nb, H, D // 32, bs, 32]`` (default PA_NZ)."""
     heads, head, bs = 2, 128, 128
@@ -213,6 +224,16 @@ def sglang_pool(torch_npu: Any, dev: torch.device) -> Pairs:
     return [(kc, expected[0]), (vc, expected[1])]
 
 
+def sglang_padding_to_slot_0(torch_npu: Any, dev: torch.device) -> Pairs:
+    """SGLang pads a batch by sending its dummy tokens to slot 0: the last token naming a slot wins."""
+    k, v = (random_bits((4, 1, 32), torch.float16, s).to(dev) for s in (50, 51))
+    kc, vc = (random_bits((2, 16, 1, 32), torch.float16, s).to(dev) for s in (52, 53))
+    loc = torch.tensor([5, 0, 0, 0], dtype=I32, device=dev)
+    expected = golden.scatter(k, v, kc, vc, loc, nz=False)
+    torch_npu._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=loc)
+    return [(kc, expected[0]), (vc, expected[1])]
+
+
 def mindie_int8_keys(torch_npu: Any, dev: torch.device) -> Pairs:
     """MindIE, positional: int8 keys with bfloat16 values, ND; and the key-only ``_siso`` write."""
     k = random_bits((3, 1, 32), torch.int8, 45).to(dev)
@@ -228,9 +249,9 @@ def mindie_int8_keys(torch_npu: Any, dev: torch.device) -> Pairs:
 
 
 SCENARIOS: list[Callable[[Any, torch.device], Pairs]] = [
-    vllm_023_attention, all_padding, mla_512_64, c8_int8_5d_nz, mooncake_nz_view_of_nd, format_cast_then_reshape,
+    vllm_023_attention, all_padding, mla_512_64, mla_column_slices, c8_int8_5d_nz, mooncake_nz_view_of_nd, format_cast_then_reshape,
     fp32_pa_nz, vllm_main_fp8_scatter_gather, gather_cumsum_fp32, gather_int8_nz, vllm_023_mla_chunked_prefill,
-    sglang_pool, mindie_int8_keys,
+    sglang_pool, sglang_padding_to_slot_0, mindie_int8_keys,
 ]
 
 
@@ -284,18 +305,6 @@ def test_on_the_fake_npu_with_device_indices_reading_nothing_back(soc: str, scen
     pairs = scenario(Counted(facade, seen), NPU)
     assert seen and all(s.transfers == 0 and s.uploads == 0 for s in seen), seen  # every index tensor on the NPU
     assert_bits(pairs)
-
-
-def test_sglang_dummy_tokens_to_slot_0_last_wins_on_the_device(soc: str) -> None:  # noqa: F811
-    """SGLang pads a batch by sending its dummy tokens to slot 0: the last token naming a slot wins."""
-    k, v = (random_bits((4, 1, 32), torch.float16, s).to(NPU) for s in (50, 51))
-    kc, vc = (random_bits((2, 16, 1, 32), torch.float16, s).to(NPU) for s in (52, 53))
-    loc = torch.tensor([5, 0, 0, 0], dtype=I32, device=NPU)
-    expected = golden.scatter(k, v, kc, vc, loc, nz=False)
-    seen: list[fake_npu.Counts] = []
-    Counted(facade, seen)._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=loc)
-    assert seen[0].transfers == 0 and seen[0].uploads == 0
-    assert_bits([(kc, expected[0]), (vc, expected[1])])
 
 
 def nz_reshape_case(cache_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
