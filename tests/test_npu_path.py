@@ -24,6 +24,7 @@ from cases import (
     ND,
     NZ,
     Case,
+    IndexPutRecorder,
     bits_equal,
     cloned,
     empty_calls,
@@ -33,6 +34,7 @@ from cases import (
     paged_case,
     paged_cases,
     random_bits,
+    reshape_and_cache_case,
     reshape_and_cache_cases,
 )
 from hypothesis import given
@@ -346,3 +348,32 @@ def test_an_empty_call_is_a_no_op_on_the_npu(soc: str, name: str) -> None:
     assert seen.transfers == 0 and seen.blocking_uploads == 0
     assert len(fallbacks) <= expected_backend_warnings(soc)
     assert all(bits_equal(host(got), want) for got, want in zip(on_npu.tensors(), expected.tensors()))
+
+
+# ----------------------------------------------------------------------------- a call that names nothing writes nothing
+
+
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+def test_a_padding_only_write_on_the_device_fallback_changes_no_byte(kernel_library: None, layout: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a 310P part (the device fallback), a reshape_and_cache whose slots are all padding or out of
+    range adds zero everywhere: no slot, not even (0, 0), is rewritten with bytes read earlier."""
+    monkeypatch.setenv("ASCEND_KV_SOC", UNSUPPORTED)
+    monkeypatch.setattr(policy, "_warned", set())
+    case = to(reshape_and_cache_case(layout, [-1, -1, -7], num_tokens=3), NPU, NPU)
+    before = [host(t) for t in case.args[2:4]]
+    recorder = IndexPutRecorder()  # as a mode it would see only our operator: record the fallback's method calls
+    index_put_ = torch.Tensor.index_put_
+
+    def recorded(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+        recorder.calls.append(([host(i) for i in indices], host(values), accumulate))
+        return index_put_(self, indices, values, accumulate)
+
+    monkeypatch.setattr(torch.Tensor, "index_put_", recorded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ascend_kv.FallbackWarning)
+        ascend_kv.reshape_and_cache(*case.args, **case.kwargs)
+    monkeypatch.undo()
+    assert recorder.calls, "the device fallback did not run"
+    recorder.require_no_change()
+    assert all(bits_equal(host(t), b) for t, b in zip(case.args[2:4], before))
