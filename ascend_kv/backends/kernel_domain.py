@@ -83,3 +83,14 @@ def block_copy_outside_reason(args: BlockCopyArgs) -> str | None:
             return (f"cache {i} has sizes {tuple(cache.shape)} and strides {tuple(cache.stride())}: the kernel needs "
                     f"each block to be rows of contiguous elements, evenly spaced")
     return None
+
+
+def block_copy_operands(args: BlockCopyArgs) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(caches, src, dst, cum_sum)`` as the kernel library's ``block_copy`` takes them: every
+    non-empty cache as its ``[num_blocks, rows, row]`` view (in the kernels' domain), index tensors
+    as :func:`index_operand` makes them."""
+    device = args.caches[0].device
+    views = [block_rows(cache) for cache in args.caches if cache.numel()]
+    assert all(view is not None for view in views), "outside the kernels' domain"
+    cum_sum = None if args.cum_sum is None else index_operand(args.cum_sum, device)
+    return views, index_operand(args.src, device), index_operand(args.dst, device), cum_sum  # type: ignore[return-value]
