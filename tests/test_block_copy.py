@@ -30,7 +30,7 @@ def untouched(before: torch.Tensor, after: torch.Tensor, destinations: list[int]
 
 
 @given(case=block_cases())
-def test_block_copy_matches_the_reference_in_place(case: BlockCase) -> None:
+def test_block_copy_matches_the_reference_in_place(backend: str, case: BlockCase) -> None:
     expected = case.cloned_args()
     reference.block_copy(*expected)
     before = case.key_cache.clone()
@@ -87,7 +87,7 @@ def test_the_device_fallback_skips_out_of_range_blocks(case: tuple[torch.Tensor,
     assert bits_equal(cache, expected)
 
 
-def test_one_source_fans_out_and_the_other_blocks_keep_their_bytes() -> None:
+def test_one_source_fans_out_and_the_other_blocks_keep_their_bytes(backend: str) -> None:
     key, value = caches("plain", "nd", 10, torch.float16, torch.bfloat16, seed=3)
     before_key, before_value = key.clone(), value.clone()
     copies = Copies([7, 2], [0, 1, 4, 9, 5], [4, 5])   # block 7 to four blocks, block 2 to one
@@ -98,7 +98,7 @@ def test_one_source_fans_out_and_the_other_blocks_keep_their_bytes() -> None:
 
 
 @pytest.mark.parametrize("copies", [Copies([], [], []), Copies([3, 1], [], [0, 0])], ids=["no source", "no destination"])
-def test_empty_copies_write_nothing(copies: Copies) -> None:
+def test_empty_copies_write_nothing(backend: str, copies: Copies) -> None:
     key, value = caches("plain", "nz", 4, torch.int8, torch.float16, seed=5)
     before = key.clone(), value.clone()
     ascend_kv.BlockCopyOperation(ascend_kv.BlockCopyParam())(key, value, *copies.tensors(torch.int64))
@@ -118,7 +118,7 @@ def test_host_path_takes_the_copier_for_whole_32_byte_rows_and_indexes_otherwise
 
 
 @pytest.mark.parametrize("storage", ["one buffer per layer", "per-layer views of one buffer", "key only"])
-def test_copy_blocks_over_32_layers_is_one_operator_and_matches_the_reference(storage: str) -> None:
+def test_copy_blocks_over_32_layers_is_one_operator_and_matches_the_reference(backend: str, storage: str) -> None:
     layers, num_blocks = 32, 6
     if storage == "per-layer views of one buffer":   # vLLM: kv[layer][0] / kv[layer][1]
         buf = random_bits((layers, 2, num_blocks, 4, 2, 8), torch.float16, 0)
