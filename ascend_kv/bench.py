@@ -280,14 +280,15 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     block_bytes = w.block_size * w.heads * (w.head_size_k + w.head_size_v) * dtype.itemsize   # key + value
     bytes_moved = 2 * pairs * block_bytes
     layers = MAX_LAYERS if w.kind == "copy-blocks" else layers_for(bytes_moved, num_blocks * block_bytes)
-    sets = [tuple(torch.zeros((num_blocks, w.block_size, w.heads, size), dtype=dtype)      # written: no page faults
-                  for size in (w.head_size_k, w.head_size_v)) for _ in range(layers)]
+    sets = [(torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_k), dtype=dtype),   # written: no page faults
+             torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_v), dtype=dtype)) for _ in range(layers)]
     order = torch.randperm(num_blocks, generator=g)
     src, dst = order[:pairs].to(torch.int32), order[pairs:].to(torch.int32)
     cum_sum = torch.arange(1, pairs + 1, dtype=torch.int32)
     mapping = torch.stack([src, dst], dim=1)
     keys, values = [k for k, _ in sets], [v for _, v in sets]
-    _, checked = block_checks.block_copy(*sets[0], src, dst, cum_sum)
+    first_key, first_value = sets[0]
+    _, checked = block_checks.block_copy(first_key, first_value, src, dst, cum_sum)
     assert checked is not None
 
     def loop() -> None:
@@ -300,9 +301,9 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     return Call(
         layers=layers,
         loop=loop,
-        single=lambda: block_copy(*sets[0], src, dst, cum_sum) if w.kind == "block-copy"
+        single=lambda: block_copy(first_key, first_value, src, dst, cum_sum) if w.kind == "block-copy"
         else copy_blocks(keys[:1], values[:1], mapping),
-        reference=lambda: reference.block_copy(*sets[0], src, dst, cum_sum),
+        reference=lambda: reference.block_copy(first_key, first_value, src, dst, cum_sum),
         prevalidated=lambda: block_fallback.block_copy(checked),
         bytes_moved=bytes_moved,
         path="/".join(sorted(set(block_fallback.paths(checked)))),

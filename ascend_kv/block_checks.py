@@ -110,7 +110,7 @@ def _expanded_sources(sources: list[int], cum_sum: list[int], copies: int) -> li
         given = f"cum_sum[-1] = {total}" if cum_sum else "cum_sum is empty, which means 0 destinations"
         raise ValueError(f"{given}, but dst_block_indices has {copies} entries: cum_sum[-1] must equal "
                          f"len(dst_block_indices)")
-    counts = np.diff(np.asarray([0, *cum_sum], dtype=np.int64))
+    counts = np.diff(np.asarray([0, *cum_sum], dtype=np.int64)).astype(np.int64)
     expanded: list[int] = np.repeat(np.asarray(sources, dtype=np.int64), counts).tolist()
     return expanded
 

@@ -91,8 +91,9 @@ def _copy_blocks_cpu(key_caches: Sequence[torch.Tensor], value_caches: Sequence[
 
 def _copy_blocks_device(key_caches: Sequence[torch.Tensor], value_caches: Sequence[torch.Tensor],
                         block_mapping: torch.Tensor) -> None:
-    checks.require_base_formats({f"key_caches[{i}]": c for i, c in enumerate(key_caches)}
-                                | {f"value_caches[{i}]": c for i, c in enumerate(value_caches)})
+    named: dict[str, torch.Tensor | None] = {f"key_caches[{i}]": c for i, c in enumerate(key_caches)}
+    named.update({f"value_caches[{i}]": c for i, c in enumerate(value_caches)})
+    checks.require_base_formats(named)
     args, call = block_checks.copy_blocks(key_caches, value_caches, block_mapping,
                                           read_values=_reads_values(block_mapping))
     _run(args, call)

@@ -18,7 +18,9 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
+from ascend_kv.cpu_fallback import block_copy as host_blocks
 from ascend_kv.cpu_fallback import on_device
+from block_cases import BlockCase, block_cases
 from cases import (
     ND,
     NZ,
@@ -33,14 +35,12 @@ from cases import (
     random_bits,
     reshape_and_cache_cases,
 )
-from block_cases import BlockCase, block_cases
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import block_checks, policy, reference
-from ascend_kv.cpu_fallback import block_copy as host_blocks
 from ascend_kv.backends import npu, sim
 from ascend_kv.calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 
@@ -434,5 +434,6 @@ def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str
     expected[[1, 3, 7]] = original[[5, 6, 2]]
     assert bits_equal(host(cache), expected)
     for src, dst, mapping in ((cache, offloaded, out_mapping), (offloaded, cache, in_mapping)):
-        flags = cross_device_copies(lambda: host_blocks.swap_blocks(block_checks.swap_blocks(src, dst, mapping)))
+        flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: host_blocks.swap_blocks(
+            block_checks.swap_blocks(src, dst, mapping)))
         assert flags and all(flags)
