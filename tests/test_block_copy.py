@@ -330,3 +330,10 @@ def test_block_operators_pass_opcheck() -> None:
     torch.library.opcheck(OPS.copy_blocks.default, (layers, [], torch.tensor([[0, 2]], dtype=torch.int32)))
     torch.library.opcheck(OPS.swap_blocks.default, (torch.randn(6, 4, 16).half(), torch.zeros(3, 4, 16).half(),
                                                     torch.tensor([[5, 0], [1, 2]])))
+
+
+def test_explain_names_the_block_operation_and_its_backend() -> None:
+    for name in ("block_copy", "copy_blocks", "BlockCopyOperation"):
+        decision = ascend_kv.explain(name, "cpu")
+        assert (decision.op, decision.backend) == ("BlockCopyOperation", "fallback")
+        assert ascend_kv.explain(name, "cpu", backend="sim").backend == "sim"
