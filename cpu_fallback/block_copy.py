@@ -50,7 +50,7 @@ def block_copy(call: BlockCopyCall) -> None:
     """
     if not call.destinations:
         return
-    written = len(call.destinations) * sum(cache[0].nbytes for cache in call.args.caches if cache.shape[0])
+    written = len(call.destinations) * sum(cache.nbytes // cache.shape[0] for cache in call.args.caches if cache.shape[0])
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES
     for cache in call.args.caches:
         if cache.numel() == 0:
@@ -107,7 +107,7 @@ def _native_rows(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, to
     multiples, the same rows in both), or None."""
     if not native.usable(src, dst):
         return None
-    views = block_rows(src), block_rows(dst)
+    views = (block_rows(src),) * 2 if src is dst else (block_rows(src), block_rows(dst))
     if views[0] is None or views[1] is None or views[0].shape[1:] != views[1].shape[1:]:
         return None
     row_bytes = views[0].shape[2] * src.element_size()

@@ -39,6 +39,8 @@ def block_rows(t: torch.Tensor) -> torch.Tensor | None:
     held block by block), blocks ``stride(0)`` apart.
     """
     num_blocks = t.shape[0]
+    if t.is_contiguous() and num_blocks:                                         # the usual case, at once
+        return t.view(num_blocks, 1, t.numel() // num_blocks)
     for first in range(1, t.dim()):
         row = math.prod(t.shape[first:])
         try:
