@@ -437,3 +437,16 @@ def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str
         flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: host_blocks.swap_blocks(
             block_checks.swap_blocks(src, dst, mapping)))
         assert flags and all(flags)
+
+
+@pytest.mark.parametrize("target", ["npu:0", "npu:1"])
+def test_swap_blocks_on_one_npu_and_between_two_reads_nothing_back(soc: str, target: str) -> None:
+    source = random_bits((6, 16, 2, 16), torch.bfloat16, 9)
+    destination = random_bits((4, 16, 2, 16), torch.bfloat16, 10)
+    mapping = torch.tensor([[5, 3], [0, 0], [2, 1]], dtype=torch.int32)
+    expected = destination.clone()
+    reference.swap_blocks(source, expected, mapping)
+    src, dst = source.to(NPU), destination.to(target)
+    _, seen, _ = run(ascend_kv.swap_blocks, Case((src, dst, mapping)))
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert bits_equal(host(dst), expected)
