@@ -63,10 +63,6 @@ def _run(args: BlockCopyArgs, call: BlockCopyCall | None) -> None:
     (npu if backend == "npu" else on_device).block_copy(args)
 
 
-def _reads_values(*index_tensors: torch.Tensor | None) -> bool:
-    return checks.on_host(*index_tensors) or validation.full()
-
-
 def _block_copy_cpu(*arguments: object) -> None:
     args, call = block_checks.block_copy(*arguments)
     _run(args, call)
@@ -75,7 +71,7 @@ def _block_copy_cpu(*arguments: object) -> None:
 def _block_copy_device(*arguments: Any) -> None:
     key_cache, value_cache, *index = arguments
     checks.require_base_formats({"key_cache": key_cache, "value_cache": value_cache})
-    args, call = block_checks.block_copy(*arguments, read_values=_reads_values(*index))
+    args, call = block_checks.block_copy(*arguments, read_values=library.reads_values(*index))
     _run(args, call)
 
 
@@ -95,7 +91,7 @@ def _copy_blocks_device(key_caches: Sequence[torch.Tensor], value_caches: Sequen
     named.update({f"value_caches[{i}]": c for i, c in enumerate(value_caches)})
     checks.require_base_formats(named)
     args, call = block_checks.copy_blocks(key_caches, value_caches, block_mapping,
-                                          read_values=_reads_values(block_mapping))
+                                          read_values=library.reads_values(block_mapping))
     _run(args, call)
 
 
@@ -113,20 +109,6 @@ def _swap_blocks_fake(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch
     block_checks.swap_blocks(src, dst, block_mapping, read_values=False, shapes_only=True)
 
 
-def _reject_negated_views(schema: str) -> Callable[..., None]:
-    """As :func:`ascend_kv.library._reject_negated_views`, looking inside lists of tensors too."""
-    names = [a.name for a in torch._C.parse_schema(f"{library.NAMESPACE}::{schema}").arguments]
-
-    def reject(*args: object, **kwargs: object) -> None:
-        for name, value in (*zip(names, args), *kwargs.items()):
-            tensors = value if isinstance(value, (list, tuple)) else [value]
-            for i, tensor in enumerate(tensors):
-                if isinstance(tensor, torch.Tensor) and tensor.is_neg():
-                    raise checks.negated_view_error(f"{name}[{i}]" if tensors is value else name)
-
-    return reject
-
-
 _Implementation = Callable[..., Any]
 _IMPLEMENTATIONS: dict[str, tuple[_Implementation, _Implementation, _Implementation]] = {
     "block_copy": (_block_copy_cpu, _block_copy_device, _block_copy_fake),
@@ -134,12 +116,4 @@ _IMPLEMENTATIONS: dict[str, tuple[_Implementation, _Implementation, _Implementat
     "swap_blocks": (_swap_blocks, _swap_blocks, _swap_blocks_fake),
 }
 
-for _name, _schema in SCHEMAS.items():
-    _cpu_impl, _device_impl, _fake_impl = _IMPLEMENTATIONS[_name]
-    _LIB.define(_schema)
-    _LIB.impl(_name, torch.library.fallthrough_kernel, "Autograd")
-    _LIB.impl(_name, _reject_negated_views(_schema), "Negative")
-    _LIB.impl(_name, library._without_grad(_cpu_impl), "CPU")
-    _LIB.impl(_name, library._without_grad(_device_impl), "PrivateUse1")
-    _LIB.impl(_name, library._without_grad(_device_impl), "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{library.NAMESPACE}::{_name}", _fake_impl, lib=_LIB)
+library.register(_LIB, SCHEMAS, _IMPLEMENTATIONS)
