@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import block_checks, checks, library, policy, upload, validation
+from . import block_checks, checks, library, policy, upload
 from .backends import kernel_domain, npu
 from .calls import BlockCopyArgs, BlockCopyCall
 from .cpu_fallback import block_copy as host_blocks
