@@ -20,12 +20,16 @@ from .ops import (
     reshape_and_cache,
 )
 from . import library  # noqa: F401  (registers one torch.ops.ascend_kv operator per operation)
-from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
+from . import block_library  # noqa: F401  (registers torch.ops.ascend_kv.block_copy, .copy_blocks, .swap_blocks)
+from .block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
+from .params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError",
+    "BlockCopyOperation",
+    "BlockCopyParam",
     "FallbackWarning",
     "KVCacheOperation",
     "KVCacheParam",
@@ -34,12 +38,15 @@ __all__ = [
     "PagedCacheLoadParam",
     "ReshapeAndCacheOperation",
     "ReshapeAndCacheParam",
+    "block_copy",
+    "copy_blocks",
     "explain",
     "kv_cache",
     "nd_to_nz",
     "nz_to_nd",
     "paged_cache_load",
     "reshape_and_cache",
+    "swap_blocks",
     "use_backend",
     "validate",
 ]

@@ -37,8 +37,10 @@ from typing import Any
 
 import torch
 
-from . import checks, reference
+from . import block_checks, checks, reference
 from . import cpu_fallback as fallback
+from .block_ops import block_copy, copy_blocks
+from .cpu_fallback import block_copy as block_fallback
 from .cpu_fallback import native
 from .cpu_fallback.kv_cache import path as kv_cache_path
 from .cpu_fallback.paged_cache_load import paths as paged_paths
@@ -55,7 +57,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.in
 PREVALIDATED = "fallback, prevalidated"
 
 #: Targets, as a fraction of ``copy_`` throughput, by workload kind.
-TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5, "write-prefill": 0.8}
+TARGETS = {"prefill": 0.8, "paged-nd": 0.8, "paged-nz": 0.5, "write-prefill": 0.8, "block-copy": 0.8,
+           "copy-blocks": 0.8}
 
 #: Bytes a loop over the layers moves at least: twice the 32 MB L3 of the machine measured, so
 #: the data of each call is out of the CPU caches when it runs.
@@ -71,8 +74,8 @@ class Workload:
     sequence; ``paged_cache_load`` gathers ``tokens`` cached tokens per sequence (see :func:`build`)."""
 
     name: str
-    kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode or write-prefill
-    batch: int
+    kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode, write-prefill, block-copy, copy-blocks
+    batch: int                #: sequences, or blocks copied (block-copy, copy-blocks)
     tokens: int               #: new tokens (kv_cache) or cached tokens (paged) per sequence
     heads: int = 8
     head_size_k: int = 128
@@ -81,6 +84,8 @@ class Workload:
 
     @property
     def op(self) -> str:
+        if self.kind in ("block-copy", "copy-blocks"):
+            return self.kind.replace("-", "_")
         if self.kind.startswith("write"):
             return "reshape_and_cache"
         return "kv_cache" if self.kind in ("decode", "prefill") else "paged_cache_load"
@@ -103,6 +108,8 @@ def workloads(tiny: bool = False) -> list[Workload]:
         Workload("paged NZ 8x2048 MLA 512+64", "paged-nz", 8, 2048, 1, 512, 64),
         Workload("write decode 64x1 8x128", "write-decode", 64, 1, 8, 128, 128),
         Workload("write prefill 8x512 8x128", "write-prefill", 8, 512, 8, 128, 128),
+        Workload("block_copy 64 blocks 8x128", "block-copy", 64, 1, 8, 128, 128),
+        Workload("copy_blocks 64 blocks x 32 layers 8x128", "copy-blocks", 64, 1, 8, 128, 128),
     ]
     if not tiny:
         return full
@@ -143,7 +150,8 @@ def layers_for(bytes_moved: int, layer_bytes: int) -> int:
 def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     """Tensors for workload ``w`` in ``dtype``, one set per layer (see :func:`layers_for`)."""
     g = torch.Generator().manual_seed(seed)
-    builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call}
+    builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call,
+                "block_copy": _block_call, "copy_blocks": _block_call}
     return builders[w.op](w, dtype, g)
 
 
@@ -264,6 +272,43 @@ def _write_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         prevalidated=lambda: fallback.reshape_and_cache(args, checked),
         bytes_moved=bytes_moved,
         path="/".join(sorted(set(write_paths(args)))),
+    )
+
+
+def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """``w.batch`` blocks copied to as many others in each layer's K and V caches; ``block_copy`` one
+    call per layer, ``copy_blocks`` one call for all :data:`MAX_LAYERS` layers (vLLM's form)."""
+    pairs, num_blocks = w.batch, 2 * w.batch
+    block_bytes = w.block_size * w.heads * (w.head_size_k + w.head_size_v) * dtype.itemsize   # key + value
+    bytes_moved = 2 * pairs * block_bytes
+    layers = MAX_LAYERS if w.kind == "copy-blocks" else layers_for(bytes_moved, num_blocks * block_bytes)
+    sets = [(torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_k), dtype=dtype),   # written: no page faults
+             torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_v), dtype=dtype)) for _ in range(layers)]
+    order = torch.randperm(num_blocks, generator=g)
+    src, dst = order[:pairs].to(torch.int32), order[pairs:].to(torch.int32)
+    cum_sum = torch.arange(1, pairs + 1, dtype=torch.int32)
+    mapping = torch.stack([src, dst], dim=1)
+    keys, values = [k for k, _ in sets], [v for _, v in sets]
+    first_key, first_value = sets[0]
+    _, checked = block_checks.block_copy(first_key, first_value, src, dst, cum_sum)
+    assert checked is not None
+
+    def loop() -> None:
+        if w.kind == "copy-blocks":
+            copy_blocks(keys, values, mapping)
+            return
+        for key_cache, value_cache in sets:
+            block_copy(key_cache, value_cache, src, dst, cum_sum)
+
+    return Call(
+        layers=layers,
+        loop=loop,
+        single=lambda: block_copy(first_key, first_value, src, dst, cum_sum) if w.kind == "block-copy"
+        else copy_blocks(keys[:1], values[:1], mapping),
+        reference=lambda: reference.block_copy(first_key, first_value, src, dst, cum_sum),
+        prevalidated=lambda: block_fallback.block_copy(checked),
+        bytes_moved=bytes_moved,
+        path="/".join(sorted(set(block_fallback.paths(checked)))),
     )
 
 

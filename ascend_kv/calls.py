@@ -213,3 +213,72 @@ class ReshapeAndCacheArgs:
     key_cache: torch.Tensor
     value_cache: torch.Tensor | None
     slot_mapping: torch.Tensor
+
+
+@dataclass(frozen=True)
+class BlockCopyArgs:
+    """A ``block_copy`` or ``copy_blocks`` call in the form of :class:`KvCacheArgs`: structure checked,
+    values maybe not.
+
+    Destination ``j`` (``0 <= j < len(dst)``) takes source ``i``, the pair whose range
+    ``[cum_sum[i-1], cum_sum[i])`` holds ``j`` (``cum_sum`` None: ``i = j``, one pair each), and
+    block ``src[i]`` of every cache is copied to its block ``dst[j]``. Index values outside
+    ``[0, num_blocks)`` are skipped.
+
+    Attributes
+    ----------
+    caches : tuple of torch.Tensor
+        Every cache written, each ``[num_blocks, ...]`` (dim 0 the block; ND or NZ alike): a
+        ``block_copy``'s key and value caches, or every layer's of a ``copy_blocks``. They share
+        ``num_blocks`` and one device, and no two share a byte.
+    src : torch.Tensor
+        ``[pairs]`` int32/int64 source blocks (``copy_blocks``: ``block_mapping[:, 0]``).
+    dst : torch.Tensor
+        ``[copies]`` int32/int64 destination blocks (``copy_blocks``: ``block_mapping[:, 1]``).
+    cum_sum : torch.Tensor or None
+        ``[pairs]`` int32/int64 running ends of each source's destinations; None for one
+        destination per source (``copies == pairs``).
+    """
+
+    caches: tuple[torch.Tensor, ...]
+    src: torch.Tensor
+    dst: torch.Tensor
+    cum_sum: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class BlockCopyCall:
+    """A :class:`BlockCopyArgs` whose index values were read and checked, expanded per destination.
+
+    Attributes
+    ----------
+    args : BlockCopyArgs
+        The call.
+    sources, destinations : list of int
+        ``[copies]``: block ``sources[j]`` of every cache goes to block ``destinations[j]``; all in
+        ``[0, num_blocks)``, the destinations distinct and none of them a source.
+    """
+
+    args: BlockCopyArgs
+    sources: list[int]
+    destinations: list[int]
+
+
+@dataclass(frozen=True)
+class SwapBlocksArgs:
+    """A checked ``swap_blocks`` call: block ``sources[i]`` of ``src`` to block ``destinations[i]`` of ``dst``.
+
+    Attributes
+    ----------
+    src : torch.Tensor
+        ``[src_blocks, ...]``, read.
+    dst : torch.Tensor
+        ``[dst_blocks, ...]`` (``src.shape[1:]``, ``src.dtype``), written; on ``src``'s device or another.
+    sources, destinations : list of int
+        ``[n]``, from ``block_mapping``: in range of ``src`` and of ``dst``, the destinations distinct.
+    """
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    sources: list[int]
+    destinations: list[int]

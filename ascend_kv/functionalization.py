@@ -39,14 +39,30 @@ def _arguments(op: _OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return [args[i] if i < len(args) else kwargs.get(a.name, a.default_value) for i, a in enumerate(schema)]
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors of an argument: itself, the tensors of a list, or none (None)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for t in value if isinstance(t, torch.Tensor)] if isinstance(value, (list, tuple)) else []
+
+
+def _written_tensors(op: _OpOverload, arguments: list[Any]) -> list[torch.Tensor]:
+    """Every tensor ``op`` writes, in schema order (lists flattened)."""
+    return [t for i, _ in _written(op) for t in _tensors(arguments[i])]
+
+
 def _call_on_copies(op: _OpOverload, arguments: list[Any]) -> list[torch.Tensor]:
-    """Run ``op`` with fresh copies of the tensors it writes; return the written copies."""
+    """Run ``op`` with fresh copies of the tensors it writes; return the written copies, in the order
+    of :func:`_written_tensors`."""
     arguments = list(arguments)
     copies = []
     for i, _ in _written(op):
-        if isinstance(arguments[i], torch.Tensor):
-            arguments[i] = arguments[i].clone()
-            copies.append(arguments[i])
+        value = arguments[i]
+        if isinstance(value, (list, tuple)):
+            arguments[i] = [t.clone() if isinstance(t, torch.Tensor) else t for t in value]
+        elif isinstance(value, torch.Tensor):
+            arguments[i] = value.clone()
+        copies += _tensors(arguments[i])
     positional = [a for a, spec in zip(arguments, op._schema.arguments) if not spec.kwarg_only]
     keywords = {spec.name: a for a, spec in zip(arguments, op._schema.arguments) if spec.kwarg_only}
     op(*positional, **keywords)
@@ -61,7 +77,7 @@ def _functionalize(mode: FunctionalTensorMode, op: _OpOverload, types: Any, args
                    kwargs: dict[str, Any]) -> None:
     """The ``FunctionalTensorMode`` rule of a mutating ``ascend_kv`` operator (see the module's text)."""
     arguments = _arguments(op, args, kwargs)
-    written = [arguments[i] for i, _ in _written(op) if isinstance(arguments[i], torch.Tensor)]
+    written = _written_tensors(op, arguments)
     if not any(_has_symbolic_offset(t) for t in written):
         return do_auto_functionalize_v2(mode, op, args, kwargs)  # type: ignore[no-any-return]
     with mode:

@@ -117,7 +117,7 @@ def _clear_zero_filled(args: _Args) -> None:
         on_device.clear_loaded_rows(args)
 
 
-def _reads_values(*index_tensors: torch.Tensor | None) -> bool:
+def reads_values(*index_tensors: torch.Tensor | None) -> bool:
     """Whether a call on the device checks its index values: all on the host, or full validation."""
     return checks.on_host(*index_tensors) or validation.full()
 
@@ -142,7 +142,7 @@ def _kv_cache_device(*arguments: object) -> None:
     args = checks.kv_cache_args(*arguments)
     checks.require_base_formats({"new_kv": args.new_kv, "past": args.past})
     layer = args.layer_id if isinstance(args.layer_id, torch.Tensor) else None
-    if _reads_values(args.token_offset, args.seq_len, layer):
+    if reads_values(args.token_offset, args.seq_len, layer):
         checks.kv_cache_call(args)
     _run_on_device(args)
 
@@ -167,7 +167,7 @@ def _paged_load_device(*arguments: torch.Tensor, **options: Any) -> tuple[torch.
     checks.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1], **tensors},
                                 nz_caches=("key_cache", "value_cache") if nz else ())
     index = (arguments[2], arguments[3], options.get("seq_starts"))
-    args, _ = checks.paged_cache_load(*arguments, **options, read_values=_reads_values(*index),  # type: ignore[arg-type]
+    args, _ = checks.paged_cache_load(*arguments, **options, read_values=reads_values(*index),  # type: ignore[arg-type]
                                       count_rows=_rows_on_device)
     _run_on_device(args)
     return args.key, args.value
@@ -199,7 +199,7 @@ def _reshape_and_cache_device(*arguments: torch.Tensor | None, **options: Any) -
     key, value, key_cache, value_cache, slot_mapping = arguments
     checks.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache},
                                 nz_caches=("key_cache", "value_cache") if options.get("kv_cache_cfg") == "nz" else ())
-    args, _ = checks.reshape_and_cache(*arguments, **options, read_values=_reads_values(slot_mapping))  # type: ignore[arg-type]
+    args, _ = checks.reshape_and_cache(*arguments, **options, read_values=reads_values(slot_mapping))  # type: ignore[arg-type]
     _run_on_device(args)
 
 
@@ -219,14 +219,17 @@ def _into(impl: Callable[..., object]) -> Callable[..., None]:
 
 
 def _reject_negated_views(schema: str) -> Callable[..., None]:
-    """The kernel for the ``Negative`` key (a lazily negated view among the tensors): a ``TypeError``
-    naming it, where PyTorch would otherwise materialise inputs and fail on written ones."""
+    """The kernel for the ``Negative`` key (a lazily negated view among the tensors, lists of tensors
+    included): a ``TypeError`` naming it, where PyTorch would otherwise materialise inputs and fail
+    on written ones."""
     names = [a.name for a in torch._C.parse_schema(f"{NAMESPACE}::{schema}").arguments]
 
     def reject(*args: object, **kwargs: object) -> None:
         for name, value in (*zip(names, args), *kwargs.items()):
-            if isinstance(value, torch.Tensor) and value.is_neg():
-                raise checks.negated_view_error(name)
+            tensors = value if isinstance(value, (list, tuple)) else [value]
+            for i, tensor in enumerate(tensors):
+                if isinstance(tensor, torch.Tensor) and tensor.is_neg():
+                    raise checks.negated_view_error(f"{name}[{i}]" if tensors is value else name)
 
     return reject
 
@@ -242,14 +245,24 @@ _IMPLEMENTATIONS: dict[str, tuple[_Implementation, _Implementation, _Implementat
     "reshape_and_cache": (_reshape_and_cache_cpu, _reshape_and_cache_device, _reshape_and_cache_fake),
 }
 
-for _name, _schema in SCHEMAS.items():
-    _cpu_impl, _device_impl, _fake_impl = _IMPLEMENTATIONS[_name]
-    _LIB.define(_schema)
-    _LIB.impl(_name, torch.library.fallthrough_kernel, "Autograd")
-    _LIB.impl(_name, _reject_negated_views(_schema), "Negative")
-    _LIB.impl(_name, _without_grad(_cpu_impl), "CPU")
-    _LIB.impl(_name, _without_grad(_device_impl), "PrivateUse1")
-    _LIB.impl(_name, _without_grad(_device_impl), "CompositeExplicitAutograd")  # every other device
-    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake_impl, lib=_LIB)
-    _packet, _, _overload = _name.partition(".")
-    functionalization.register(getattr(getattr(torch.ops.ascend_kv, _packet), _overload or "default"), _LIB)
+_Implementations = dict[str, tuple[_Implementation, _Implementation, _Implementation]]
+
+
+def register(lib: torch.library.Library, schemas: dict[str, str], implementations: _Implementations) -> None:
+    """Define each schema in ``lib`` with its ``(CPU, device, fake)`` implementations: autograd falls
+    through, negated views are refused, every other device takes the device implementation, and a
+    mutating operator gets its exact functionalization (:mod:`ascend_kv.functionalization`)."""
+    for name, schema in schemas.items():
+        cpu_impl, device_impl, fake_impl = implementations[name]
+        lib.define(schema)
+        lib.impl(name, torch.library.fallthrough_kernel, "Autograd")
+        lib.impl(name, _reject_negated_views(schema), "Negative")
+        lib.impl(name, _without_grad(cpu_impl), "CPU")
+        lib.impl(name, _without_grad(device_impl), "PrivateUse1")
+        lib.impl(name, _without_grad(device_impl), "CompositeExplicitAutograd")  # every other device
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=lib)
+        packet, _, overload = name.partition(".")
+        functionalization.register(getattr(getattr(torch.ops, NAMESPACE), packet).__getattr__(overload or "default"), lib)
+
+
+register(_LIB, SCHEMAS, _IMPLEMENTATIONS)

@@ -72,3 +72,8 @@ class ReshapeAndCacheParam:
 
     compress_type: CompressType = CompressType.COMPRESS_TYPE_UNDEFINED
     kv_cache_cfg: KvCacheCfg = KvCacheCfg.K_CACHE_V_CACHE
+
+
+@dataclass(frozen=True)
+class BlockCopyParam:
+    """Parameters of :class:`~ascend_kv.BlockCopyOperation`: none (ATB's struct is reserved bytes)."""

@@ -35,7 +35,8 @@ from .errors import BackendUnavailableError, FallbackWarning
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
 _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation",
-             "reshape_and_cache": "ReshapeAndCacheOperation"}
+             "reshape_and_cache": "ReshapeAndCacheOperation", "block_copy": "BlockCopyOperation",
+             "copy_blocks": "BlockCopyOperation"}
 
 _warned: set[str] = set()
 _off_npu_choices: dict[tuple[str, torch.device, str], str] = {}

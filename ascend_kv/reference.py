@@ -129,3 +129,33 @@ def reshape_and_cache(
         if value is not None and value_cache is not None:
             _put(value_cache, blk, slot, value[i], layout)
     return key_cache, value_cache
+
+
+def block_copy(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor | None,
+    src_block_indices: torch.Tensor,
+    dst_block_indices: torch.Tensor,
+    cum_sum: torch.Tensor,
+) -> None:
+    """BlockCopyOperation's pseudo-code; writes the caches ``[num_blocks, ...]`` in place."""
+    start = 0
+    for i in range(len(src_block_indices)):
+        for j in range(start, int(cum_sum[i])):
+            key_cache[int(dst_block_indices[j])] = key_cache[int(src_block_indices[i])]
+            if value_cache is not None:
+                value_cache[int(dst_block_indices[j])] = value_cache[int(src_block_indices[i])]
+        start = int(cum_sum[i])
+
+
+def copy_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None:
+    """vLLM's ``copy_blocks``: each ``(src, dst)`` pair of ``block_mapping`` ``[n, 2]`` in every layer's caches."""
+    for cache in [*key_caches, *value_caches]:
+        for src, dst in block_mapping.tolist():
+            cache[dst] = cache[src]
+
+
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
+    """vLLM's ``swap_blocks``: block ``block_mapping[i, 0]`` of ``src`` to block ``block_mapping[i, 1]`` of ``dst``."""
+    for s, d in block_mapping.tolist():
+        dst[d] = src[s].to(dst.device)

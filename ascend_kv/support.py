@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-OPERATIONS = ("KVCacheOperation", "PagedCacheLoadOperation", "ReshapeAndCacheOperation")
+OPERATIONS = ("KVCacheOperation", "PagedCacheLoadOperation", "ReshapeAndCacheOperation", "BlockCopyOperation")
 """The operations of this package, by their ATB names."""
 
 KERNEL_LINES = ("atlas-a3", "atlas-a2")
@@ -39,6 +39,9 @@ class ProductLine:
         The cache layouts (``"nd"``, ``"nz"``) Huawei documents for ReshapeAndCacheOperation here.
     layout_note : str
         Huawei's restriction on those layouts, if any (e.g. ``"float16 only"``).
+    op_notes : tuple of (str, str)
+        ``(operation, restriction)`` pairs for the other operations, as Huawei documents them
+        (e.g. ``("BlockCopyOperation", "float16 only")``).
     """
 
     id: str
@@ -47,6 +50,7 @@ class ProductLine:
     supported_ops: tuple[str, ...]
     layouts: tuple[str, ...] = ()
     layout_note: str = ""
+    op_notes: tuple[tuple[str, str], ...] = ()
 
     def supports(self, op: str) -> bool:
         """Whether Huawei documents operation ``op`` (an :data:`OPERATIONS` name) on this line."""
@@ -58,6 +62,7 @@ class ProductLine:
 
 
 _RESHAPE = ("ReshapeAndCacheOperation",)
+_BLOCK_COPY_ND_NZ = (("BlockCopyOperation", "ND, NZ"),)
 PRODUCT_LINES: tuple[ProductLine, ...] = (
     ProductLine("atlas-350", "Atlas 350 accelerator card", "Ascend950..., Ascend910_95...", _RESHAPE, ("nd",),
                 "some scenarios"),
@@ -65,13 +70,13 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
         "atlas-a3",
         "Atlas A3 training series / Atlas A3 inference series",
         "Ascend910_93... (e.g. Ascend910_9391, Ascend910_9382, Ascend910_9362)",
-        OPERATIONS, ("nd", "nz"), "key-only too",
+        OPERATIONS, ("nd", "nz"), "key-only too", _BLOCK_COPY_ND_NZ,
     ),
     ProductLine(
         "atlas-a2",
         "Atlas A2 training series / Atlas A2 inference series (Atlas 800I A2)",
         "Ascend910B followed by more characters (Ascend910B1, B2, B2C, B3, B4, B4-1)",
-        OPERATIONS, ("nd", "nz"), "key-only too",
+        OPERATIONS, ("nd", "nz"), "key-only too", _BLOCK_COPY_ND_NZ,
     ),
     ProductLine(
         "atlas-training",
@@ -81,7 +86,7 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
     ),
     ProductLine(
         "atlas-inference", "Atlas inference series (Ascend 310P)", "Ascend310P... (P1 to P7, incl. vir names)",
-        _RESHAPE, ("nz",),
+        (*_RESHAPE, "BlockCopyOperation"), ("nz",), "", (("BlockCopyOperation", "float16 only"),),
     ),
     ProductLine(
         "atlas-200i-500-a2", "Atlas 200I/500 A2 inference products (Ascend 310B)", "Ascend310B... (B1 to B4)",
@@ -206,7 +211,8 @@ def _cell(line: ProductLine, op: str) -> str:
     if not line.supports(op):
         return "no"
     if op != "ReshapeAndCacheOperation":
-        return "yes"
+        note = dict(line.op_notes).get(op)
+        return f"yes ({note})" if note else "yes"
     note = f"; {line.layout_note}" if line.layout_note else ""
     return f"yes ({', '.join(layout.upper() for layout in line.layouts)}{note})"
 

@@ -7,12 +7,12 @@ from typing import TypeVar
 
 import torch
 
-from .calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from .calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
-_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs)
+_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs, BlockCopyArgs)
 _INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),
                  PagedLoadArgs: ("block_table", "context_lens", "seq_starts"),
-                 ReshapeAndCacheArgs: ("slot_mapping",)}
+                 ReshapeAndCacheArgs: ("slot_mapping",), BlockCopyArgs: ("src", "dst", "cum_sum")}
 
 
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -1,5 +1,5 @@
 /*
- * Tiling of the three kernels: computed on the host from shapes, byte strides, the vector-core
+ * Tiling of the kernels: computed on the host from shapes, byte strides, the vector-core
  * count and the UB size (ascendc/host/tiling.cpp), read by the kernels (ascendc/kernels/).
  * Shared by the NPU build and the host build.
  *
@@ -130,6 +130,41 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(stageBytes, "UB bytes of the staged slot_mapping window, a multiple of 32")            \
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
+/*
+ * block_copy: for each cache c of a table of numCaches caches (every layer's key and value caches
+ * of one call), each copy j < copies and each chunk k of a block: chunk k of block src[i] goes to
+ * chunk k of block dst[j], where i is the first source with cumSum[i] > j (no cumSum: i = j), when
+ * i < pairs and both blocks are in [0, numBlocks); other copies are skipped. Work items are
+ * (cache, copy, chunk), numbered in that order, split evenly over the cores. The caches' geometry
+ * is a table in GM, kBlockCopyCacheWords uint64 words per cache (the kBlockCopy* word indices).
+ */
+#define ASCEND_KV_BLOCK_COPY_TILING_FIELDS(FIELD)                                                \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(numCaches, "caches in the cache table")                                                \
+    FIELD(numBlocks, "blocks of every cache")                                                    \
+    FIELD(pairs, "entries of src (and of cumSum)")                                               \
+    FIELD(copies, "entries of dst: the copies per cache")                                        \
+    FIELD(srcElemBytes, "element size of src (4 or 8)")                                          \
+    FIELD(dstElemBytes, "element size of dst (4 or 8)")                                          \
+    FIELD(cumElemBytes, "element size of cumSum (4 or 8), 0: no cumSum (copy j takes src[j])")   \
+    FIELD(items, "work items: copies times the chunks of a block, summed over the caches")       \
+    FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+
+/// Words of one cache in block_copy's cache table: a block is `rows` rows of rowBytes bytes,
+/// rowStride apart, blocks blockStride apart from `address`; a chunk is rowsPerChunk whole rows,
+/// or, when segments > 1, one chunkBytes segment of one row (chunks = rows * segments).
+constexpr uint64_t kBlockCopyAddress = 0;
+constexpr uint64_t kBlockCopyBlockStride = 1;
+constexpr uint64_t kBlockCopyRowStride = 2;
+constexpr uint64_t kBlockCopyRows = 3;
+constexpr uint64_t kBlockCopyRowBytes = 4;
+constexpr uint64_t kBlockCopySpan = 5;
+constexpr uint64_t kBlockCopyRowsPerChunk = 6;
+constexpr uint64_t kBlockCopySegments = 7;
+constexpr uint64_t kBlockCopyChunks = 8;
+constexpr uint64_t kBlockCopyCacheWords = 9;
+
 #define ASCEND_KV_TILING_DECLARE_FIELD(name, doc) uint64_t name;
 #define ASCEND_KV_TILING_DECLARE_CACHE(name, doc) CacheTiling name;
 
@@ -149,6 +184,10 @@ struct ReshapeTiling {
     ASCEND_KV_RESHAPE_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD, ASCEND_KV_TILING_DECLARE_CACHE)
 };
 
+struct BlockCopyTiling {
+    ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
+
 #undef ASCEND_KV_TILING_DECLARE_FIELD
 #undef ASCEND_KV_TILING_DECLARE_CACHE
 
@@ -159,6 +198,8 @@ static_assert(sizeof(CacheTiling) == (0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_
               "CacheTiling must be uint64_t fields only");
 static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "KvCacheTiling must be uint64_t fields only");
+static_assert(sizeof(BlockCopyTiling) == (0 ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "BlockCopyTiling must be uint64_t fields only");
 #define ASCEND_KV_TILING_COUNT(LIST) (0 LIST(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE))
 static_assert(sizeof(PagedLoadTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_PAGED_LOAD_TILING_FIELDS) * 8,
               "PagedLoadTiling must be uint64_t fields and cache groups only");

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ascend_kv.calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ascend_kv.params import KvCacheCfg
 
 _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -282,3 +282,40 @@ def _gather_into(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.
     kept = target if zeroed is None else torch.where(zeroed.reshape(shape), torch.zeros((), dtype=target.dtype,
                                                                                          device=target.device), target)
     target.copy_(torch.where(valid.reshape(shape), tokens, kept))
+
+
+def block_copy(args: BlockCopyArgs) -> None:
+    """Copy block ``src[i]`` of every cache to its block ``dst[j]`` for each destination ``j`` of source
+    ``i``, in place, skipping out-of-range values (``block_copy`` and ``copy_blocks`` alike).
+
+    Destination ``j`` belongs to the first source whose running end ``cum_sum[i]`` exceeds ``j``
+    (a ``searchsorted``; without ``cum_sum``, source ``j``); it is copied when that source exists
+    and both blocks are in ``[0, num_blocks)``. Values nobody checked (a decreasing ``cum_sum``,
+    a block both source and destination, a destination named twice) give some order of the
+    copies, never a byte outside the caches: every source is gathered before any destination is
+    written. One ``index_copy_`` per cache writes all destinations, race-free as in
+    :func:`reshape_and_cache`: a skipped copy repeats the first copied one, and with none copied
+    every write puts block 0's own bits back.
+
+    Temporary memory: a few int64 or bool ``[len(dst)]`` vectors and, per cache, one buffer of
+    ``len(dst)`` blocks.
+    """
+    num_blocks, copies, pairs = args.caches[0].shape[0], args.dst.shape[0], args.src.shape[0]
+    if copies == 0 or pairs == 0 or num_blocks == 0:
+        return
+    device = args.dst.device
+    destination = args.dst.long()                                                # [copies]
+    if args.cum_sum is None:
+        pair = torch.arange(copies, device=device)
+    else:
+        pair = torch.searchsorted(args.cum_sum.long(), torch.arange(copies, device=device), right=True)
+    source = args.src.long()[pair.clamp(max=pairs - 1)]
+    written = (pair < pairs) & (source >= 0) & (source < num_blocks) & (destination >= 0) & (destination < num_blocks)
+    first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a copied destination, if any
+    any_written = written.index_select(0, first)                                 # [1]
+    source = torch.where(written, source, torch.where(any_written, source.index_select(0, first), 0))
+    destination = torch.where(written, destination, torch.where(any_written, destination.index_select(0, first), 0))
+    for cache in args.caches:
+        if cache.numel():
+            blocks = _bits(cache)
+            blocks.index_copy_(0, destination, blocks.index_select(0, source))

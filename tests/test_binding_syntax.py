@@ -122,6 +122,7 @@ def _launcher_parameters(kernel: str) -> list[str]:
     return names[2:]
 
 
-@pytest.mark.parametrize("kernel", ["kv_cache_kernel", "paged_cache_load_kernel", "reshape_and_cache_kernel"])
+@pytest.mark.parametrize("kernel", ["kv_cache_kernel", "paged_cache_load_kernel", "reshape_and_cache_kernel",
+                                    "block_copy_kernel"])
 def test_launcher_declarations_match_the_kernels(kernel: str) -> None:
     assert _launcher_parameters(kernel) == _kernel_parameters(kernel)

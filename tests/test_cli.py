@@ -15,9 +15,13 @@ import ascend_kv
 from ascend_kv import cli, device, policy, support
 from ascend_kv.backends import npu
 
-A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True}
-RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True}
-NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False}
+A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True,
+         "BlockCopyOperation": True}
+RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True,
+                "BlockCopyOperation": False}
+RESHAPE_AND_BLOCK_COPY = {**RESHAPE_ONLY, "BlockCopyOperation": True}
+NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False,
+        "BlockCopyOperation": False}
 ND_NZ, ND, NZ = ["nd", "nz"], ["nd"], ["nz"]
 ANSWERS = [  # (SoC, product line, documented operations, ReshapeAndCache layouts)
     ("Ascend910B3", "atlas-a2", A2_A3, ND_NZ),
@@ -27,7 +31,7 @@ ANSWERS = [  # (SoC, product line, documented operations, ReshapeAndCache layout
     ("Ascend910B", "atlas-training", RESHAPE_ONLY, NZ),
     (" ascend910b ", "atlas-training", RESHAPE_ONLY, NZ),
     ("Ascend910PremiumA", "atlas-training", RESHAPE_ONLY, NZ),
-    ("ascend310p3vir02", "atlas-inference", RESHAPE_ONLY, NZ),
+    ("ascend310p3vir02", "atlas-inference", RESHAPE_AND_BLOCK_COPY, NZ),
     ("Ascend310B1", "atlas-200i-500-a2", RESHAPE_ONLY, NZ),
 ]
 

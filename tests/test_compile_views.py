@@ -182,6 +182,37 @@ def test_kv_cache_into_views_of_one_past(backend: str, dynamic: bool | None) -> 
     _compare(kv_cache_per_layer_views, _past, backend, dynamic)
 
 
+# ----------------------------------------------------------------------------- block_copy, copy_blocks, swap_blocks
+
+
+def _blocks(n: int) -> tuple[torch.Tensor, ...]:
+    """Per-layer K/V halves of one buffer ``[layers, 2, num_blocks, block_size, H, D]``; ``n`` forks of
+    block 0 (into blocks 1..n), and ``n`` (src, dst) pairs copying block 9 there."""
+    buf = torch.randn(2, 2, 10, BLOCK, HEADS, HEAD, generator=torch.Generator().manual_seed(n)).half()
+    src, dst, cum_sum = torch.tensor([0]), torch.arange(1, n + 1), torch.tensor([n])
+    mapping = torch.stack([torch.full((n,), 9), torch.arange(n) + 1], dim=1)           # block 9 to 1..n
+    return buf, src, dst, cum_sum, mapping
+
+
+def fork_and_copy_per_layer(buf: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, cum_sum: torch.Tensor,
+                            mapping: torch.Tensor) -> None:
+    for layer in range(buf.shape[0]):
+        ascend_kv.block_copy(buf[layer, 0], buf[layer, 1], src, dst, cum_sum)
+    ascend_kv.copy_blocks([buf[layer, 0] for layer in range(buf.shape[0])],
+                          [buf[layer, 1] for layer in range(buf.shape[0])], mapping)
+
+
+def swap_between_layers(buf: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, cum_sum: torch.Tensor,
+                        mapping: torch.Tensor) -> None:
+    ascend_kv.swap_blocks(buf[0, 1], buf[1, 0], mapping)
+
+
+@pytest.mark.parametrize("backend,dynamic", list(itertools.product(BACKENDS, DYNAMIC)))
+@pytest.mark.parametrize("step", [fork_and_copy_per_layer, swap_between_layers])
+def test_block_ops_on_per_layer_halves(step: Callable[..., None], backend: str, dynamic: bool | None) -> None:
+    _compare(step, _blocks, backend, dynamic)
+
+
 # ----------------------------------------------------------------------------- the PyTorch bug itself
 
 

@@ -16,7 +16,7 @@ from ascend_kv import demo
 def test_demo_quick_matches_reference(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--quick", "--repeats", "1", "--backend", backend]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok   ") == len(demo.scenarios(16, __import__("torch").Generator())) == 12
+    assert out.count("ok   ") == len(demo.scenarios(16, __import__("torch").Generator())) == 16
     assert "FAIL" not in out and f"     {backend}:" in out
     assert "all calls match the reference" in out
 

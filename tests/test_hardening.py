@@ -393,4 +393,4 @@ def test_malformed_calls_through_the_atb_classes_raise_only_named_errors(kv: Cas
         ascend_kv.PagedCacheLoadOperation(param)(
             *load.args, kwargs.get("key"), kwargs.get("value"), kwargs.get("seq_starts"))
     except (TypeError, ValueError) as error:
-        require_named_error(error, LOAD_ARGS)
+        require_named_error(error, (*LOAD_ARGS, "is_seq_lens_cumsum_mode", "has_seq_starts"))  # the param's fields

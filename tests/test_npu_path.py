@@ -19,11 +19,14 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
+from ascend_kv.cpu_fallback import block_copy as host_blocks
 from ascend_kv.cpu_fallback import on_device
+from block_cases import BlockCase, block_cases
 from cases import (
     ND,
     NZ,
     Case,
+    IndexPutRecorder,
     bits_equal,
     cloned,
     empty_calls,
@@ -33,14 +36,17 @@ from cases import (
     paged_case,
     paged_cases,
     random_bits,
+    reshape_and_cache_case,
     reshape_and_cache_cases,
 )
 from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
-from ascend_kv import policy, reference
+from ascend_kv import block_checks, policy, reference
 from ascend_kv.backends import npu, sim
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
+from ascend_kv.calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 
 SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"
 fake_npu.install()  # at import: the tests below are parametrised over its device
@@ -64,7 +70,7 @@ def soc(request: pytest.FixtureRequest, kernel_library: None, monkeypatch: pytes
     monkeypatch.setenv("ASCEND_KV_SOC", request.param)
     monkeypatch.setattr(policy, "_warned", set())
     barred = on_device if request.param == SUPPORTED else npu
-    for name in ("kv_cache", "paged_cache_load", "reshape_and_cache"):
+    for name in ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy"):
         monkeypatch.setattr(barred, name, lambda *a, _name=name: pytest.fail(f"{barred.__name__}.{_name} ran"))
     return str(request.param)
 
@@ -347,3 +353,158 @@ def test_an_empty_call_is_a_no_op_on_the_npu(soc: str, name: str) -> None:
     assert seen.transfers == 0 and seen.blocking_uploads == 0
     assert len(fallbacks) <= expected_backend_warnings(soc)
     assert all(bits_equal(host(got), want) for got, want in zip(on_npu.tensors(), expected.tensors()))
+
+
+# ----------------------------------------------------------------------------- a call that names nothing writes nothing
+
+
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+def test_a_padding_only_write_on_the_device_fallback_changes_no_byte(kernel_library: None, layout: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a 310P part (the device fallback), a reshape_and_cache whose slots are all padding or out of
+    range adds zero everywhere: no slot, not even (0, 0), is rewritten with bytes read earlier."""
+    monkeypatch.setenv("ASCEND_KV_SOC", UNSUPPORTED)
+    monkeypatch.setattr(policy, "_warned", set())
+    case = to(reshape_and_cache_case(layout, [-1, -1, -7], num_tokens=3), NPU, NPU)
+    before = [host(t) for t in case.args[2:4]]
+    recorder = IndexPutRecorder()  # as a mode it would see only our operator: record the fallback's method calls
+    index_put_ = torch.Tensor.index_put_
+
+    def recorded(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+        recorder.calls.append(([host(i) for i in indices], host(values), accumulate))
+        return index_put_(self, indices, values, accumulate)
+
+    monkeypatch.setattr(torch.Tensor, "index_put_", recorded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ascend_kv.FallbackWarning)
+        ascend_kv.reshape_and_cache(*case.args, **case.kwargs)
+    monkeypatch.undo()
+    assert recorder.calls, "the device fallback did not run"
+    recorder.require_no_change()
+    assert all(bits_equal(host(t), b) for t, b in zip(case.args[2:4], before))
+
+
+# ----------------------------------------------------------------------------- block copies
+
+
+def host_launches() -> int:
+    """Kernel launches of the host build (the kernel library here)."""
+    return int(torch.ops.ascend_kv_host.launches())
+
+
+@pytest.mark.parametrize("index_on", ["device", "host"])
+@given(case=block_cases())
+def test_block_copy_on_the_npu_matches_the_reference_and_reads_nothing_back(
+    soc: str, index_on: str, case: BlockCase
+) -> None:
+    expected = case.cloned_args()
+    reference.block_copy(*expected)
+    key, value, *index = case.args()
+    caches = [key.to(NPU), None if value is None else value.to(NPU)]
+    index = [t.to(NPU if index_on == "device" else torch.device("cpu")) for t in index]
+    result, seen, fallbacks = run(ascend_kv.block_copy, Case((*caches, *index)))
+    assert result is None
+    assert bits_equal(host(caches[0]), expected[0])
+    assert caches[1] is None or bits_equal(host(caches[1]), expected[1])
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert seen.uploads == (1 if index_on == "host" and sum(t.numel() for t in index) else 0)
+    assert len(fallbacks) <= expected_backend_warnings(soc)
+
+
+def test_copy_blocks_over_32_layers_is_one_kernel_launch_on_the_npu(soc: str) -> None:
+    buf = random_bits((32, 2, 10, 16, 2, 16), torch.bfloat16, 7)           # vLLM: kv[layer][0] / [1]
+    mapping = torch.tensor([[0, 7], [0, 8], [3, 9]], dtype=torch.int32)
+    expected = buf.clone()
+    reference.copy_blocks([expected[i, 0] for i in range(32)], [expected[i, 1] for i in range(32)], mapping)
+    on_npu = buf.to(NPU)
+    keys, values = [on_npu[i, 0] for i in range(32)], [on_npu[i, 1] for i in range(32)]
+    for mapping_on in (NPU, torch.device("cpu")):
+        before = host_launches()
+        _, seen, _ = run(ascend_kv.copy_blocks, Case((keys, values, mapping.to(mapping_on))))
+        assert host_launches() - before == (1 if soc == SUPPORTED else 0)   # the fallback launches nothing
+        assert seen.transfers == 0 and seen.blocking_uploads == 0
+        assert bits_equal(host(on_npu), expected)
+
+
+@st.composite
+def garbage_block_copy_args(draw: st.DrawFn) -> BlockCopyArgs:
+    """Index values nobody checked, all out of range or independent copies (see test_sim_block_copy)."""
+    num_blocks = draw(st.integers(1, 6))
+    values = st.one_of(st.integers(-3, num_blocks + 2), st.sampled_from([-(2**63), 2**63 - 1, 2**31]))
+    sources = draw(st.lists(values, max_size=4))
+    ends = sorted(draw(st.lists(st.integers(-2, 8), min_size=len(sources), max_size=len(sources))))
+    used = {v for v in sources if 0 <= v < num_blocks}
+    destinations = draw(st.lists(values.filter(lambda d: not 0 <= d < num_blocks or d not in used), max_size=6,
+                                 unique_by=lambda d: d if 0 <= d < num_blocks else object()))
+    cache = random_bits((num_blocks, 3, 16), torch.float16, draw(st.integers(0, 99)))
+    index = [torch.tensor(v, dtype=torch.int64) for v in (sources, destinations, ends)]
+    return BlockCopyArgs((cache,), *index)
+
+
+@given(args=garbage_block_copy_args())
+def test_block_copy_garbage_device_indices_are_skipped(soc: str, args: BlockCopyArgs) -> None:
+    (cache,), sources, destinations, ends = args.caches, args.src.tolist(), args.dst.tolist(), args.cum_sum.tolist()
+    expected = cache.clone()
+    for j, d in enumerate(destinations):
+        i = next((i for i, e in enumerate(ends) if e > j), len(sources))
+        if i < len(sources) and 0 <= sources[i] < cache.shape[0] and 0 <= d < cache.shape[0]:
+            expected[d] = cache[sources[i]]
+    on_npu = cache.to(NPU)
+    index = [t.to(NPU) for t in (args.src, args.dst, args.cum_sum)]
+    _, seen, _ = run(torch.ops.ascend_kv.block_copy, Case((on_npu, None, *index)))
+    assert seen.transfers == 0
+    assert bits_equal(host(on_npu), expected)
+
+
+def cross_device_copies(call: Any) -> list[bool]:
+    """``non_blocking`` of each copy between devices that ``call()`` makes (through the fallback's own
+    functions: a dispatch mode sees the operator, not the copies inside it)."""
+    flags: list[bool] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if func.overloadpacket in (torch.ops.aten.copy_, torch.ops.aten._to_copy):
+                devices = {a.device for a in args[:2] if isinstance(a, torch.Tensor)}
+                devices |= {torch.device(kwargs["device"])} if kwargs.get("device") is not None else set()
+                if len(devices) > 1:
+                    flags.append(bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False)))
+            return func(*args, **kwargs)
+
+    with Recorder():
+        call()
+    return flags
+
+
+def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str) -> None:
+    """Offload: out to pinned host blocks (one non-blocking copy per run of destinations: the one transfer
+    counted), back in from pinned memory (non-blocking uploads, no transfer); the same bytes return."""
+    cache = random_bits((8, 16, 2, 16), torch.float16, 8).to(NPU)
+    original = host(cache)
+    offloaded = torch.empty((3, 16, 2, 16), dtype=torch.float16, pin_memory=True)
+    out_mapping, in_mapping = torch.tensor([[5, 0], [6, 1], [2, 2]]), torch.tensor([[0, 1], [1, 3], [2, 7]])
+    _, out, _ = run(ascend_kv.swap_blocks, Case((cache, offloaded, out_mapping)))
+    assert out.transfers == 1                                              # one run: host blocks 0, 1, 2
+    assert bits_equal(offloaded, original[[5, 6, 2]])
+    _, back, _ = run(ascend_kv.swap_blocks, Case((offloaded, cache, in_mapping)))
+    assert back.transfers == 0 and back.blocking_uploads == 0
+    expected = original.clone()
+    expected[[1, 3, 7]] = original[[5, 6, 2]]
+    assert bits_equal(host(cache), expected)
+    for src, dst, mapping in ((cache, offloaded, out_mapping), (offloaded, cache, in_mapping)):
+        flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: host_blocks.swap_blocks(
+            block_checks.swap_blocks(src, dst, mapping)))
+        assert flags and all(flags)
+
+
+@pytest.mark.parametrize("target", ["npu:0", "npu:1"])
+def test_swap_blocks_on_one_npu_and_between_two_reads_nothing_back(soc: str, target: str) -> None:
+    source = random_bits((6, 16, 2, 16), torch.bfloat16, 9)
+    destination = random_bits((4, 16, 2, 16), torch.bfloat16, 10)
+    mapping = torch.tensor([[5, 3], [0, 0], [2, 1]], dtype=torch.int32)
+    expected = destination.clone()
+    reference.swap_blocks(source, expected, mapping)
+    src, dst = source.to(NPU), destination.to(target)
+    _, seen, _ = run(ascend_kv.swap_blocks, Case((src, dst, mapping)))
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert bits_equal(host(dst), expected)

@@ -187,7 +187,7 @@ def test_explain_runs_nothing_and_says_why(fake: SimpleNamespace, monkeypatch: p
 
 def test_explain_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="op must be one of KVCacheOperation, PagedCacheLoadOperation, "
-                                         "ReshapeAndCacheOperation, kv_cache"):
+                                         "ReshapeAndCacheOperation, BlockCopyOperation, kv_cache"):
         ascend_kv.explain("write_cache")
     with pytest.raises(ValueError, match="backend must be one of"):
         ascend_kv.explain("kv_cache", "cpu", backend="gpu")

@@ -8,9 +8,10 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), the staged index window read without its MTE2_S flag, rows
-moved in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer
-declares itself vector-only. The unmutated library passes the same calls.
+twice is then written by two cores), block_copy writing one block too far and block_copy letting an
+out-of-range destination through, the staged index window read without its MTE2_S flag, rows moved
+in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
+itself vector-only. The unmutated library passes the same calls.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ MUTANTS = {
     "uncapped-pad-blocks": [  # rows moved in DataCopyPad blocks as long as the 21-bit field holds
         ("tiling.h", "constexpr uint64_t kMaxPadBlockBytes = 65535;", "constexpr uint64_t kMaxPadBlockBytes = 2097151;"),
     ],
+    "block-copy-off-by-one": [
+        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset]",
+         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset]"),
+    ],
+    "block-copy-past-the-cache": [  # an out-of-range destination let through
+        ("kernels/block_copy.cpp", "static_cast<uint64_t>(d) >= t_.numBlocks", "static_cast<uint64_t>(d) > t_.numBlocks"),
+    ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
                                    "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n"), ""),
@@ -85,7 +93,10 @@ def reshape(layout, cache_shape, head_size, slots=(31, 0, 5, 6)):
     # slot 31 is the caches' last (2 blocks of 16); tokens in slots 31, 0, 5, 6 (runs of 1 and 2)
     cache = torch.zeros(cache_shape, dtype=h)
     ops.reshape_and_cache(torch.ones(len(slots), 1, head_size, dtype=h), None, cache, None, torch.tensor(slots), layout)
-CALLS = {"kv_dense": kv_dense, "kv_strided": kv_strided, "paged_mla": paged_mla,
+def block_copy(dst):
+    # 4 blocks of 2 x 16 float16 (64 bytes each): block 0 to block `dst`
+    ops.block_copy([torch.zeros(4, 2, 16, dtype=h)], torch.tensor([0]), torch.tensor([dst]), None)
+CALLS = {"kv_dense": kv_dense, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape(1, (2, 16, 1, 7), 7),
          "reshape_nz": lambda: reshape(0, (2, 2, 16, 16), 32),
@@ -212,9 +223,24 @@ def test_pad_blocks_beyond_the_documented_65535_bytes_are_stopped(libraries: dic
     assert "DataCopyPad: DataCopyExtParams.blockLen 93696 bytes out of range [0, 65535]" in message
 
 
+def test_block_copy_off_by_one_block_writes_past_the_cache(libraries: dict[str, Path]) -> None:
+    """Block 3 is the last of 4 blocks of 64 bytes; one block further is past the cache's 256 bytes."""
+    message = run(libraries["block-copy-off-by-one"], "block_copy_last")
+    buffer, offset, count = overrun(message, "write", re.escape("caches[0]"))
+    assert (buffer, offset, count) == (256, 256, 64)
+
+
+def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[str, Path]) -> None:
+    """dst = 4 = num_blocks (a device index nobody checked) must be skipped; let through, it lands past the cache."""
+    assert run(libraries["block-copy-past-the-cache"], "block_copy_last") == "ok"
+    message = run(libraries["block-copy-past-the-cache"], "block_copy_past")
+    buffer, offset, count = overrun(message, "write", re.escape("caches[0]"))
+    assert (buffer, offset, count) == (256, 256, 64)
+
+
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["kv_dense", "kv_strided", "paged_nd", "paged_nz", "paged_mla", "reshape_nd_unaligned",
-                                  "reshape_nz", "reshape_nd_long_run", "reshape_nd_twice", "reshape_nd_distinct",
-                                  "reshape_nd_long_rows"])
+@pytest.mark.parametrize("call", ["block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+                                  "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
+                                  "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:
     assert run(libraries["unmutated"], call, cores) == "ok"

@@ -10,9 +10,13 @@ from hypothesis import strategies as st
 
 from ascend_kv import support
 
-ALL = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True}
-RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True}
-NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False}
+ALL = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True,
+       "BlockCopyOperation": True}
+RESHAPE_ONLY = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": True,
+                "BlockCopyOperation": False}
+RESHAPE_AND_BLOCK_COPY = {**RESHAPE_ONLY, "BlockCopyOperation": True}  # the Atlas inference series (310P)
+NONE = {"KVCacheOperation": False, "PagedCacheLoadOperation": False, "ReshapeAndCacheOperation": False,
+        "BlockCopyOperation": False}
 LAYOUTS = {"atlas-350": ["nd"], "atlas-a3": ["nd", "nz"], "atlas-a2": ["nd", "nz"], "atlas-training": ["nz"],
            "atlas-inference": ["nz"], "atlas-200i-500-a2": ["nz"], None: []}
 
@@ -43,7 +47,8 @@ NAMES = [
 def test_product_line_of_each_soc_name(soc: str, line: str | None) -> None:
     found = support.product_line(soc)
     assert (found.id if found else None) == line
-    expected_ops = ALL if line in ("atlas-a2", "atlas-a3") else NONE if line is None else RESHAPE_ONLY
+    expected_ops = (ALL if line in ("atlas-a2", "atlas-a3") else NONE if line is None
+                    else RESHAPE_AND_BLOCK_COPY if line == "atlas-inference" else RESHAPE_ONLY)
     assert support.soc_answer(soc) == {"soc": soc, "product_line": line, "ops": expected_ops,
                                        "layouts": {"ReshapeAndCacheOperation": LAYOUTS[line]},
                                        "kernels_run": ALL if line in ("atlas-a2", "atlas-a3") else NONE}
@@ -73,7 +78,7 @@ def test_matrix_is_huaweis_table() -> None:
         "atlas-a3": ALL,
         "atlas-a2": ALL,
         "atlas-training": RESHAPE_ONLY,
-        "atlas-inference": RESHAPE_ONLY,
+        "atlas-inference": RESHAPE_AND_BLOCK_COPY,
         "atlas-200i-500-a2": RESHAPE_ONLY,
     }
 
@@ -90,7 +95,7 @@ def test_every_rule_names_a_known_line_and_prefix_rules_never_overlap() -> None:
 
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="op must be one of KVCacheOperation, PagedCacheLoadOperation, "
-                                         "ReshapeAndCacheOperation, got 'kv'"):
+                                         "ReshapeAndCacheOperation, BlockCopyOperation, got 'kv'"):
         support.is_supported("kv", "Ascend910B3")
     with pytest.raises(TypeError, match="soc must be a str, got int"):
         support.product_line(910)  # type: ignore[arg-type]
@@ -99,14 +104,16 @@ def test_bad_arguments_are_named() -> None:
 def test_markdown_table_has_a_row_per_line_from_the_data() -> None:
     rows = support.markdown_table().splitlines()
     assert rows[0] == ("| Product line | id | SoC names | KVCacheOperation | PagedCacheLoadOperation | "
-                       "ReshapeAndCacheOperation | ascend_kv's kernels |")
+                       "ReshapeAndCacheOperation | BlockCopyOperation | ascend_kv's kernels |")
     assert len(rows) == 2 + len(support.PRODUCT_LINES)
     for row, line in zip(rows[2:], support.PRODUCT_LINES):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[:2] == [line.name, f"`{line.id}`"]
         assert cells[3:5] == ["yes" if line.supports(op) else "no" for op in support.OPERATIONS[:2]]
         assert cells[5].startswith("yes (") and all(layout.upper() in cells[5] for layout in line.layouts)
-        assert cells[6] == ("yes" if line.id in ("atlas-a2", "atlas-a3") else "no (the fallback runs on the NPU)")
+        assert cells[6] == {"atlas-a2": "yes (ND, NZ)", "atlas-a3": "yes (ND, NZ)",
+                            "atlas-inference": "yes (float16 only)"}.get(line.id, "no")
+        assert cells[7] == ("yes" if line.id in ("atlas-a2", "atlas-a3") else "no (the fallback runs on the NPU)")
 
 
 def test_readme_contains_exactly_the_generated_table() -> None:

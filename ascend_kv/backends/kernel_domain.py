@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..cpu_fallback.strides import block_rows
 from ..params import KvCacheCfg
 
 
@@ -75,3 +76,24 @@ def index_operand(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if tensor.dtype not in (torch.int32, torch.int64):
         tensor = tensor.to(torch.int64)
     return tensor.to(device).contiguous()
+
+
+def block_copy_outside_reason(args: BlockCopyArgs) -> str | None:
+    """Why the block-copy kernel cannot take ``args`` in place, or None: it copies a block as rows,
+    so each cache needs a ``[num_blocks, rows, row]`` view with contiguous rows (:func:`block_rows`)."""
+    for i, cache in enumerate(args.caches):
+        if cache.numel() and block_rows(cache) is None:
+            return (f"cache {i} has sizes {tuple(cache.shape)} and strides {tuple(cache.stride())}: the kernel needs "
+                    f"each block to be rows of contiguous elements, evenly spaced")
+    return None
+
+
+def block_copy_operands(args: BlockCopyArgs) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(caches, src, dst, cum_sum)`` as the kernel library's ``block_copy`` takes them: every
+    non-empty cache as its ``[num_blocks, rows, row]`` view (in the kernels' domain), index tensors
+    as :func:`index_operand` makes them."""
+    device = args.caches[0].device
+    views = [block_rows(cache) for cache in args.caches if cache.numel()]
+    assert all(view is not None for view in views), "outside the kernels' domain"
+    cum_sum = None if args.cum_sum is None else index_operand(args.cum_sum, device)
+    return views, index_operand(args.src, device), index_operand(args.dst, device), cum_sum  # type: ignore[return-value]

@@ -1,7 +1,8 @@
 """The NPU backend: the compiled AscendC kernels, called through their PyTorch op library.
 
 The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` of a source checkout,
-or by ``pip install`` from the source, on a host with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``, ``.paged_cache_load`` and ``.reshape_and_cache`` for
+or by ``pip install`` from the source, on a host with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``,
+``.paged_cache_load``, ``.reshape_and_cache`` and ``.block_copy`` for
 PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU_LIB`` when
 that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
 loaded once, lazily. The kernels' host build registers the same operators as
@@ -23,15 +24,15 @@ from typing import Any
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from .kernel_domain import index_operand
+from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from .kernel_domain import block_copy_operands, index_operand
 
 NAME = "npu"
 LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
 LIBRARY_FILE = "libascend_kv_npu.so"
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "lib" / LIBRARY_FILE
 NAMESPACES = ("ascend_kv_npu", "ascend_kv_host")  # the NPU build, then the host build standing in for it
-OPS = ("kv_cache", "paged_cache_load", "reshape_and_cache")
+OPS = ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy")
 
 
 @dataclass(frozen=True)
@@ -127,3 +128,10 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     """Run ``reshape_and_cache`` on the NPU kernels (writes ``args.key_cache``, ``args.value_cache``)."""
     _ops().reshape_and_cache(args.key, args.value, args.key_cache, args.value_cache,
                              index_operand(args.slot_mapping, args.key_cache.device), int(args.layout))
+
+
+def block_copy(args: BlockCopyArgs) -> None:
+    """Run ``block_copy`` (and ``copy_blocks``) on the NPU kernel, one launch for every cache of the call."""
+    caches, src, dst, cum_sum = block_copy_operands(args)
+    if caches:
+        _ops().block_copy(caches, src, dst, cum_sum)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ..errors import BackendUnavailableError
 from . import kernel_domain
 
@@ -209,3 +209,18 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
                                                kernel_domain.index_operand(args.slot_mapping, args.key_cache.device), int(args.layout))
     _write_back(args.key_cache, t["key_cache"])
     _write_back(args.value_cache, t.get("value_cache"))
+
+
+def block_copy(args: BlockCopyArgs) -> None:
+    """Run ``block_copy_kernel`` on the host, one launch for every cache of the call; writes the caches in place.
+
+    Index values are not checked: out-of-range blocks are skipped. Caches outside the kernels'
+    domain (:func:`kernel_domain.block_copy_outside_reason`) run on contiguous copies, copied back.
+    """
+    load()
+    ran = tuple(cache if kernel_domain.block_rows(cache) is not None else cache.contiguous() for cache in args.caches)
+    caches, src, dst, cum_sum = kernel_domain.block_copy_operands(BlockCopyArgs(ran, args.src, args.dst, args.cum_sum))
+    if caches:
+        torch.ops.ascend_kv_host.block_copy(caches, src, dst, cum_sum)
+    for given, copy in zip(args.caches, ran):
+        _write_back(given, copy)

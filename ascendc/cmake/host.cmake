@@ -26,6 +26,7 @@ add_library(ascend_kv_host SHARED
   "${ASCEND_KV_ASCENDC_DIR}/kernels/kv_cache.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/kernels/paged_cache_load.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/kernels/reshape_and_cache.cpp"
+  "${ASCEND_KV_ASCENDC_DIR}/kernels/block_copy.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/host/tiling.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/host/torch_binding.cpp"
   "${ASCEND_KV_ASCENDC_DIR}/sim/launch_host.cpp")

@@ -11,6 +11,7 @@
 #define ASCEND_KV_HOST_KERNEL_LAUNCH_H
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -58,6 +59,12 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
 /// undefined (key-only mode).
 void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
                            const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling);
+
+/// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
+/// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);
+/// `cumSum` may be undefined.
+void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
+                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling);
 
 }  // namespace ascend_kv
 

@@ -40,6 +40,9 @@ uint32_t aclrtlaunch_paged_cache_load_kernel(uint32_t blockDim, aclrtStream stre
 /// kernels/reshape_and_cache.cpp: reshape_and_cache_kernel(key, value, keyCache, valueCache, slotMapping, tiling).
 uint32_t aclrtlaunch_reshape_and_cache_kernel(uint32_t blockDim, aclrtStream stream, void* key, void* value,
                                               void* keyCache, void* valueCache, void* slotMapping, void* tiling);
+/// kernels/block_copy.cpp: block_copy_kernel(cacheTable, src, dst, cumSum, tiling).
+uint32_t aclrtlaunch_block_copy_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* src, void* dst,
+                                       void* cumSum, void* tiling);
 }
 
 namespace ascend_kv {
@@ -165,6 +168,22 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
     Queue("reshape_and_cache", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
         return aclrtlaunch_reshape_and_cache_kernel(blockDim, stream, Address(key), Address(value), Address(keyCache),
                                                     Address(valueCache), Address(slotMapping), tilingGm);
+    });
+}
+
+void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
+                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling)
+{
+    // The cache table (addresses and geometry) goes to the device like a tiling: one persistent copy
+    // per distinct table, so a step over the same caches uploads nothing after the first.
+    const at::Device device = caches[0].device();
+    c10_npu::NPUGuard guard(device);
+    aclrtStream current = c10_npu::getCurrentNPUStream(device.index()).stream(false);
+    void* tableGm = TilingOnDevice(table.data(), table.size() * sizeof(uint64_t), device, current);
+    Queue("block_copy", device, tiling, [=, kept = caches](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        static_cast<void>(kept);  // the caches stay allocated until the queued launch runs
+        return aclrtlaunch_block_copy_kernel(blockDim, stream, tableGm, Address(src), Address(dst), Address(cumSum),
+                                             tilingGm);
     });
 }
 

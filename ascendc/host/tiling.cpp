@@ -23,8 +23,10 @@ namespace {
 constexpr uint64_t kIndexShareDivisor = 4;  // the index windows together get at most ubBytes / 4
 constexpr uint64_t kGmBurstBytes = 512;     // GM accesses aligned to 512 B are faster on A2
 constexpr uint64_t kStripesPerCore = 16;    // reshape_and_cache: slot stripes per core a call's tokens fill
+constexpr uint64_t kMaxBlockCopyChunkBytes = 65536 - 512;  // block_copy: segments below 64 KB, 512-byte multiples
 
 uint64_t CeilDiv(uint64_t value, uint64_t divisor) { return (value + divisor - 1) / divisor; }
+uint64_t UbPitch(uint64_t rowBytes) { return (rowBytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
 uint64_t RoundUp(uint64_t value, uint64_t multiple) { return CeilDiv(value, multiple) * multiple; }
 uint64_t RoundDown(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
 uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -273,6 +275,61 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
     return kTilingOk;
 }
 
+int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, uint64_t ubBytes, BlockCopyTiling* tiling,
+                           std::vector<uint64_t>* table)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    if (!IndexOk(call.src) || !IndexOk(call.dst) || (call.cumSum.present && !IndexOk(call.cumSum)) ||
+        call.addresses.size() != call.caches.size()) {
+        return kTilingBadShape;
+    }
+    BlockCopyTiling t{};
+    t.numCaches = call.caches.size();
+    t.numBlocks = call.caches.empty() ? 0 : Size(call.caches[0], 0);
+    t.pairs = Size(call.src, 0);
+    t.copies = Size(call.dst, 0);
+    t.srcElemBytes = call.src.elemBytes;
+    t.dstElemBytes = call.dst.elemBytes;
+    t.cumElemBytes = call.cumSum.present ? call.cumSum.elemBytes : 0;
+    constexpr uint64_t windows = 3;
+    const uint64_t needed = Max(Max(t.pairs * t.srcElemBytes, t.copies * t.dstElemBytes), t.pairs * t.cumElemBytes);
+    t.stageBytes = StageBytes(needed, windows, ubBytes);
+    // Segments below 64 KB: the range of DataCopyPad's blockLen that every checker accepts.
+    t.chunkBytes = Min(ChunkBytes(ubBytes, windows * t.stageBytes), kMaxBlockCopyChunkBytes);
+    if (t.chunkBytes < kBlockBytes) {
+        return kTilingUbTooSmall;
+    }
+    std::vector<uint64_t> words;
+    for (size_t c = 0; c < call.caches.size(); ++c) {
+        const TensorGeom& cache = call.caches[c];
+        if (cache.dims != 3 || Size(cache, 0) != t.numBlocks) {
+            return kTilingBadShape;
+        }
+        uint64_t rows = Size(cache, 1);
+        uint64_t rowBytes = Size(cache, 2) * cache.elemBytes;
+        uint64_t rowStride = Stride(cache, 1);
+        if (rows == 1 || rowStride == rowBytes) {  // a dense block: one row
+            rowBytes *= rows;
+            rows = 1;
+            rowStride = rowBytes;
+        }
+        const uint64_t ubRow = UbPitch(rowBytes);
+        const uint64_t rowsPerChunk = ubRow <= t.chunkBytes ? Min(t.chunkBytes / ubRow, kMaxBlockCount) : 1;
+        const uint64_t segments = ubRow <= t.chunkBytes ? 1 : CeilDiv(rowBytes, t.chunkBytes);
+        const uint64_t chunks = rowBytes == 0 ? 0 : segments > 1 ? rows * segments : CeilDiv(rows, rowsPerChunk);
+        const uint64_t entry[kBlockCopyCacheWords] = {call.addresses[c], Stride(cache, 0), rowStride, rows, rowBytes,
+                                                      SpanBytes(cache), rowsPerChunk, segments, chunks};
+        words.insert(words.end(), entry, entry + kBlockCopyCacheWords);
+        t.items += t.copies * chunks;
+    }
+    t.usedCores = t.numBlocks == 0 || t.pairs == 0 ? 0 : Min(coreCount, t.items);
+    *tiling = t;
+    *table = std::move(words);
+    return kTilingOk;
+}
+
 namespace {
 
 void Field(std::ostringstream& out, const char* name, uint64_t value)
@@ -321,5 +378,18 @@ std::string DescribeTiling(const ReshapeTiling& tiling)
 
 #undef ASCEND_KV_DESCRIBE_FIELD
 #undef ASCEND_KV_DESCRIBE_CACHE
+
+}  // namespace ascend_kv
+
+namespace ascend_kv {
+
+std::string DescribeTiling(const BlockCopyTiling& tiling)
+{
+    std::ostringstream out;
+#define ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD(name, doc) Field(out, #name, tiling.name);
+    ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD)
+#undef ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD
+    return out.str();
+}
 
 }  // namespace ascend_kv

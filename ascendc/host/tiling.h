@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../tiling.h"
 
@@ -56,6 +57,14 @@ struct ReshapeGeometry {
     TensorGeom slotMapping;
 };
 
+/// block_copy: caches as [num_blocks, rows, row] views (rows contiguous; the addresses are the
+/// caches' first bytes), src [pairs], dst [copies], cumSum [pairs] or absent.
+struct BlockCopyGeometry {
+    std::vector<TensorGeom> caches;
+    std::vector<uint64_t> addresses;
+    TensorGeom src, dst, cumSum;
+};
+
 /// Result of a tiling computation.
 enum TilingStatus : int {
     kTilingOk = 0,
@@ -82,10 +91,16 @@ int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, ui
 /// Tiling of reshape_and_cache_kernel; as ComputeKvCacheTiling.
 int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64_t ubBytes, ReshapeTiling* tiling);
 
+/// Tiling of block_copy_kernel and its cache table (kBlockCopyCacheWords words per cache); as
+/// ComputeKvCacheTiling.
+int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, uint64_t ubBytes, BlockCopyTiling* tiling,
+                           std::vector<uint64_t>* table);
+
 /// "name=value" for every field, in order, separated by spaces.
 std::string DescribeTiling(const KvCacheTiling& tiling);
 std::string DescribeTiling(const PagedLoadTiling& tiling);
 std::string DescribeTiling(const ReshapeTiling& tiling);
+std::string DescribeTiling(const BlockCopyTiling& tiling);
 
 }  // namespace ascend_kv
 

@@ -1,7 +1,7 @@
 /*
- * The op library of the kernels: torch.ops.<ns>.kv_cache / .paged_cache_load / .reshape_and_cache
- * (and the tiling each would run, as text: .kv_cache_tiling / .paged_cache_load_tiling /
- * .reshape_and_cache_tiling). One source for both builds, compiled with
+ * The op library of the kernels: torch.ops.<ns>.kv_cache / .paged_cache_load / .reshape_and_cache /
+ * .block_copy (and the tiling each would run, as text: .kv_cache_tiling / .paged_cache_load_tiling /
+ * .reshape_and_cache_tiling / .block_copy_tiling). One source for both builds, compiled with
  *   ASCEND_KV_OP_NAMESPACE=ascend_kv_npu   the NPU build: PrivateUse1 (torch_npu's "npu");
  *   ASCEND_KV_OP_NAMESPACE=ascend_kv_host  the host build: CPU and PrivateUse1 (a device whose
  *                                          tensors hold host memory), kernels on the host model.
@@ -12,6 +12,10 @@
  *                    Tensor? seq_starts, Tensor(a!) key, Tensor(b!) value, int layout, bool cumsum) -> ()
  *   reshape_and_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache,
  *                     Tensor slot_mapping, int layout) -> ()
+ *   block_copy(Tensor(a!)[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> ()
+ *     caches: every cache written, each a [num_blocks, rows, row] view with contiguous rows; one
+ *     launch copies block src[i] to the blocks dst[cum_sum[i-1]:cum_sum[i]] (no cum_sum: src[j]
+ *     to dst[j]) of all of them.
  * layout: 0 NZ, 1 ND (ascend_kv.KvCacheCfg). With layer_tensor the kernel reads the layer from it
  * and layer_id is ignored. reshape_and_cache without value and value_cache is the key-only mode.
  *
@@ -358,6 +362,64 @@ std::string ReshapeAndCacheTilingText(const at::Tensor& key, const c10::optional
                                                  Given(valueCache), slotMapping, layout));
 }
 
+// ---------------------------------------------------------------------------------- block_copy
+
+ascend_kv::BlockCopyTiling BlockCopyPlan(const char* op, const std::vector<at::Tensor>& caches, const at::Tensor& src,
+                                         const at::Tensor& dst, const at::Tensor& cumSum,
+                                         std::vector<uint64_t>* table)
+{
+    TORCH_CHECK(!caches.empty(), Where(op), "caches must hold at least one cache");
+    const at::Device device = caches[0].device();
+    ascend_kv::BlockCopyGeometry call;
+    for (size_t c = 0; c < caches.size(); ++c) {
+        const std::string name = "caches[" + std::to_string(c) + "]";
+        const at::Tensor& cache = caches[c];
+        CheckRank(op, cache, name.c_str(), 3, "[num_blocks, rows, row]");
+        CheckDevice(op, cache, name.c_str(), device);
+        CheckDenseFrom(op, cache, name.c_str(), 2, "rows (dim 2)");
+        TORCH_CHECK(cache.size(0) == caches[0].size(0), Where(op), name, " has ", cache.size(0),
+                    " blocks, caches[0] ", caches[0].size(0), "; they must match");
+        call.caches.push_back(ascend_kv::GeometryOf(cache));
+        call.addresses.push_back(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(cache.data_ptr())));
+    }
+    CheckRank(op, src, "src", 1, "[pairs]");
+    CheckRank(op, dst, "dst", 1, "[copies]");
+    CheckIndex(op, src, "src", device, src.size(0));
+    CheckIndex(op, dst, "dst", device, dst.size(0));
+    if (cumSum.defined()) {
+        CheckIndex(op, cumSum, "cum_sum", device, src.size(0));
+    } else {
+        TORCH_CHECK(src.size(0) == dst.size(0), Where(op), "without cum_sum, src and dst must have one entry per copy, "
+                    "got ", src.size(0), " and ", dst.size(0));
+    }
+    call.src = ascend_kv::GeometryOf(src);
+    call.dst = ascend_kv::GeometryOf(dst);
+    call.cumSum = ascend_kv::GeometryOf(cumSum);
+    ascend_kv::BlockCopyTiling tiling{};
+    const int status = ascend_kv::ComputeBlockCopyTiling(call, ascend_kv::VectorCoreCount(device),
+                                                         ascend_kv::UsableUbBytes(device), &tiling, table);
+    TORCH_CHECK(status == ascend_kv::kTilingOk, Where(op), "tiling failed: ", ascend_kv::TilingStatusMessage(status));
+    return tiling;
+}
+
+void BlockCopy(at::TensorList caches, const at::Tensor& src, const at::Tensor& dst,
+               const c10::optional<at::Tensor>& cumSum)
+{
+    const std::vector<at::Tensor> list = caches.vec();
+    std::vector<uint64_t> table;
+    const auto tiling = BlockCopyPlan("block_copy", list, src, dst, Given(cumSum), &table);
+    if (tiling.usedCores > 0) {
+        ascend_kv::LaunchBlockCopy(list, table, src, dst, Given(cumSum), tiling);
+    }
+}
+
+std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, const at::Tensor& dst,
+                                const c10::optional<at::Tensor>& cumSum)
+{
+    std::vector<uint64_t> table;
+    return ascend_kv::DescribeTiling(BlockCopyPlan("block_copy_tiling", caches.vec(), src, dst, Given(cumSum), &table));
+}
+
 // The ops return nothing: under torch.compile / torchair tracing they only mark their outputs written.
 void KvCacheMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                  const c10::optional<at::Tensor>&, int64_t)
@@ -374,6 +436,8 @@ void ReshapeAndCacheMeta(const at::Tensor&, const c10::optional<at::Tensor>&, co
 {
 }
 
+void BlockCopyMeta(at::TensorList, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&) {}
+
 void Define(torch::Library& m)
 {
     m.def("kv_cache(Tensor new_kv, Tensor(a!) past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
@@ -388,6 +452,8 @@ void Define(torch::Library& m)
           "Tensor? seq_starts, Tensor key, Tensor value, int layout, bool cumsum) -> str");
     m.def("reshape_and_cache_tiling(Tensor key, Tensor? value, Tensor key_cache, Tensor? value_cache, "
           "Tensor slot_mapping, int layout) -> str");
+    m.def("block_copy(Tensor(a!)[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> ()");
+    m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> str");
 }
 
 void Implement(torch::Library& m)
@@ -398,6 +464,8 @@ void Implement(torch::Library& m)
     m.impl("reshape_and_cache", &ReshapeAndCache);
     m.impl("paged_cache_load_tiling", &PagedCacheLoadTilingText);
     m.impl("reshape_and_cache_tiling", &ReshapeAndCacheTilingText);
+    m.impl("block_copy", &BlockCopy);
+    m.impl("block_copy_tiling", &BlockCopyTilingText);
 }
 
 void ImplementMeta(torch::Library& m)
@@ -405,6 +473,7 @@ void ImplementMeta(torch::Library& m)
     m.impl("kv_cache", &KvCacheMeta);
     m.impl("paged_cache_load", &PagedCacheLoadMeta);
     m.impl("reshape_and_cache", &ReshapeAndCacheMeta);
+    m.impl("block_copy", &BlockCopyMeta);
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
 // the kernel; the model's message becomes the RuntimeError.
 // Settings, read on every call: ASCEND_KV_SIM_CORES (default 40) and ASCEND_KV_SIM_UB_BYTES
 // (default 192 KB - 256 B - 8 KB, the usable UB of an A2/A3 vector core).
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include "host/kernel_launch.h"
 #include "host_model_launcher.h"
@@ -22,6 +25,7 @@ extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM
                                         GM_ADDR tiling);
 extern "C" void reshape_and_cache_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
                                          GM_ADDR slotMapping, GM_ADDR tiling);
+extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
 
 namespace ascend_kv {
 namespace {
@@ -100,14 +104,14 @@ GM_ADDR Gm(const at::Tensor& tensor)
     return tensor.defined() ? static_cast<GM_ADDR>(tensor.data_ptr()) : nullptr;
 }
 
-/// Run `body` on `cores` model cores over `regions`; a model error becomes a RuntimeError.
-template <size_t N, typename Body>
-void Run(const char* op, uint64_t cores, const Region (&regions)[N], Body body)
+/// Kernel launches since the library was loaded (torch.ops.ascend_kv_host.launches()).
+std::atomic<int64_t> launches{0};
+
+/// Run `body` on `cores` model cores over the GM regions `list`; a model error becomes a RuntimeError.
+template <typename Body>
+void RunOn(const char* op, uint64_t cores, const std::vector<GmRegion>& list, Body body)
 {
-    std::vector<GmRegion> list;
-    for (const Region& region : regions) {
-        list.push_back(region.Get());
-    }
+    ++launches;
     char message[kMessageBytes];
     const uint64_t ub = UsableUbBytes(at::Device(at::kCPU));
     const int status = AscendC::host_model::Launch(
@@ -117,7 +121,21 @@ void Run(const char* op, uint64_t cores, const Region (&regions)[N], Body body)
                 ": the host model of the AscendC API stopped the kernel: ", message);
 }
 
+/// Run `body` on `cores` model cores over `regions`.
+template <size_t N, typename Body>
+void Run(const char* op, uint64_t cores, const Region (&regions)[N], Body body)
+{
+    std::vector<GmRegion> list;
+    for (const Region& region : regions) {
+        list.push_back(region.Get());
+    }
+    RunOn(op, cores, list, body);
+}
+
 }  // namespace
+
+/// Kernel launches so far (exposed as torch.ops.ascend_kv_host.launches()).
+int64_t Launches() { return launches.load(); }
 
 uint64_t VectorCoreCount(const at::Device&) { return Setting("ASCEND_KV_SIM_CORES", kDefaultCores); }
 
@@ -172,4 +190,36 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
     });
 }
 
+void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
+                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling)
+{
+    BlockCopyTiling t = tiling;
+    std::vector<uint64_t> words = table;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const at::Tensor tableBytes = at::from_blob(words.data(), {static_cast<int64_t>(words.size() * 8)}, at::kByte);
+    std::vector<std::string> names;
+    for (size_t c = 0; c < caches.size(); ++c) {
+        names.push_back("caches[" + std::to_string(c) + "]");
+    }
+    std::vector<std::unique_ptr<Region>> regions;
+    for (size_t c = 0; c < caches.size(); ++c) {
+        regions.push_back(std::make_unique<Region>(caches[c], names[c].c_str(), true));
+    }
+    regions.push_back(std::make_unique<Region>(tableBytes, "cache_table", false));
+    regions.push_back(std::make_unique<Region>(src, "src", false));
+    regions.push_back(std::make_unique<Region>(dst, "dst", false));
+    regions.push_back(std::make_unique<Region>(cumSum, "cum_sum", false));
+    regions.push_back(std::make_unique<Region>(tilingBytes, "tiling", false));
+    std::vector<GmRegion> list;
+    for (const auto& region : regions) {
+        list.push_back(region->Get());
+    }
+    RunOn("block_copy", t.usedCores, list, [&]() {
+        block_copy_kernel(Gm(tableBytes), Gm(src), Gm(dst), Gm(cumSum), Gm(tilingBytes));
+    });
+}
+
 }  // namespace ascend_kv
+
+// The host build counts its kernel launches, so a test can show how many one call makes.
+TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m) { m.def("launches() -> int", &ascend_kv::Launches); }

@@ -1,0 +1,111 @@
+"""The demo's block-management scenarios: a beam-search fork (``block_copy``), a fork over every
+layer (``copy_blocks``) and a KV offload round trip (``swap_blocks``), checked like the others."""
+
+from __future__ import annotations
+
+import torch
+
+from . import block_checks, block_library, policy, reference
+from .block_ops import block_copy, copy_blocks, swap_blocks
+from .demo import Scenario, _payload
+from .layout import nd_to_nz
+
+
+def fork_scenario(name: str, sequences: int, beams: int, *, block_size: int, heads: int = 8, head_size: int = 128,
+                  layout: str = "nd", dtype: torch.dtype = torch.float16, g: torch.Generator) -> Scenario:
+    """Each sequence's last block copied to ``beams - 1`` fresh blocks (copy-on-write before the beams write)."""
+    num_blocks = sequences * beams + 4
+    order = torch.randperm(num_blocks, generator=g)
+    src = order[:sequences].to(torch.int32)
+    dst = order[sequences: sequences * beams].to(torch.int32)
+    cum_sum = torch.arange(1, sequences + 1, dtype=torch.int32) * (beams - 1)
+
+    def cache() -> torch.Tensor:
+        nd = _payload((num_blocks, block_size, heads, head_size), dtype, g)
+        return nd if layout == "nd" else nd_to_nz(nd)
+
+    key_cache, value_cache = cache(), cache()
+    args = (key_cache, value_cache, src, dst, cum_sum)
+    expected = (key_cache.clone(), value_cache.clone(), src, dst, cum_sum)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        block_copy(*args)
+        return key_cache, value_cache
+
+    def check() -> tuple[torch.Tensor, ...]:
+        reference.block_copy(*expected)
+        return expected[0], expected[1]
+
+    return Scenario(name, "BlockCopyOperation", run=run, reference=check,
+                    decide=lambda: block_library.decision(block_checks.block_copy(*args)[0]),
+                    bytes_moved=2 * dst.numel() * (key_cache[0].nbytes + value_cache[0].nbytes))
+
+
+def layers_scenario(name: str, layers: int, pairs: int, *, block_size: int, heads: int = 8, head_size: int = 128,
+                    dtype: torch.dtype = torch.bfloat16, g: torch.Generator) -> Scenario:
+    """``pairs`` (src, dst) copies in every layer of vLLM's ``[layers, 2, num_blocks, ...]`` buffer, one call."""
+    num_blocks = 2 * pairs + 2
+    buf = _payload((layers, 2, num_blocks, block_size, heads, head_size), dtype, g)
+    order = torch.randperm(num_blocks, generator=g)
+    mapping = torch.stack([order[:pairs], order[pairs: 2 * pairs]], dim=1)
+    keys, values = [buf[i, 0] for i in range(layers)], [buf[i, 1] for i in range(layers)]
+    expected = buf.clone()
+
+    def run() -> tuple[torch.Tensor, ...]:
+        copy_blocks(keys, values, mapping)
+        return (buf,)
+
+    def check() -> tuple[torch.Tensor, ...]:
+        reference.copy_blocks([expected[i, 0] for i in range(layers)], [expected[i, 1] for i in range(layers)],
+                              mapping)
+        return (expected,)
+
+    return Scenario(name, "BlockCopyOperation", run=run, reference=check,
+                    decide=lambda: block_library.decision(block_checks.copy_blocks(keys, values, mapping)[0]),
+                    bytes_moved=2 * pairs * 2 * layers * buf[0, 0, 0].nbytes)
+
+
+def offload_scenario(name: str, blocks: int, *, block_size: int, heads: int = 8, head_size: int = 128,
+                     dtype: torch.dtype = torch.float16, g: torch.Generator) -> Scenario:
+    """A sequence's ``blocks`` blocks out to host memory and back into other blocks of the cache."""
+    num_blocks = 2 * blocks + 2
+    cache = _payload((num_blocks, block_size, heads, head_size), dtype, g)
+    host = torch.empty((blocks, block_size, heads, head_size), dtype=dtype)
+    order = torch.randperm(num_blocks, generator=g)
+    out = torch.stack([order[:blocks], torch.arange(blocks)], dim=1)
+    back = torch.stack([torch.arange(blocks), order[blocks: 2 * blocks]], dim=1)
+    expected_cache, expected_host = cache.clone(), host.clone()
+
+    def run() -> tuple[torch.Tensor, ...]:
+        swap_blocks(cache, host, out)
+        swap_blocks(host, cache, back)
+        return cache, host
+
+    def check() -> tuple[torch.Tensor, ...]:
+        reference.swap_blocks(expected_cache, expected_host, out)
+        reference.swap_blocks(expected_host, expected_cache, back)
+        return expected_cache, expected_host
+
+    def decide() -> policy.Decision:
+        block_checks.swap_blocks(cache, host, out)
+        return policy.Decision("swap_blocks", policy.requested_backend(), "copies",
+                               "swap_blocks moves blocks with the runtime's copies (a gather, one copy, a scatter) "
+                               "on every backend", str(cache.device))
+
+    return Scenario(name, "swap_blocks", run=run, reference=check, decide=decide,
+                    bytes_moved=2 * 2 * blocks * cache[0].nbytes)
+
+
+def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
+    """The block scenarios; ``scale`` divides the block size (1 = realistic shapes)."""
+    block_size = max(1, 128 // scale)
+    return [
+        fork_scenario(f"block_copy beam-search fork: 8 sequences' last blocks to 3 more beams each, block {block_size}, "
+                      "8x128 heads, float16", 8, 4, block_size=block_size, g=g),
+        fork_scenario(f"block_copy NZ fork: 4 sequences to 2 beams, block {max(16, block_size)}, bfloat16", 4, 2,
+                      block_size=max(16, block_size), layout="nz", dtype=torch.bfloat16, g=g),
+        layers_scenario(f"copy_blocks 32 layers x 16 pairs in one call (views of one buffer), block {block_size}",
+                        32, 16, block_size=block_size, head_size=128 // scale or 1, g=g),
+        offload_scenario(f"swap_blocks offload round trip: 16 blocks to host memory and back, block {block_size}",
+                         16, block_size=block_size, g=g),
+    ]

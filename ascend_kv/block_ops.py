@@ -1,0 +1,187 @@
+"""The public block operations: ``block_copy`` (ATB BlockCopyOperation), vLLM's ``copy_blocks`` and
+``swap_blocks``. Each checks that its arguments are tensors and calls its operator, once
+(:mod:`ascend_kv.block_library`), so ``torch.compile`` traces a call as exactly one operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import checks
+from .params import BlockCopyParam
+
+
+def block_copy(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor | None,
+    src_block_indices: torch.Tensor,
+    dst_block_indices: torch.Tensor,
+    cum_sum: torch.Tensor,
+) -> None:
+    """Copy whole cache blocks in place, one source to one or more destinations (ATB BlockCopyOperation).
+
+    Block ``src_block_indices[i]`` of each cache goes to every block
+    ``dst_block_indices[cum_sum[i-1]:cum_sum[i]]`` (``cum_sum[-1]`` read as 0): beam search
+    forking a sequence's last block before writing into it (copy-on-write), prefix caching.
+
+    Parameters
+    ----------
+    key_cache : torch.Tensor
+        ``[num_blocks, ...]``, dim 0 the block: ND ``[num_blocks, block_size, num_heads,
+        head_size]`` or NZ ``[num_blocks, T // E, block_size, E]`` alike; any 1-, 2- or 4-byte
+        dtype the package takes. Strided views are copied in place (column slices of a wider
+        buffer, K and V held block by block in one buffer).
+    value_cache : torch.Tensor or None
+        As ``key_cache`` (its dtype and block shape may differ), the same ``num_blocks``; None
+        for key-only (MLA) caches.
+    src_block_indices : torch.Tensor
+        ``[n]`` int32 or int64 source blocks, in ``[0, num_blocks)``.
+    dst_block_indices : torch.Tensor
+        ``[m]`` int32 or int64 destination blocks, in ``[0, num_blocks)``, distinct, none of them
+        a source.
+    cum_sum : torch.Tensor
+        ``[n]`` int32 or int64: running end of each source's destinations, non-decreasing,
+        ``cum_sum[-1] == m``.
+
+    Index tensors on the host are checked (nothing is written on an error); on the caches'
+    device they are read by the kernels or the device fallback, which skip out-of-range blocks.
+
+    Raises
+    ------
+    TypeError
+        A wrong type or dtype. Nothing is written.
+    ValueError
+        A wrong shape or index value. Nothing is written.
+
+    Examples
+    --------
+    >>> cache = torch.arange(4 * 2, dtype=torch.float16).reshape(4, 2, 1, 1)
+    >>> ascend_kv.block_copy(cache, None, torch.tensor([0]), torch.tensor([2, 3]), torch.tensor([2]))
+    >>> cache[:, 0, 0, 0].tolist()
+    [0.0, 2.0, 0.0, 0.0]
+    """
+    _tensors(key_cache=key_cache, src_block_indices=src_block_indices, dst_block_indices=dst_block_indices,
+             cum_sum=cum_sum)
+    if value_cache is not None:
+        _tensors(value_cache=value_cache)
+    torch.ops.ascend_kv.block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum)
+
+
+def copy_blocks(
+    key_caches: Sequence[torch.Tensor],
+    value_caches: Sequence[torch.Tensor],
+    block_mapping: torch.Tensor,
+) -> None:
+    """Copy cache blocks of every layer in place, ``(src, dst)`` pairs (vLLM's ``copy_blocks``).
+
+    For each pair ``(s, d)`` of ``block_mapping``, block ``s`` of every layer's key and value
+    cache goes to block ``d``: all layers in one call (one kernel launch on the NPU).
+
+    Parameters
+    ----------
+    key_caches : sequence of torch.Tensor
+        One cache per layer, each as ``block_copy``'s ``key_cache``; all on one device with one
+        ``num_blocks`` (per-layer views of one buffer are fine).
+    value_caches : sequence of torch.Tensor
+        One per layer as well, or empty for key-only (MLA) caches.
+    block_mapping : torch.Tensor
+        ``[n, 2]`` int32 or int64 ``(src, dst)`` pairs, on the host or the caches' device; the
+        rules of ``block_copy`` apply per pair.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`block_copy`. Nothing is written.
+
+    Examples
+    --------
+    >>> layers = [torch.zeros(4, 16, 2, 8, dtype=torch.float16) for _ in range(2)]
+    >>> ascend_kv.copy_blocks(layers, [c.clone() for c in layers], torch.tensor([[0, 3], [1, 2]]))
+    """
+    keys, values = _tensor_list("key_caches", key_caches), _tensor_list("value_caches", value_caches)
+    _tensors(block_mapping=block_mapping)
+    torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping)
+
+
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
+    """Copy blocks from one cache to another, on one device or between devices (vLLM's ``swap_blocks``).
+
+    Block ``block_mapping[i, 0]`` of ``src`` goes to block ``block_mapping[i, 1]`` of ``dst``:
+    KV offload to host memory and back, preemption. From or to pinned host memory the copies
+    are non-blocking, queued on the device's current stream; the call never synchronises.
+
+    Parameters
+    ----------
+    src : torch.Tensor
+        ``[src_blocks, ...]``, read.
+    dst : torch.Tensor
+        ``[dst_blocks, ...]`` with ``src.shape[1:]`` and ``src.dtype``, written; on ``src``'s
+        device or another, apart from ``src``.
+    block_mapping : torch.Tensor
+        ``[n, 2]`` int32 or int64 ``(src block, dst block)`` pairs on the host; blocks in range,
+        destinations distinct.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A wrong type, dtype, shape or index value. Nothing is written.
+
+    Examples
+    --------
+    >>> gpu = torch.zeros(8, 16, 2, 8, dtype=torch.float16)
+    >>> host = torch.empty(4, 16, 2, 8, dtype=torch.float16)   # pin_memory=True on an NPU host
+    >>> ascend_kv.swap_blocks(gpu, host, torch.tensor([[5, 0], [6, 1]]))
+    """
+    _tensors(src=src, dst=dst, block_mapping=block_mapping)
+    torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+
+
+def _tensors(**arguments: object) -> None:
+    for name, value in arguments.items():
+        if type(value) is not torch.Tensor:
+            checks.tensor_argument(name, value)
+
+
+def _tensor_list(name: str, value: object) -> list[torch.Tensor]:
+    """``value`` as a list of tensors (one per layer), or ``TypeError``."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of tensors (one per layer), got {type(value).__name__}")
+    for i, tensor in enumerate(value):
+        if type(tensor) is not torch.Tensor:
+            checks.tensor_argument(f"{name}[{i}]", tensor)
+    return list(value)
+
+
+class BlockCopyOperation:
+    """ATB-style object for :func:`block_copy`, for code ported from ATB's C++ API.
+
+    Parameters
+    ----------
+    param : BlockCopyParam, optional
+        Has no fields (ATB's struct is reserved bytes only).
+
+    Examples
+    --------
+    >>> op = ascend_kv.BlockCopyOperation(ascend_kv.BlockCopyParam())
+    >>> op(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum)
+    """
+
+    def __init__(self, param: BlockCopyParam | None = None) -> None:
+        if param is None:
+            param = BlockCopyParam()
+        if not isinstance(param, BlockCopyParam):
+            raise TypeError(f"param must be a BlockCopyParam, got {type(param).__name__}")
+        self.param = param
+
+    def __call__(
+        self,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor | None,
+        src_block_indices: torch.Tensor,
+        dst_block_indices: torch.Tensor,
+        cum_sum: torch.Tensor,
+    ) -> None:
+        """Run :func:`block_copy`."""
+        block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum)
