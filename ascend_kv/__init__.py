@@ -1,7 +1,7 @@
 """ascend_kv: ATB's KV-cache operations for Ascend NPUs, and anywhere else, as PyTorch operators.
 
 The operations (their ATB names in :data:`ascend_kv.support.OPERATIONS`): KVCacheOperation,
-PagedCacheLoadOperation, ReshapeAndCacheOperation.
+PagedCacheLoadOperation, ReshapeAndCacheOperation, BlockCopyOperation.
 
 The public names, nothing else; see README.md for a tour.
 """

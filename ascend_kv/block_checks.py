@@ -44,7 +44,7 @@ def _require_caches_apart(caches: dict[str, torch.Tensor]) -> None:
     about one comparison each.
     """
     order = {name: k for k, name in enumerate(caches)}                   # errors name the earlier argument first
-    spans = sorted((checks._memory_span(t), name) for name, t in caches.items() if t.numel())
+    spans = sorted((checks.memory_span(t), name) for name, t in caches.items() if t.numel())
     for k, ((_, end), name) in enumerate(spans):
         for (other_first, _), other in spans[k + 1:]:
             if other_first >= end:

@@ -123,7 +123,7 @@ def require_writable(name: str, tensor: torch.Tensor) -> None:
         span += stride * (size - 1)
 
 
-def _memory_span(tensor: torch.Tensor) -> tuple[int, int]:
+def memory_span(tensor: torch.Tensor) -> tuple[int, int]:
     """``[first, last)`` byte addresses a non-empty tensor may touch (strides are never negative)."""
     if tensor.is_contiguous():  # the usual case, without a pass over the strides
         return tensor.data_ptr(), tensor.data_ptr() + tensor.nbytes
@@ -166,8 +166,8 @@ def _interleaved_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two non-empty tensors on one device may share a byte: their address ranges meet, and
     they are not interleaved apart. Rarer views that share no byte may still answer True."""
-    a_first, a_end = _memory_span(a)
-    b_first, b_end = _memory_span(b)
+    a_first, a_end = memory_span(a)
+    b_first, b_end = memory_span(b)
     return a_first < b_end and b_first < a_end and not _interleaved_apart(a, b)
 
 

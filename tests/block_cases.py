@@ -24,14 +24,13 @@ def caches(storage: str, layout: str, num_blocks: int, key_dtype: torch.dtype, v
            value_head_size: int = 32) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(key_cache, value_cache)`` of random bits (``value_dtype`` None: key only).
 
-    ``"column slices"``: ND MLA style, the key the first ``head_size`` columns of a wider
-    buffer, the value the last ``value_head_size`` of another (the key's dtype). ``"interleaved"``: both halves ``buf[:, 0]``/``buf[:, 1]`` of one buffer (the key's
+    ``"column slices"``: ND MLA style, the key the first ``head_size`` columns of one buffer,
+    the value its last ``value_head_size`` (the key's dtype). ``"interleaved"``: both halves ``buf[:, 0]``/``buf[:, 1]`` of one buffer (the key's
     dtype and head size).
     """
-    if storage == "column slices":  # each cache a column range of its own [nb, bs, 1, k + v] buffer
-        key_buf, value_buf = (random_bits((num_blocks, block_size, 1, head_size + value_head_size), key_dtype, seed + k)
-                              for k in range(2))
-        return key_buf[..., :head_size], (None if value_dtype is None else value_buf[..., head_size:])
+    if storage == "column slices":  # MLA: K and V the two column ranges of one [nb, bs, 1, k + v] buffer
+        buf = random_bits((num_blocks, block_size, 1, head_size + value_head_size), key_dtype, seed)
+        return buf[..., :head_size], (None if value_dtype is None else buf[..., head_size:])
     if storage == "interleaved":
         buf = torch.stack([random_cache(layout, num_blocks, block_size, heads, head_size, key_dtype, seed + k)
                            for k in range(2)], dim=1)

@@ -377,17 +377,16 @@ ascend_kv::BlockCopyTiling BlockCopyPlan(const char* op, const std::vector<at::T
         CheckRank(op, cache, name.c_str(), 3, "[num_blocks, rows, row]");
         CheckDevice(op, cache, name.c_str(), device);
         CheckDenseFrom(op, cache, name.c_str(), 2, "rows (dim 2)");
+        CheckDistinctElements(op, cache, name.c_str());
         TORCH_CHECK(cache.size(0) == caches[0].size(0), Where(op), name, " has ", cache.size(0),
                     " blocks, caches[0] ", caches[0].size(0), "; they must match");
         call.caches.push_back(ascend_kv::GeometryOf(cache));
         call.addresses.push_back(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(cache.data_ptr())));
     }
-    CheckRank(op, src, "src", 1, "[pairs]");
-    CheckRank(op, dst, "dst", 1, "[copies]");
-    CheckIndex(op, src, "src", device, src.size(0));
-    CheckIndex(op, dst, "dst", device, dst.size(0));
+    CheckIndex(op, src, "src", device, "[pairs]", src.size(0));
+    CheckIndex(op, dst, "dst", device, "[copies]", dst.size(0));
     if (cumSum.defined()) {
-        CheckIndex(op, cumSum, "cum_sum", device, src.size(0));
+        CheckIndex(op, cumSum, "cum_sum", device, "[pairs]", src.size(0));
     } else {
         TORCH_CHECK(src.size(0) == dst.size(0), Where(op), "without cum_sum, src and dst must have one entry per copy, "
                     "got ", src.size(0), " and ", dst.size(0));
