@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,3 +33,12 @@ def backend_environment_read_per_test() -> Iterator[None]:
     ascend_kv.policy.environment_backend.cache_clear()
     yield
     ascend_kv.policy.environment_backend.cache_clear()
+
+
+@pytest.fixture
+def configure(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int], None]:
+    """Set the simulated core count and UB size (the library reads them on every call)."""
+    def set_config(cores: int, ub: int) -> None:
+        monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
+        monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
+    return set_config

@@ -47,13 +47,6 @@ DEFAULT_UB = 192 * 1024 - 256 - 8 * 1024
 UB_SIZES = [256, 1024, DEFAULT_UB]
 
 
-@pytest.fixture
-def configure(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int], None]:
-    """Set the simulated core count and UB size (the library reads them on every call)."""
-    def set_config(cores: int, ub: int) -> None:
-        monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
-        monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
-    return set_config
 
 
 # ----------------------------------------------------------------------------- the calls

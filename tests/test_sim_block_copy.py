@@ -23,14 +23,6 @@ DEFAULT_UB = 192 * 1024 - 256 - 8 * 1024
 UB_SIZES = [1024, DEFAULT_UB]  # 1 KB: blocks in many chunks, rows in segments; the A2/A3 UB
 
 
-@pytest.fixture
-def configure(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int], None]:
-    def set_config(cores: int, ub: int) -> None:
-        monkeypatch.setenv("ASCEND_KV_SIM_CORES", str(cores))
-        monkeypatch.setenv("ASCEND_KV_SIM_UB_BYTES", str(ub))
-    return set_config
-
-
 def launches() -> int:
     sim.load()
     return int(torch.ops.ascend_kv_host.launches())

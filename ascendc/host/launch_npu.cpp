@@ -179,11 +179,13 @@ void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<ui
     const at::Device device = caches[0].device();
     c10_npu::NPUGuard guard(device);
     aclrtStream current = c10_npu::getCurrentNPUStream(device.index()).stream(false);
-    void* tableGm = TilingOnDevice(table.data(), table.size() * sizeof(uint64_t), device, current);
+    // Held by the queued launch, as Queue holds the tiling: dropped from the cache, it stays allocated.
+    const std::shared_ptr<DeviceTiling> onDevice =
+        TilingOnDevice(table.data(), table.size() * sizeof(uint64_t), device, current);
     Queue("block_copy", device, tiling, [=, kept = caches](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
         static_cast<void>(kept);  // the caches stay allocated until the queued launch runs
-        return aclrtlaunch_block_copy_kernel(blockDim, stream, tableGm, Address(src), Address(dst), Address(cumSum),
-                                             tilingGm);
+        return aclrtlaunch_block_copy_kernel(blockDim, stream, onDevice->device.data_ptr(), Address(src), Address(dst),
+                                             Address(cumSum), tilingGm);
     });
 }
 
