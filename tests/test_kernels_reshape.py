@@ -16,7 +16,6 @@ import re
 
 import pytest
 import safe_reference
-import test_sim
 import torch
 from cases import (
     DTYPE_PAIRS,
@@ -39,8 +38,6 @@ from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
 from ascend_kv import reference
 from ascend_kv.backends import kernel_domain, sim
 from ascend_kv.calls import ReshapeAndCacheArgs
-
-configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 
 
 def reshape_args(case: Case) -> ReshapeAndCacheArgs:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import safe_reference
-import test_sim
 import torch
 from cases import (
     ANY_DTYPE_PAIRS,
@@ -37,8 +36,6 @@ from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 from ascend_kv.backends import sim
 from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
-
-configure = test_sim.configure  # the fixture that sets the simulated cores and UB
 
 INDEX_DTYPES = [torch.int32, torch.int64]
 
