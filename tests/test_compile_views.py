@@ -213,6 +213,29 @@ def test_block_ops_on_per_layer_halves(step: Callable[..., None], backend: str, 
     _compare(step, _blocks, backend, dynamic)
 
 
+# ----------------------------------------------------------------------------- the torch_npu facade
+
+
+def facade_write_and_gather(kv: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slots: torch.Tensor) -> None:
+    """vllm-ascend's calls on per-layer K/V halves: _npu_reshape_and_cache, then npu_gather_pa_kv_cache
+    into per-layer views of one output buffer (the rows past the table are zero-filled)."""
+    from ascend_kv.compat import torch_npu
+
+    table, lens = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), torch.tensor([5, 9], dtype=torch.int32)
+    for layer in range(kv.shape[0]):
+        torch_npu._npu_reshape_and_cache(key=key + layer, value=value, key_cache=kv[layer, 0], value_cache=kv[layer, 1],
+                                         slot_indices=slots)
+    out = kv.new_zeros(2, 2, 14, HEADS, HEAD)
+    for layer in range(kv.shape[0]):
+        torch_npu.npu_gather_pa_kv_cache(kv[layer, 0], kv[layer, 1], table, lens, out[layer, 0], out[layer, 1])
+    kv[0, 0, 5, :14].copy_(out[1, 1])  # the gathered rows, back where the step can compare them
+
+
+@pytest.mark.parametrize("backend,dynamic", list(itertools.product(BACKENDS, DYNAMIC)))
+def test_facade_calls_on_per_layer_halves(backend: str, dynamic: bool | None) -> None:
+    _compare(facade_write_and_gather, _kv_buffer, backend, dynamic)
+
+
 # ----------------------------------------------------------------------------- the PyTorch bug itself
 
 
