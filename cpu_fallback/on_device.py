@@ -37,9 +37,8 @@ def kv_cache(args: KvCacheArgs) -> None:
 
     One accumulating ``index_put_`` on the integer bits of ``past`` writes all ``ntokens`` rows:
     a written token adds ``new - old`` (wrapping integer arithmetic, so the sum is exactly the
-    new bits) to its own destination, which no other token has; a skipped token adds zero to a
-    written token's destination, or to ``past[layer, 0, 0]`` when none is written, so the bytes
-    of every place the call does not name stay as they are.
+    new bits) to its own destination, which no other token has; a skipped token adds zero to row
+    0 of its entry, so the bytes of every place the call does not name stay as they are.
 
     Temporary memory: about a dozen int64 or bool ``[ntokens]`` vectors and two
     ``[ntokens, hidden]`` row buffers (the gathered rows, then the selected ones).
@@ -69,11 +68,7 @@ def kv_cache(args: KvCacheArgs) -> None:
     written = covered & position_ok & layer_ok                                   # [ntokens]
     position = offset - back
 
-    first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a written token, if any
-    any_written = written.index_select(0, first)                                 # [1]
-    src = torch.where(written, src, first)
-    entry = torch.where(written, entry, torch.where(any_written, entry.index_select(0, first), 0))
-    position = torch.where(written, position, torch.where(any_written, position.index_select(0, first), 0))
+    position = torch.where(written, position, 0)                                 # skipped: add zero at row 0
     layers_index = layer.expand(ntokens)
 
     _add_difference(past, (layers_index, entry, position), new_kv.index_select(0, src), written)
@@ -153,9 +148,8 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     One accumulating ``index_put_`` per cache, on its integer bits, writes all ``n =
     len(slot_mapping)`` tokens: the last token naming a slot (found by a stable sort of the
     slots) adds ``new - old`` to it, exactly the new bits in wrapping integer arithmetic; every
-    other token (skipped, or an earlier duplicate) adds zero to a written slot, or to token
-    ``(0, 0)`` when none is written, so the bytes of every slot the call does not name stay as
-    they are. An NZ cache ``[num_blocks, T // E, block_size, E]`` is written through its
+    other token adds zero: an earlier duplicate to its slot, a skipped one to token ``(0, 0)``, so
+    the bytes of every slot the call does not name stay as they are. An NZ cache ``[num_blocks, T // E, block_size, E]`` is written through its
     ``[num_blocks, block_size, T // E, E]`` transposed view, one token per index as in ND.
 
     Temporary memory: about a dozen int64 or bool ``[n]`` vectors and, per cache, two
@@ -174,9 +168,7 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     source = order[torch.searchsorted(ordered, ranked, right=True) - 1]          # the last token naming each slot
 
     last = written & (source == torch.arange(n, device=slots.device))           # the token each written slot takes
-    first = torch.argmax(written.to(torch.int32)).reshape(1)                     # a written token, if any
-    any_written = written.index_select(0, first)                                 # [1]
-    slot = torch.where(written, slots, torch.where(any_written, slots.index_select(0, first), 0))
+    slot = torch.where(written, slots, 0)                                        # skipped: add zero at slot 0
     block, position = torch.div(slot, block_size, rounding_mode="floor"), slot % block_size
     _scatter(nd, args.key_cache, args.key, block, position, last)
     if args.value is not None and args.value_cache is not None:
