@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -528,3 +529,22 @@ def empty_calls() -> dict[str, tuple[str, Case]]:
             (torch.zeros(0, 2, 8, dtype=h), torch.zeros(0, 2, 8, dtype=h), sliced_cache, sliced_cache.clone(),
              no_index))),
     }
+
+
+def results(value: Any) -> list[torch.Tensor]:
+    """A step's returned tensors, as a list (a tuple's items, or the one tensor)."""
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def require_compiled_as_eager(step: Callable[..., Any], inputs: Callable[[], list[torch.Tensor]]) -> None:
+    """``torch.compile(step, fullgraph=True)`` returns and writes what ``step`` does eagerly, bit for
+    bit, and writes its arguments in place (their data pointers unchanged)."""
+    eager_args = inputs()
+    compiled_args = [t.clone() for t in eager_args]
+    pointers = [t.data_ptr() for t in compiled_args]
+    eager = step(*eager_args)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)(*compiled_args)
+    assert all(bits_equal(c, e) for c, e in zip(results(compiled), results(eager)))
+    assert all(bits_equal(c, e) for c, e in zip(compiled_args, eager_args))  # the written tensors too
+    assert [t.data_ptr() for t in compiled_args] == pointers
