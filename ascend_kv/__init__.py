@@ -1,17 +1,17 @@
 """ascend_kv: ATB's KV-cache operations for Ascend NPUs, and anywhere else, as PyTorch operators.
 
-The operations (their ATB names in :data:`ascend_kv.support.OPERATIONS`): KVCacheOperation,
+The operations (their ATB names in :data:`ascend_kv.dispatch.support.OPERATIONS`): KVCacheOperation,
 PagedCacheLoadOperation, ReshapeAndCacheOperation, BlockCopyOperation.
 
 The public names, nothing else; see README.md for a tour.
 """
 
-from . import autoload  # noqa: F401  (first: imports torch, surviving a broken torch_npu)
-from .errors import BackendUnavailableError, FallbackWarning
-from .policy import explain, use_backend
-from .validation import validate
-from .layout import nd_to_nz, nz_to_nd
-from .ops import (
+from .dispatch import autoload  # noqa: F401  (first: imports torch, surviving a broken torch_npu)
+from .api.errors import BackendUnavailableError, FallbackWarning
+from .dispatch.policy import explain, use_backend
+from .dispatch.validation import validate
+from .api.layout import nd_to_nz, nz_to_nd
+from .api.ops import (
     KVCacheOperation,
     PagedCacheLoadOperation,
     ReshapeAndCacheOperation,
@@ -19,10 +19,10 @@ from .ops import (
     paged_cache_load,
     reshape_and_cache,
 )
-from . import library  # noqa: F401  (registers one torch.ops.ascend_kv operator per operation)
-from . import block_library  # noqa: F401  (registers torch.ops.ascend_kv.block_copy, .copy_blocks, .swap_blocks)
-from .block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
-from .params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
+from .operators import library  # noqa: F401  (registers one torch.ops.ascend_kv operator per operation)
+from .operators import block_library  # noqa: F401  (registers torch.ops.ascend_kv.block_copy, .copy_blocks, .swap_blocks)
+from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
+from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m ascend_kv``: the ``ascend-kv`` command."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -4,7 +4,7 @@ Installed as ``ascend_kv.cpu_fallback`` (the source folder sits at the top of th
 next to ``ascendc/``, but it claims no top-level import name). Two halves:
 
 - the host path (``kv_cache``, ``paged_cache_load``, ``reshape_and_cache`` here): CPU tensors,
-  index values already read and checked (:mod:`ascend_kv.checks`), the fastest way that applies;
+  index values already read and checked (:mod:`ascend_kv.rules.checks`), the fastest way that applies;
 - :mod:`.on_device`: torch operations on any device (an NPU line the kernels do not support,
   or any other device), which never read an index value back to the host and skip what is out
   of range (docs/semantics.md#safe-semantics).

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ascend_kv.calls import BlockCopyCall, SwapBlocksArgs
-from ascend_kv.upload import to_device
+from ascend_kv.operators.upload import to_device
+from ascend_kv.rules.forms import BlockCopyCall, SwapBlocksArgs
 
 from . import native
 from .on_device import _bits

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ascend_kv.calls import KvCacheCall
+from ascend_kv.rules.forms import KvCacheCall
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.api.params import KvCacheCfg
+from ascend_kv.rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

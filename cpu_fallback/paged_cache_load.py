@@ -22,8 +22,8 @@ import math
 
 import torch
 
-from ascend_kv.calls import PagedLoadCall
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.api.params import KvCacheCfg
+from ascend_kv.rules.forms import PagedLoadCall
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ascend_kv.calls import ReshapeAndCacheArgs
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.api.params import KvCacheCfg
+from ascend_kv.rules.forms import ReshapeAndCacheArgs
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous

@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ascend_kv.calls import KvCacheCall, PagedLoadCall
-from ascend_kv.checks import exclusive_prefix_sum
+from ascend_kv.rules.checks import exclusive_prefix_sum
+from ascend_kv.rules.forms import KvCacheCall, PagedLoadCall
 
 
 class KvRuns(NamedTuple):

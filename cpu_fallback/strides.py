@@ -1,6 +1,6 @@
 """Stride tests and views the fast paths need before they may treat a tensor as plain rows.
 
-That no two elements of an output share memory is not tested here: ``ascend_kv.checks``
+That no two elements of an output share memory is not tested here: ``ascend_kv.rules.checks``
 guarantees it for every validated call (``require_writable``)."""
 
 from __future__ import annotations

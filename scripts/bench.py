@@ -5,7 +5,7 @@ See ``python scripts/bench.py --help``; docs/benchmarks.md has the numbers and t
 
 import sys
 
-from ascend_kv.cli import main
+from ascend_kv.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", *sys.argv[1:]]))

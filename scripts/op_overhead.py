@@ -7,7 +7,7 @@ each, hidden 1024 float16, a 4-layer cache of 512 positions) and
 ``torch.ops.ascend_kv.paged_cache_load.into`` against ``ascend_kv.paged_cache_load`` (ND, 8
 sequences of 64 tokens). Twice: with the public functions replaced by no-ops, which isolates
 what the operator layer itself costs (dispatcher, boxing, leaving autograd), and as whole calls.
-Then a do-nothing operator registered as in ascend_kv/library.py against a ``custom_op``. Times are
+Then a do-nothing operator registered as in ascend_kv/operators/library.py against a ``custom_op``. Times are
 thread CPU time, fastest of interleaved runs, so other processes on a shared machine mostly stay
 out of the numbers.
 """
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ascend_kv import ops  # importing the package registers torch.ops.ascend_kv
+from ascend_kv.api import ops  # importing the package registers torch.ops.ascend_kv
 
 
 def per_call_us(fns: dict[str, Callable[[], object]], calls: int, repeats: int = 15) -> dict[str, float]:
@@ -38,7 +38,7 @@ def per_call_us(fns: dict[str, Callable[[], object]], calls: int, repeats: int =
 
 @contextmanager
 def public_functions_as_no_ops() -> Iterator[None]:
-    """Replace ``ascend_kv.ops.kv_cache`` / ``paged_cache_load`` (what the operators call) by no-ops."""
+    """Replace ``ascend_kv.api.ops.kv_cache`` / ``paged_cache_load`` (what the operators call) by no-ops."""
     saved = ops.kv_cache, ops.paged_cache_load
     ops.kv_cache = lambda *args, **kwargs: None  # type: ignore[assignment]
     ops.paged_cache_load = lambda *args, **kwargs: None  # type: ignore[assignment]

@@ -13,7 +13,7 @@ import torch
 from cases import random_bits, random_cache
 from hypothesis import strategies as st
 
-from ascend_kv.dtypes import CACHE_DTYPES
+from ascend_kv.rules.dtypes import CACHE_DTYPES
 
 #: How a case's caches sit in memory.
 STORAGE = ("plain", "column slices", "interleaved")

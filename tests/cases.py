@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
-from ascend_kv import KvCacheCfg, checks, reference
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv import KvCacheCfg
+from ascend_kv.rules import checks
+from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from ascend_kv.tools import reference
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 #: The integer type whose random values give every bit pattern of each element type.

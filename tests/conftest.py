@@ -30,9 +30,9 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def backend_environment_read_per_test() -> Iterator[None]:
     """``ASCEND_KV_BACKEND`` is read once per process; each test reads the environment it sets up."""
-    ascend_kv.policy.environment_backend.cache_clear()
+    ascend_kv.dispatch.policy.environment_backend.cache_clear()
     yield
-    ascend_kv.policy.environment_backend.cache_clear()
+    ascend_kv.dispatch.policy.environment_backend.cache_clear()
 
 
 @pytest.fixture

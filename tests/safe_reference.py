@@ -3,7 +3,7 @@
 Index tensors on a device are not read back by a call, so the kernels and the device fallback
 skip every token whose block-table column, block id, source or destination row is out of range
 (docs/semantics.md, "Index values nobody checked"). For every in-domain call this is the seed's
-pseudo-code (:mod:`ascend_kv.reference`). Plain loops, one row at a time: the oracle, never fast.
+pseudo-code (:mod:`ascend_kv.tools.reference`). Plain loops, one row at a time: the oracle, never fast.
 Index arithmetic is Python ints, so nothing wraps; ``//`` is floor division.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.api.params import KvCacheCfg
+from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 def _ints(t: torch.Tensor) -> list[int]:

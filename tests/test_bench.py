@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascend_kv import bench
+from ascend_kv.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_FIELDS = {

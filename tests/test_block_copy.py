@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ascend_kv
-from ascend_kv import block_checks, reference
+from ascend_kv.rules import block_checks
+from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
 
@@ -83,7 +84,7 @@ def test_the_device_fallback_skips_out_of_range_blocks(case: tuple[torch.Tensor,
         return
     expected = safe_copy(cache, sources, destinations, ends)
     index = [torch.tensor(v, dtype=torch.int64) for v in (sources, destinations, ends)]
-    on_device.block_copy(ascend_kv.calls.BlockCopyArgs((cache,), *index))
+    on_device.block_copy(ascend_kv.rules.forms.BlockCopyArgs((cache,), *index))
     assert bits_equal(cache, expected)
 
 

@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 import ascend_kv
-from ascend_kv import cli, device, policy, support
 from ascend_kv.backends import npu
+from ascend_kv.dispatch import device, policy, support
+from ascend_kv.tools import cli
 
 A2_A3 = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True,
          "BlockCopyOperation": True}
@@ -202,7 +203,7 @@ def _operation_named(text: str, op: str) -> bool:
 
 def test_texts_name_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
     """Help texts, the demo script, the package's description and docstring: no text from the days of two operations."""
-    from ascend_kv import demo
+    from ascend_kv.tools import demo
 
     helps = {}
     for name, main, argv in (("ascend-kv --help", cli.main, ["--help"]), ("demo --help", demo.main, ["--help"])):
@@ -225,7 +226,7 @@ def test_texts_name_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_and_bench_get_the_remaining_arguments(monkeypatch: pytest.MonkeyPatch, command: str) -> None:
     seen: list[list[str]] = []
     module = SimpleNamespace(main=lambda argv: seen.append(argv) or 3)
-    monkeypatch.setitem(sys.modules, f"ascend_kv.{command}", module)
+    monkeypatch.setitem(sys.modules, f"ascend_kv.tools.{command}", module)
     assert cli.main([command, "--quick", "-h", "x"]) == 3
     assert seen == [["--quick", "-h", "x"]]
 

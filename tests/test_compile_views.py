@@ -5,7 +5,7 @@ Serving engines keep per-layer caches and outputs as views of one tensor (vLLM's
 steps with ``fullgraph=True`` under automatic dynamic or ``dynamic=True`` shapes. PyTorch 2.13's
 inductor loses a view's symbolic storage offset when it regenerates a written view
 (``test_inductor_loses_symbolic_view_offsets`` shows it with a plain ``torch.library`` op);
-``ascend_kv.functionalization`` keeps the operators exact. Each step here runs four times with
+``ascend_kv.operators.functionalization`` keeps the operators exact. Each step here runs four times with
 changing token counts; every byte of every buffer, rows no call touched included, must equal an
 eager run of the same step.
 """
@@ -243,7 +243,7 @@ def test_inductor_loses_symbolic_view_offsets() -> None:
     """The bug the rule works around, with a plain op of our own: if it passes, PyTorch has fixed it.
 
     Two per-layer writes under ``dynamic=True``: inductor writes the second layer's rows into the
-    first. When this test fails, ``ascend_kv.functionalization``'s copy route may no longer be needed.
+    first. When this test fails, ``ascend_kv.operators.functionalization``'s copy route may no longer be needed.
     """
     lib = torch.library.Library("ascend_kv_repro", "FRAGMENT")
     lib.define("write(Tensor(a!) dst, Tensor index, Tensor src) -> ()")

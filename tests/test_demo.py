@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_kv import demo
+from ascend_kv.tools import demo
 
 
 @pytest.mark.parametrize("backend", ["fallback", "sim"])

@@ -1,5 +1,5 @@
 """Device probing: lazy, cached, never raising, reasons verbatim; the ASCEND_KV_SOC override; and
-the torch import that survives a broken device backend (ascend_kv.autoload)."""
+the torch import that survives a broken device backend (ascend_kv.dispatch.autoload)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ascend_kv import autoload
-from ascend_kv import device as runtime
+from ascend_kv.dispatch import autoload
+from ascend_kv.dispatch import device as runtime
 
 CANN_MISSING = "libhccl.so: cannot open shared object file: No such file or directory"
 
@@ -134,7 +134,7 @@ def test_is_npu() -> None:
 CPU_WORK = textwrap.dedent(
     """
     import sys, torch, ascend_kv
-    from ascend_kv import device
+    from ascend_kv.dispatch import device
     past = torch.zeros(1, 1, 4, 16, dtype=torch.float16)
     ascend_kv.kv_cache(torch.ones(1, 16, dtype=torch.float16), 0, past, torch.tensor([1]), torch.tensor([1]))
     print(device.torch_npu.cache_info().currsize, device.npu_runtime.cache_info().currsize)

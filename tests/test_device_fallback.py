@@ -2,7 +2,7 @@
 
 Every call runs on host tensors inside :func:`sync_guard.no_host_reads`, which raises on any
 operation that would read device values back to the host, so passing here proves the code
-would not synchronise on a device. In-domain calls must match ascend_kv/reference.py;
+would not synchronise on a device. In-domain calls must match ascend_kv/tools/reference.py;
 garbage index values must match tests/safe_reference.py (the safe semantics); tensors that
 are views of wider buffers must change nowhere but in their own elements.
 """
@@ -40,9 +40,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sync_guard import HostReadError, no_host_reads
 
-from ascend_kv import reference
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.api.params import KvCacheCfg
+from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from ascend_kv.tools import reference
 
 
 def guarded(fn: Callable[[Any], None], args: Any) -> None:

@@ -4,7 +4,7 @@ The operations move bytes, so beyond ATB's float16/bfloat16/int8 they take fp32 
 fp8 (KV quantisation), uint8, int16 and int32, with K and V of different types; NZ's E is
 ``32 // itemsize`` (8 for fp32, 32 for fp8 and int8). Each case runs on the fallback and the
 kernels' host build (sim), and on the fake NPU (kernels on an A2 part, the device fallback on a
-310P part) with index tensors on the device, and is compared with :mod:`ascend_kv.reference`
+310P part) with index tensors on the device, and is compared with :mod:`ascend_kv.tools.reference`
 on the raw bits (NaN payloads included: every dtype's random bits hold some).
 """
 
@@ -16,7 +16,7 @@ from cases import ND, NZ, Case, bits_equal, kv_cache_case, paged_case, reshape_a
 from test_npu_path import NPU, kernel_library, soc, to  # noqa: F401  (fixtures: the kernels' host build, the SoC)
 
 import ascend_kv
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 F8, F8E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -89,14 +89,14 @@ def test_on_the_fake_npu(soc: str, op: str, case: Case) -> None:  # noqa: F811
 
 
 def test_the_types_atb_lacks_and_the_ones_refused() -> None:
-    from ascend_kv.dtypes import ATB_CACHE_DTYPES, CACHE_DTYPES
+    from ascend_kv.rules.dtypes import ATB_CACHE_DTYPES, CACHE_DTYPES
 
     assert set(ATB_CACHE_DTYPES) < set(CACHE_DTYPES)
     assert all(d.itemsize in (1, 2, 4) and not d.is_complex and d != torch.bool for d in CACHE_DTYPES)
 
 
 def test_explain_and_info_say_where_the_types_go_beyond_huawei() -> None:
-    from ascend_kv.cli import info_report
+    from ascend_kv.tools.cli import info_report
 
     note = ascend_kv.explain("reshape_and_cache", "cpu").element_types
     assert "float8_e4m3fn" in note and "Huawei's ATB documents float16, bfloat16, int8" in note

@@ -9,7 +9,7 @@ import torch
 from cases import bits_equal, empty_calls
 
 import ascend_kv
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 
 def rows_strided(t: torch.Tensor) -> bool:

@@ -21,7 +21,8 @@ from hypothesis import given
 from test_ops import run_kv_cache, run_paged
 
 import ascend_kv
-from ascend_kv import checks, reference
+from ascend_kv.rules import checks
+from ascend_kv.tools import reference
 
 native = importlib.import_module("ascend_kv.cpu_fallback.native")
 kv = importlib.import_module("ascend_kv.cpu_fallback.kv_cache")

@@ -1,7 +1,7 @@
 """Inputs from the wild through the public API, beyond the domain's rules (tests/test_checks.py has
 those, each at its boundary): any strides, every bit pattern, offsets beyond int32, threads, fuzzing.
 
-Every call either matches ascend_kv/reference.py bit for bit, or raises TypeError/ValueError
+Every call either matches ascend_kv/tools/reference.py bit for bit, or raises TypeError/ValueError
 naming an argument and leaves every tensor as it was (the judges in tests/cases.py). The backend
 is the automatic choice, as users get it.
 """
@@ -39,7 +39,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import ascend_kv
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 # ----------------------------------------------------------------------------- any strides
 

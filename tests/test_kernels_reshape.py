@@ -35,9 +35,9 @@ from hypothesis import strategies as st
 from test_kernels_safe import INDEX_DTYPES
 from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
 
-from ascend_kv import reference
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.calls import ReshapeAndCacheArgs
+from ascend_kv.rules.forms import ReshapeAndCacheArgs
+from ascend_kv.tools import reference
 
 
 def reshape_args(case: Case) -> ReshapeAndCacheArgs:

@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import sim
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
 
 INDEX_DTYPES = [torch.int32, torch.int64]
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv import nd_to_nz, nz_to_nd
-from ascend_kv.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
 
 
 @given(dtype=st.sampled_from(CACHE_DTYPES), blocks=st.integers(0, 3), block_size=st.integers(1, 20),

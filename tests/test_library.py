@@ -1,4 +1,4 @@
-"""The registered operators (ascend_kv/library.py): schemas, opcheck, results, torch.compile."""
+"""The registered operators (ascend_kv/operators/library.py): schemas, opcheck, results, torch.compile."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 
 import ascend_kv
-from ascend_kv import cpu_fallback, reference
-from ascend_kv.calls import KvCacheCall
+from ascend_kv import cpu_fallback
+from ascend_kv.rules.forms import KvCacheCall
+from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
 

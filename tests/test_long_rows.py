@@ -12,7 +12,7 @@ import torch
 from cases import bits_equal, random_bits
 
 import ascend_kv
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 H = torch.float16
 LONG = 40_000  # float16 elements: 80,000-byte rows, a whole number of 32-byte blocks

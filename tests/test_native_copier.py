@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from test_ops import run_kv_cache, run_paged
 
 import ascend_kv
-from ascend_kv import KvCacheCfg, reference
+from ascend_kv import KvCacheCfg
+from ascend_kv.tools import reference
 
 native = importlib.import_module("ascend_kv.cpu_fallback.native")
 kv_cache_module = importlib.import_module("ascend_kv.cpu_fallback.kv_cache")

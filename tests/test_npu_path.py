@@ -44,9 +44,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
-from ascend_kv import block_checks, policy, reference
 from ascend_kv.backends import npu, sim
-from ascend_kv.calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
+from ascend_kv.dispatch import policy
+from ascend_kv.rules import block_checks
+from ascend_kv.rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
+from ascend_kv.tools import reference
 
 SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"
 fake_npu.install()  # at import: the tests below are parametrised over its device
@@ -242,11 +244,11 @@ def test_full_validation_raises_the_host_errors_and_writes_nothing(soc: str, mon
                     ascend_kv.paged_cache_load(*on_npu.args, **on_npu.kwargs)
             else:
                 monkeypatch.setenv("ASCEND_KV_VALIDATE", "full")
-                ascend_kv.validation.environment_mode.cache_clear()
+                ascend_kv.dispatch.validation.environment_mode.cache_clear()
                 try:
                     ascend_kv.paged_cache_load(*on_npu.args, **on_npu.kwargs)
                 finally:
-                    ascend_kv.validation.environment_mode.cache_clear()
+                    ascend_kv.dispatch.validation.environment_mode.cache_clear()
         assert str(on_device.value) == str(on_host.value)
         assert seen.transfers == 1  # every index value, in one read
     assert all(bits_equal(host(on_npu.kwargs[k]), b) for k, b in zip(("key", "value"), before))

@@ -12,7 +12,7 @@ from cases import ND, NZ, Case, bits_equal, kv_cache_case, kv_cache_cases, paged
 from hypothesis import given
 
 import ascend_kv
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 
 def run_kv_cache(case: Case) -> None:

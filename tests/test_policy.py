@@ -4,7 +4,7 @@ Every combination of: requested backend (auto, npu, sim, fallback) x the tensors
 or an NPU faked by monkeypatching device detection) x SoC product line (supported A2/A3,
 unsupported 310P, unknown) x kernel library loaded or not x inputs inside the kernels' domain
 (token rows contiguous) or not x operation. The expected outcome comes from a small table written here,
-independently of ascend_kv.policy.
+independently of ascend_kv.dispatch.policy.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import ascend_kv
-from ascend_kv import checks, policy
-from ascend_kv import device as runtime
 from ascend_kv.backends import kernel_domain, npu
-from ascend_kv.library import decision as decide_call
+from ascend_kv.dispatch import device as runtime
+from ascend_kv.dispatch import policy
+from ascend_kv.operators.library import decision as decide_call
+from ascend_kv.rules import checks
 
 ERROR = "error"
 SOCS = {"Ascend910B3": True, "Ascend910_9382": True, "Ascend310P3": False, "Ascend999X": None}  # supported?
@@ -34,14 +35,14 @@ def rows_apart(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
-def kv_call(contiguous: bool) -> ascend_kv.calls.KvCacheArgs:
+def kv_call(contiguous: bool) -> ascend_kv.rules.forms.KvCacheArgs:
     past = torch.zeros(2, 2, 8, 32, dtype=torch.float16)
     new_kv = torch.ones(3, 32, dtype=torch.float16)
     return checks.kv_cache_args(new_kv, 1, past if contiguous else rows_apart(past), torch.tensor([4, 2]),
                                 torch.tensor([1, 2]))
 
 
-def paged_call(contiguous: bool) -> ascend_kv.calls.PagedLoadArgs:
+def paged_call(contiguous: bool) -> ascend_kv.rules.forms.PagedLoadArgs:
     cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
     key, value = torch.zeros(20, 2, 16, dtype=torch.float16), torch.zeros(20, 2, 16, dtype=torch.float16)
     return checks.paged_cache_load(
@@ -50,7 +51,7 @@ def paged_call(contiguous: bool) -> ascend_kv.calls.PagedLoadArgs:
     )[0]
 
 
-def select(args: ascend_kv.calls.KvCacheArgs | ascend_kv.calls.PagedLoadArgs) -> str:
+def select(args: ascend_kv.rules.forms.KvCacheArgs | ascend_kv.rules.forms.PagedLoadArgs) -> str:
     """The backend the operator's implementation would run for ``args``."""
     decision = decide_call(args)
     device = torch.device(decision.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from cases import ND, NZ, bits_equal
 
-from ascend_kv import reference
+from ascend_kv.tools import reference
 
 
 def test_kv_cache_by_hand() -> None:

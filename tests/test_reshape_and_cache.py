@@ -12,7 +12,8 @@ from cases import Case, bits_equal, random_bits, reshape_and_cache_case, reshape
 from hypothesis import given
 
 import ascend_kv
-from ascend_kv import ReshapeAndCacheOperation, ReshapeAndCacheParam, reference
+from ascend_kv import ReshapeAndCacheOperation, ReshapeAndCacheParam
+from ascend_kv.tools import reference
 
 CFG = ReshapeAndCacheParam.KvCacheCfg
 

@@ -1,7 +1,7 @@
 """Both fallbacks of ``reshape_and_cache``: the host path (cpu_fallback/reshape_and_cache.py) and the device
 path (cpu_fallback/on_device.py).
 
-In-domain calls must equal ascend_kv/reference.py bit for bit, with caches that are views of wider
+In-domain calls must equal ascend_kv/tools/reference.py bit for bit, with caches that are views of wider
 buffers changing nowhere but in their own elements. The device path runs inside
 :func:`sync_guard.no_host_reads` (proof that it would not synchronise on a device), and on index
 values nobody checked must follow tests/safe_reference.py: slots out of range skipped, a
@@ -38,9 +38,9 @@ from hypothesis import strategies as st
 from sync_guard import no_host_reads
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ascend_kv import reference
-from ascend_kv.calls import ReshapeAndCacheArgs
-from ascend_kv.dtypes import CACHE_DTYPES
+from ascend_kv.rules.dtypes import CACHE_DTYPES
+from ascend_kv.rules.forms import ReshapeAndCacheArgs
+from ascend_kv.tools import reference
 
 #: The host path's module (the package exports its function under the same name).
 host = importlib.import_module("ascend_kv.cpu_fallback.reshape_and_cache")

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import ascend_kv
-from ascend_kv import policy, validation
-from ascend_kv.settings import SettingError
+from ascend_kv.dispatch import policy, validation
+from ascend_kv.dispatch.settings import SettingError
 
 
 def write_one_row() -> torch.Tensor:

@@ -34,11 +34,11 @@ from cases import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_kv import reference
+from ascend_kv.api.errors import BackendUnavailableError
+from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.calls import KvCacheArgs, PagedLoadArgs
-from ascend_kv.errors import BackendUnavailableError
-from ascend_kv.params import KvCacheCfg
+from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]
 DEFAULT_UB = 192 * 1024 - 256 - 8 * 1024

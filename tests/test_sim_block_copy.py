@@ -14,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ascend_kv
-from ascend_kv import block_checks, reference
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.calls import BlockCopyArgs
+from ascend_kv.rules import block_checks
+from ascend_kv.rules.forms import BlockCopyArgs
+from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]
 DEFAULT_UB = 192 * 1024 - 256 - 8 * 1024

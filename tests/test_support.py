@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_kv import support
+from ascend_kv.dispatch import support
 
 ALL = {"KVCacheOperation": True, "PagedCacheLoadOperation": True, "ReshapeAndCacheOperation": True,
        "BlockCopyOperation": True}
@@ -119,6 +119,6 @@ def test_markdown_table_has_a_row_per_line_from_the_data() -> None:
 def test_readme_contains_exactly_the_generated_table() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert support.markdown_table() in readme, (
-        "README.md's support table differs from ascend_kv.support.markdown_table(); paste its output:\n"
+        "README.md's support table differs from ascend_kv.dispatch.support.markdown_table(); paste its output:\n"
         + support.markdown_table()
     )

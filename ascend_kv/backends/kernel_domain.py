@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..api.params import KvCacheCfg
 from ..cpu_fallback.strides import block_rows
-from ..params import KvCacheCfg
+from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 def dense_from(tensor: torch.Tensor, first_dim: int) -> bool:

@@ -10,7 +10,7 @@ loaded once, lazily. The kernels' host build registers the same operators as
 ``$ASCEND_KV_NPU_LIB``, it stands in for the kernel library on a device whose tensors hold host
 memory (the fake NPU of the tests).
 
-Per call the index tensors are already on the device (:mod:`ascend_kv.upload` moved the host
+Per call the index tensors are already on the device (:mod:`ascend_kv.operators.upload` moved the host
 ones); the kernels read them there, so nothing is read back to the host.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from .kernel_domain import block_copy_operands, index_operand
 
 NAME = "npu"

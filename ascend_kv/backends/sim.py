@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from ..calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from ..errors import BackendUnavailableError
+from ..api.errors import BackendUnavailableError
+from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from . import kernel_domain
 
 NAME = "sim"

@@ -34,12 +34,12 @@ import types
 
 import torch
 
-from .. import checks
-from .. import device as runtime
-from ..ops import paged_cache_load, reshape_and_cache
-from ..params import KvCacheCfg
+from ..api.ops import paged_cache_load, reshape_and_cache
+from ..api.params import KvCacheCfg
+from ..dispatch import device as runtime
+from ..rules import checks
 
-#: Marks this module as a stand-in for the real torch_npu (``ascend_kv.device`` then sees no NPU library).
+#: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
 STAND_IN = True
 
 #: ACL storage formats :func:`npu_format_cast` takes (torch_npu's ``torch_npu.Format`` values).

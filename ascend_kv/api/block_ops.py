@@ -1,6 +1,6 @@
 """The public block operations: ``block_copy`` (ATB BlockCopyOperation), vLLM's ``copy_blocks`` and
 ``swap_blocks``. Each checks that its arguments are tensors and calls its operator, once
-(:mod:`ascend_kv.block_library`), so ``torch.compile`` traces a call as exactly one operator.
+(:mod:`ascend_kv.operators.block_library`), so ``torch.compile`` traces a call as exactly one operator.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import checks
+from ..rules import checks
 from .params import BlockCopyParam
 
 

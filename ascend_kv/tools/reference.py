@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .params import KvCacheCfg
+from ..api.params import KvCacheCfg
 
 
 def kv_cache(

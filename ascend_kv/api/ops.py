@@ -1,6 +1,6 @@
 """The public operations: each normalises its arguments and calls its operator, once.
 
-``torch.ops.ascend_kv.*`` (:mod:`ascend_kv.library`) does the rest: PyTorch's dispatcher picks
+``torch.ops.ascend_kv.*`` (:mod:`ascend_kv.operators.library`) does the rest: PyTorch's dispatcher picks
 the implementation for the tensors' device, which checks the call and runs a backend. Nothing
 here runs torch code, so ``torch.compile`` traces a public call as exactly one operator.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
+from ..rules import checks
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from . import checks, device, library, policy, reference
-from .layout import nd_to_nz
-from .ops import kv_cache, paged_cache_load, reshape_and_cache
-from .params import KvCacheCfg
+from ..api.layout import nd_to_nz
+from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
+from ..api.params import KvCacheCfg
+from ..dispatch import device, policy
+from ..operators import library
+from ..rules import checks
+from . import reference
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 

@@ -9,14 +9,14 @@ Subcommands:
     its product line, whether the kernel library is loaded, and which backend each operation
     would use, and why.
 ``demo ...`` / ``bench ...``
-    :func:`ascend_kv.demo.main` / :func:`ascend_kv.bench.main` with the remaining arguments.
+    :func:`ascend_kv.tools.demo.main` / :func:`ascend_kv.tools.bench.main` with the remaining arguments.
 
 In every subcommand a bad setting (``ASCEND_KV_BACKEND``, ``ASCEND_KV_VALIDATE``) or a forced
 backend that cannot run is one line on stderr and exit status 2; a reader that closes stdout
 (``ascend-kv demo | head``) ends the command quietly, with status 0.
 
 Importing :mod:`ascend_kv` first (as running this module does) makes ``import torch``
-survive torch_npu without CANN; see :mod:`ascend_kv.autoload`.
+survive torch_npu without CANN; see :mod:`ascend_kv.dispatch.autoload`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from typing import Any
 
 import torch
 
-from . import __version__, autoload, device, policy, support
-from .backends import npu
-from .dtypes import element_types_note
-from .errors import BackendUnavailableError
-from .settings import SettingError
+from .. import __version__
+from ..api.errors import BackendUnavailableError
+from ..backends import npu
+from ..dispatch import autoload, device, policy, support
+from ..dispatch.settings import SettingError
+from ..rules.dtypes import element_types_note
 
 
 def _support_matrix(args: argparse.Namespace) -> int:
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         if args.command in ("demo", "bench"):
-            return _delegate(f"ascend_kv.{args.command}", args.args)
+            return _delegate(f"ascend_kv.tools.{args.command}", args.args)
         return _support_matrix(args) if args.command == "support-matrix" else _info(args)
     except (SettingError, BackendUnavailableError) as error:  # a bad ASCEND_KV_BACKEND, a backend that cannot run
         print(f"ascend-kv: {error}", file=sys.stderr)

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import torch
 
-from .calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 _Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs, BlockCopyArgs)
 _INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),

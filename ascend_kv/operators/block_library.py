@@ -1,8 +1,8 @@
 """The block operators ``torch.ops.ascend_kv.block_copy``, ``.copy_blocks`` and ``.swap_blocks``:
-schemas and one implementation per device, as :mod:`ascend_kv.library` has for the others.
+schemas and one implementation per device, as :mod:`ascend_kv.operators.library` has for the others.
 
 ``block_copy`` and ``copy_blocks`` are one operation (ATB BlockCopyOperation) in two argument
-forms: both check into a :class:`~ascend_kv.calls.BlockCopyArgs` over every cache they write
+forms: both check into a :class:`~ascend_kv.rules.forms.BlockCopyArgs` over every cache they write
 (all layers of a ``copy_blocks``), which one backend call copies: on the host the fallback's
 copier (or the kernels' host build when ``sim`` is chosen), on a device the AscendC kernel
 (NPU, where the policy allows) or the device fallback, neither reading an index value back.
@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 
-from . import block_checks, checks, library, policy, upload
-from .backends import kernel_domain, npu
-from .calls import BlockCopyArgs, BlockCopyCall
-from .cpu_fallback import block_copy as host_blocks
-from .cpu_fallback import on_device
+from ..backends import kernel_domain, npu
+from ..cpu_fallback import block_copy as host_blocks
+from ..cpu_fallback import on_device
+from ..dispatch import policy
+from ..rules import block_checks, checks
+from ..rules.forms import BlockCopyArgs, BlockCopyCall
+from . import library, upload
 
 BLOCK_COPY = "BlockCopyOperation"
 

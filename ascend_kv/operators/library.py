@@ -7,8 +7,8 @@ PyTorch's dispatcher picks the implementation from the tensors' device (docs/arc
     or the kernels' host build when ``sim`` is chosen.
 ``PrivateUse1`` (the NPU) and every other device
     The checks that need no index values; the value checks too when every index tensor is on
-    the host, or with full validation (:mod:`ascend_kv.validation`). Host index tensors then go
-    to the device in one copy, and the AscendC kernels (NPU only, where :mod:`ascend_kv.policy`
+    the host, or with full validation (:mod:`ascend_kv.dispatch.validation`). Host index tensors then go
+    to the device in one copy, and the AscendC kernels (NPU only, where :mod:`ascend_kv.dispatch.policy`
     allows) or the device fallback run; neither reads an index value back to the host.
 Meta / fake
     Shapes only (``torch.compile``, ``make_fx``, ``torch.export``, ``FakeTensorMode``).
@@ -26,10 +26,13 @@ from typing import Any, TypeVar, Union
 
 import torch
 
-from . import checks, cpu_fallback, functionalization, policy, upload, validation
-from .backends import kernel_domain, npu
-from .calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from .cpu_fallback import on_device
+from .. import cpu_fallback
+from ..backends import kernel_domain, npu
+from ..cpu_fallback import on_device
+from ..dispatch import policy, validation
+from ..rules import checks
+from ..rules.forms import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from . import functionalization, upload
 
 NAMESPACE = "ascend_kv"
 KV_CACHE, PAGED_LOAD, RESHAPE = "KVCacheOperation", "PagedCacheLoadOperation", "ReshapeAndCacheOperation"
@@ -251,7 +254,7 @@ _Implementations = dict[str, tuple[_Implementation, _Implementation, _Implementa
 def register(lib: torch.library.Library, schemas: dict[str, str], implementations: _Implementations) -> None:
     """Define each schema in ``lib`` with its ``(CPU, device, fake)`` implementations: autograd falls
     through, negated views are refused, every other device takes the device implementation, and a
-    mutating operator gets its exact functionalization (:mod:`ascend_kv.functionalization`)."""
+    mutating operator gets its exact functionalization (:mod:`ascend_kv.operators.functionalization`)."""
     for name, schema in schemas.items():
         cpu_impl, device_impl, fake_impl = implementations[name]
         lib.define(schema)

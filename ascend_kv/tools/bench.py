@@ -4,7 +4,7 @@ For every workload, dtype and backend: the time per call over a model's layers (
 layer, each on its own layer's tensors, as a serving step makes them), the GB/s of bytes
 moved (read + write), the ratio to ``copy_`` of the same number of bytes (a contiguous tensor
 into a preallocated one, over as many distinct buffers) timed in the same rounds, and the
-speed-up over the literal reference (:mod:`ascend_kv.reference`). A loop over the layers
+speed-up over the literal reference (:mod:`ascend_kv.tools.reference`). A loop over the layers
 moves at least :data:`LOOP_BYTES`, so each call finds its data out of the CPU caches, while
 its code stays in them after the first layer. Also one call on its own (``single``): the
 latency of a call whose code and data are all out of the caches. The op, ``copy_`` and the
@@ -37,18 +37,19 @@ from typing import Any
 
 import torch
 
-from . import block_checks, checks, reference
-from . import cpu_fallback as fallback
-from .block_ops import block_copy, copy_blocks
-from .cpu_fallback import block_copy as block_fallback
-from .cpu_fallback import native
-from .cpu_fallback.kv_cache import path as kv_cache_path
-from .cpu_fallback.paged_cache_load import paths as paged_paths
-from .cpu_fallback.reshape_and_cache import paths as write_paths
-from .errors import BackendUnavailableError
-from .ops import kv_cache, paged_cache_load, reshape_and_cache
-from .params import KvCacheCfg
-from .policy import BACKEND_CHOICES, use_backend
+from .. import cpu_fallback as fallback
+from ..api.block_ops import block_copy, copy_blocks
+from ..api.errors import BackendUnavailableError
+from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
+from ..api.params import KvCacheCfg
+from ..cpu_fallback import block_copy as block_fallback
+from ..cpu_fallback import native
+from ..cpu_fallback.kv_cache import path as kv_cache_path
+from ..cpu_fallback.paged_cache_load import paths as paged_paths
+from ..cpu_fallback.reshape_and_cache import paths as write_paths
+from ..dispatch.policy import BACKEND_CHOICES, use_backend
+from ..rules import block_checks, checks
+from . import reference
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from . import device as runtime
-from .calls import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall, ReshapeAndCacheArgs
+from ..api.params import KvCacheCfg, ReshapeAndCacheParam
+from ..dispatch import device as runtime
 from .dtypes import (
     BLOCK_BYTES,
     CACHE_DTYPES,
@@ -36,7 +36,7 @@ from .dtypes import (
     dtype_names,
     nz_elements,
 )
-from .params import KvCacheCfg, ReshapeAndCacheParam
+from .forms import KvCacheArgs, KvCacheCall, PagedLoadArgs, PagedLoadCall, ReshapeAndCacheArgs
 
 INT32_MAX = 2**31 - 1
 

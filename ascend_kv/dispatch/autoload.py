@@ -6,7 +6,7 @@ that fails to load makes ``import torch`` itself raise ("Failed to load the back
 torch_npu"). With torch_npu installed and the CANN runtime missing that is every ``import
 torch`` (docs/hardware.md#torch-npu-without-cann). :func:`import_torch`, run by ``ascend_kv/__init__.py`` before anything
 imports torch, does torch's autoload itself, one backend at a time, and keeps each failure
-instead of raising; :mod:`ascend_kv.device` reports it.
+instead of raising; :mod:`ascend_kv.dispatch.device` reports it.
 
 Importing this module runs :func:`import_torch` (``ascend_kv/__init__.py`` imports it first).
 """

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .checks import int_argument, require_tensor
-from .dtypes import nz_elements
+from ..rules.checks import int_argument, require_tensor
+from ..rules.dtypes import nz_elements
 
 
 def nd_to_nz(cache: torch.Tensor) -> torch.Tensor:

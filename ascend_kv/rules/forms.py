@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .params import KvCacheCfg
+from ..api.params import KvCacheCfg
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The rules of ``block_copy``, ``copy_blocks`` and ``swap_blocks`` (docs/semantics.md, "block_copy").
 
-The same two halves as :mod:`ascend_kv.checks`, whose generic rules they use: what needs no index
+The same two halves as :mod:`ascend_kv.rules.checks`, whose generic rules they use: what needs no index
 values (types, dtypes, ranks, shapes, devices, aliasing) runs on every call; the value rules
 (blocks in range, ``cum_sum`` running ends, no block both a source and a destination, no
 destination twice) run when the index tensors are on the host, or with full validation. They
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from . import checks
-from .calls import BlockCopyArgs, BlockCopyCall, SwapBlocksArgs
 from .dtypes import CACHE_DTYPES
+from .forms import BlockCopyArgs, BlockCopyCall, SwapBlocksArgs
 
 _CACHE_DOC = ("a tensor [num_blocks, ...] of at least 2 dimensions (ND [num_blocks, block_size, num_heads, "
               "head_size] or NZ [num_blocks, T // E, block_size, E])")

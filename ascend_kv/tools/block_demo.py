@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from . import block_checks, block_library, policy, reference
-from .block_ops import block_copy, copy_blocks, swap_blocks
+from ..api.block_ops import block_copy, copy_blocks, swap_blocks
+from ..api.layout import nd_to_nz
+from ..dispatch import policy
+from ..operators import block_library
+from ..rules import block_checks
+from . import reference
 from .demo import Scenario, _payload
-from .layout import nd_to_nz
 
 
 def fork_scenario(name: str, sequences: int, beams: int, *, block_size: int, heads: int = 8, head_size: int = 128,

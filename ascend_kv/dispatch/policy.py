@@ -3,7 +3,7 @@
 Backends: ``npu`` (the AscendC kernels through their compiled op library), ``sim`` (the same
 kernels built for the host; only ever chosen explicitly, CPU tensors only) and ``fallback``
 (torch operations on the tensors' own device). The per-device implementations of
-:mod:`ascend_kv.library` ask :func:`choose`; :func:`explain` answers from the same
+:mod:`ascend_kv.operators.library` ask :func:`choose`; :func:`explain` answers from the same
 :func:`decide` without running anything.
 
 The requested backend comes from :func:`use_backend` (a context manager), else the environment
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..api.errors import BackendUnavailableError, FallbackWarning
+from ..backends import npu
+from ..rules.dtypes import element_types_note
 from . import device as runtime
 from . import settings, support
-from .backends import npu
-from .dtypes import element_types_note
-from .errors import BackendUnavailableError, FallbackWarning
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
@@ -49,7 +49,7 @@ class Decision:
     Attributes
     ----------
     op : str
-        The operation's ATB name (one of :data:`ascend_kv.support.OPERATIONS`), e.g. ``"KVCacheOperation"``.
+        The operation's ATB name (one of :data:`ascend_kv.dispatch.support.OPERATIONS`), e.g. ``"KVCacheOperation"``.
     requested : str
         The requested backend: ``"auto"``, ``"npu"``, ``"sim"`` or ``"fallback"``.
     backend : str or None
@@ -208,7 +208,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     Parameters
     ----------
     op : str
-        An operation's ATB name (one of :data:`ascend_kv.support.OPERATIONS`) or its function's name,
+        An operation's ATB name (one of :data:`ascend_kv.dispatch.support.OPERATIONS`) or its function's name,
         e.g. ``"ReshapeAndCacheOperation"`` or ``"reshape_and_cache"``.
     device : str or torch.device, optional
         The tensors' device; by default NPU 0 when an NPU is available, else ``cpu`` (and the
