@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ascend_kv.operators.upload import to_device
-from ascend_kv.rules.forms import BlockCopyCall, SwapBlocksArgs
+from ascend_kv.rules.forms import BlockCopyPlan, SwapBlocksPlan
 
 from . import native
 from .on_device import _bits
@@ -34,17 +34,17 @@ from .strides import block_rows
 STREAM_MIN_BYTES = 1 << 20
 
 
-def paths(call: BlockCopyCall) -> tuple[str, ...]:
+def paths(call: BlockCopyPlan) -> tuple[str, ...]:
     """The way :func:`block_copy` copies each cache of the call, in order."""
     return tuple("native" if _native_rows(cache, cache) is not None else "indexed" for cache in call.args.caches)
 
 
-def block_copy(call: BlockCopyCall) -> None:
+def block_copy(call: BlockCopyPlan) -> None:
     """Copy block ``call.sources[j]`` of every cache to its block ``call.destinations[j]``, in place.
 
     Parameters
     ----------
-    call : BlockCopyCall
+    call : BlockCopyPlan
         Checked values: blocks in range, destinations distinct and none a source, so the copies
         may run in any order.
     """
@@ -59,7 +59,7 @@ def block_copy(call: BlockCopyCall) -> None:
             _indexed(cache, cache, call.sources, call.destinations)
 
 
-def swap_blocks(args: SwapBlocksArgs) -> None:
+def swap_blocks(args: SwapBlocksPlan) -> None:
     """Copy block ``args.sources[i]`` of ``args.src`` to block ``args.destinations[i]`` of ``args.dst``.
 
     ``src`` and ``dst`` on one device: as :func:`block_copy`. Between devices, without waiting for

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ascend_kv.rules.forms import KvCacheCall
+from ascend_kv.rules.forms import KvCacheArgs, KvCachePlan
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
@@ -36,63 +36,63 @@ STREAM_MIN_BYTES = 1 << 20
 SLICE_MIN_ROWS = 20
 
 
-def path(call: KvCacheCall) -> str:
-    """The name of the path :func:`kv_cache` takes for ``call``."""
-    past, new_kv = call.past, call.new_kv
+def path(plan: KvCachePlan) -> str:
+    """The name of the path :func:`kv_cache` takes for ``plan``."""
+    past, new_kv = plan.args.past, plan.args.new_kv
     if (
         native.usable(new_kv, past)
         and new_kv.stride(1) == 1                                                # rows contiguous
         and past.stride(3) == 1                                                  # rows contiguous (checks: elements apart)
     ):
         return "native"
-    if call.ntokens >= SLICE_MIN_ROWS * (len(call.seq_len) - call.seq_len.count(0)):
+    if plan.ntokens >= SLICE_MIN_ROWS * (len(plan.seq_len) - plan.seq_len.count(0)):
         return "slices"
-    if merged_rows(past[call.layer_id]) is not None:
+    if merged_rows(past[plan.layer_id]) is not None:
         return "rows"
     return "scatter"
 
 
-def kv_cache(call: KvCacheCall) -> None:
-    """Write ``call.new_kv`` ``[ntokens, hidden]`` into ``call.past[layer_id]`` in place.
+def kv_cache(plan: KvCachePlan) -> None:
+    """Write ``new_kv`` ``[ntokens, hidden]`` into ``past[layer_id]`` in place.
 
     Token ``t`` of batch entry ``b`` lands at
     ``past[layer_id, b, write_start[b] + t - read_start[b]]``; every path honours the
     strides of ``new_kv`` and ``past``.
     """
-    if call.ntokens == 0:
+    if plan.ntokens == 0:
         return
-    call = bit_views(call)
-    way = path(call)
+    args = bit_views(plan.args)
+    way = path(plan)
     if way == "native":
-        _native(call)
+        _native(plan, args)
         return
-    layer = call.past[call.layer_id]                                             # [batch, max_seq_len, hidden]
-    runs = kv_runs(call)
+    layer = args.past[plan.layer_id]                                             # [batch, max_seq_len, hidden]
+    runs = kv_runs(plan)
     if way == "slices":
         for b, first, start, rows in zip(*runs):
-            layer[b, start : start + rows].copy_(call.new_kv[first : first + rows])
+            layer[b, start : start + rows].copy_(args.new_kv[first : first + rows])
     elif way == "rows":
         flat = merged_rows(layer)
         assert flat is not None  # path() checked
-        dst, src = same_width_views(flat, call.new_kv)
+        dst, src = same_width_views(flat, args.new_kv)
         index = torch.from_numpy(_destination_rows(runs, layer.shape[1])).to(layer.device)
         dst.index_copy_(0, index, src)
     else:
         entry = np.repeat(np.asarray(runs.entry, dtype=np.int64), runs.rows)
         position = _destination_rows(runs, 0)
         device = layer.device
-        layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), call.new_kv)
+        layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), args.new_kv)
 
 
-def _native(call: KvCacheCall) -> None:
+def _native(plan: KvCachePlan, args: KvCacheArgs) -> None:
     """One run per batch entry, empty ones included (the copier skips them): the metadata as it is."""
-    past, new_kv = call.past, call.new_kv
+    past, new_kv = args.past, args.new_kv
     size = past.element_size()
     layer_step, entry_step, row_step, _ = (stride * size for stride in past.stride())
     src_step = new_kv.stride(0) * size
     native.copy_runs(
-        new_kv.data_ptr(), past.data_ptr() + call.layer_id * layer_step, call.read_start, call.write_start,
-        call.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
+        new_kv.data_ptr(), past.data_ptr() + plan.layer_id * layer_step, plan.read_start, plan.write_start,
+        plan.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
         steps=(src_step, row_step), stream_min_bytes=STREAM_MIN_BYTES,
     )
 

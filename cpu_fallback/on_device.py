@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -93,19 +92,18 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     output's), a few ``[batch]`` ones, and per output two buffers of its size (the gathered
     tokens, then the selected ones).
     """
-    key_rows, value_rows = args.key.shape[0], args.value.shape[0]
-    rows = max(key_rows, value_rows)
+    key, value = args.outputs()
+    rows = max(key.shape[0], value.shape[0])
     batch, columns = args.block_table.shape
-    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
-    num_blocks = args.key_cache.shape[0]
-    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    nd = args.geometry.nd
+    num_blocks = args.geometry.num_blocks
+    block_size = args.geometry.block_size
     if rows == 0 or batch == 0 or columns == 0 or num_blocks == 0 or block_size == 0:
         if args.zero_fill:                                                       # no token has a valid block
             clear_loaded_rows(args)
         return
-    device = args.key.device
     lengths, first_rows = _entry_rows(args.context_lens.long(), args.cumsum, rows)
-    row = torch.arange(rows, device=device)                                      # [rows]
+    row = torch.arange(rows, device=key.device)                                      # [rows]
     entry, covered = _writer(first_rows, lengths, row)
     j = row - first_rows[entry]                                                  # token within its entry
     first_column = (
@@ -119,7 +117,7 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
     block = torch.where(valid, block, 0)
     slot = torch.where(valid, j, 0) % block_size
     zeroed = covered & ~valid if args.zero_fill else None                         # zero-fill mode: invalid blocks
-    for cache, out in ((args.key_cache, args.key), (args.value_cache, args.value)):
+    for cache, out in ((args.key_cache, key), (args.value_cache, value)):
         n = out.shape[0]
         _gather_into(nd, cache, out, block[:n], slot[:n], valid[:n], None if zeroed is None else zeroed[:n])
 
@@ -127,12 +125,13 @@ def paged_cache_load(args: PagedLoadArgs) -> None:
 def clear_loaded_rows(args: PagedLoadArgs) -> None:
     """Zero every output row a batch entry covers (``zero_fill`` before the kernels, which write the
     rows of valid blocks and skip the others), reading no index value back."""
-    rows = max(args.key.shape[0], args.value.shape[0])
+    outputs = args.outputs()
+    rows = max(out.shape[0] for out in outputs)
     if rows == 0 or args.block_table.shape[0] == 0:
         return
     lengths, first_rows = _entry_rows(args.context_lens.long(), args.cumsum, rows)
-    _, covered = _writer(first_rows, lengths, torch.arange(rows, device=args.key.device))
-    for out in (args.key, args.value):
+    _, covered = _writer(first_rows, lengths, torch.arange(rows, device=outputs[0].device))
+    for out in outputs:
         target = _bits(out)
         mask = covered[: out.shape[0]].reshape(-1, *([1] * (out.dim() - 1)))
         target.copy_(torch.where(mask, torch.zeros((), dtype=target.dtype, device=target.device), target))
@@ -155,9 +154,9 @@ def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
     Temporary memory: about a dozen int64 or bool ``[n]`` vectors and, per cache, two
     ``[n, row]`` buffers (the gathered rows, then the selected ones).
     """
-    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
-    num_blocks = args.key_cache.shape[0]
-    block_size = args.key_cache.shape[1] if nd else args.key_cache.shape[2]
+    nd = args.geometry.nd
+    num_blocks = args.geometry.num_blocks
+    block_size = args.geometry.block_size
     n = args.slot_mapping.shape[0]
     if n == 0 or num_blocks * block_size == 0:
         return

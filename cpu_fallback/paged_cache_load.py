@@ -23,7 +23,7 @@ import math
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
-from ascend_kv.rules.forms import PagedLoadCall
+from ascend_kv.rules.forms import PagedLoadPlan
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
@@ -43,40 +43,44 @@ STREAM_MIN_BYTES = 6 << 20
 SLICE_MIN_ROWS = {ND: 112, NZ: 8}
 
 
-def paths(call: PagedLoadCall) -> tuple[str, str]:
+def paths(plan: PagedLoadPlan) -> tuple[str, str]:
     """The names of the paths :func:`paged_cache_load` takes for the key and the value."""
-    return _path(call, call.key_cache, call.key), _path(call, call.value_cache, call.value)
+    args = plan.args
+    key, value = args.outputs()
+    return _path(plan, args.key_cache, key), _path(plan, args.value_cache, value)
 
 
-def paged_cache_load(call: PagedLoadCall) -> None:
-    """Gather every requested token of both caches into ``call.key`` and ``call.value``."""
-    if call.num_tokens == 0:
+def paged_cache_load(plan: PagedLoadPlan) -> None:
+    """Gather every requested token of both caches into the outputs ``key`` and ``value``."""
+    if plan.num_tokens == 0:
         return
-    call = bit_views(call)
-    runs = block_runs(call)
-    rows = slice(call.first_row, call.first_row + call.num_tokens)
-    written = call.num_tokens * (_row_bytes(call.key) + _row_bytes(call.value))
+    args = bit_views(plan.args)
+    layout, block_size = args.geometry.layout, args.geometry.block_size
+    runs = block_runs(plan)
+    rows = slice(plan.first_row, plan.first_row + plan.num_tokens)
+    outputs = args.outputs()
+    written = plan.num_tokens * sum(_row_bytes(out) for out in outputs)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
-    for way, cache, out in zip(paths(call), (call.key_cache, call.value_cache), (call.key, call.value)):
+    for way, cache, out in zip(paths(plan), (args.key_cache, args.value_cache), outputs):
         if way == "native":
-            _native(call.layout, cache, out, runs, stream_min_bytes)
+            _native(layout, cache, out, runs, stream_min_bytes)
         elif way == "slices":
-            _slices(call.layout, cache, out, runs)
+            _slices(layout, cache, out, runs)
         elif way == "rows":
             tokens = merged_rows(cache)
             assert tokens is not None                                             # _path() checked
             src, dst = same_width_views(tokens, out[rows].flatten(1))
-            index = torch.from_numpy(token_rows(runs, call.block_size)).to(cache.device)
+            index = torch.from_numpy(token_rows(runs, block_size)).to(cache.device)
             torch.index_select(src, 0, index, out=dst)
         else:
-            out[rows] = _gather(call.layout, cache, runs, call.block_size)
+            out[rows] = _gather(layout, cache, runs, block_size)
 
 
-def _path(call: PagedLoadCall, cache: torch.Tensor, out: torch.Tensor) -> str:
-    layout = call.layout
+def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor) -> str:
+    layout, block_size = plan.args.geometry.layout, plan.args.geometry.block_size
     if native.usable(cache, out) and _native_takes(layout, cache, out):
         return "native"
-    if call.num_tokens >= SLICE_MIN_ROWS[layout] * sum(-(-n // call.block_size) for n in call.lens):  # mean per run
+    if plan.num_tokens >= SLICE_MIN_ROWS[layout] * sum(-(-n // block_size) for n in plan.lens):  # mean per run
         return "slices"
     if layout == ND and merged_rows(cache) is not None and rows_contiguous(out) and out.stride(0) == _row_numel(out):
         return "rows"
@@ -88,7 +92,7 @@ def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) ->
     if cache.is_contiguous() and out.is_contiguous():                            # the usual case, cheaply
         return True
     items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
-    return items_contiguous and rows_contiguous(out)          # elements apart: checks.require_writable
+    return items_contiguous and rows_contiguous(out)          # elements apart: require_writable
 
 
 def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:

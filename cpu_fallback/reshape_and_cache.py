@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
-from ascend_kv.rules.forms import ReshapeAndCacheArgs
+from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous
@@ -40,26 +40,19 @@ STREAM_MIN_BYTES = 1 << 20
 
 def paths(args: ReshapeAndCacheArgs) -> tuple[str, ...]:
     """The names of the paths :func:`reshape_and_cache` takes for the key cache (and the value cache)."""
-    return tuple(_path(args.layout, tokens, cache) for tokens, cache in _written(args))
+    return tuple(_path(args.layout, tokens, cache) for tokens, cache in args.written())
 
 
-def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
-    """Write ``args.key`` (and ``args.value``) into the caches in place, token ``i`` to slot ``slots[i]``.
-
-    Parameters
-    ----------
-    args : ReshapeAndCacheArgs
-        A call whose slot values were checked.
-    slots : list of int
-        ``[n]``, ``args.slot_mapping``'s values: each negative (padding: skipped) or in
-        ``[0, num_blocks * block_size)``, the non-negative ones distinct.
-    """
-    nd = args.layout == ND
-    num_blocks, block_size = args.key_cache.shape[0], args.key_cache.shape[1] if nd else args.key_cache.shape[2]
-    if not slots or num_blocks * block_size == 0:                               # no slot to write
+def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
+    """Write ``key`` (and ``value``) into the caches in place, token ``i`` to slot ``plan.slots[i]``
+    (each negative, padding: skipped, or in ``[0, num_blocks * block_size)``; a slot named twice
+    takes the later token)."""
+    slots, geometry = plan.slots, plan.args.geometry
+    nd, block_size = geometry.nd, geometry.block_size
+    if not slots or geometry.capacity == 0:                                      # no slot to write
         return
-    args = bit_views(args)
-    pairs = _written(args)
+    args = bit_views(plan.args)
+    pairs = args.written()
     written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
     for way, (tokens, cache) in zip(paths(args), pairs):
@@ -69,13 +62,6 @@ def reshape_and_cache(args: ReshapeAndCacheArgs, slots: list[int]) -> None:
             _rows(tokens, cache, slots)
         else:
             on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
-
-
-def _written(args: ReshapeAndCacheArgs) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(tokens, cache) of each cache written: the key's, and the value's unless key only."""
-    if args.value is None or args.value_cache is None:
-        return [(args.key, args.key_cache)]
-    return [(args.key, args.key_cache), (args.value, args.value_cache)]
 
 
 def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:

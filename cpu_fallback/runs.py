@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ascend_kv.rules.checks import exclusive_prefix_sum
-from ascend_kv.rules.forms import KvCacheCall, PagedLoadCall
+from ascend_kv.rules.common import exclusive_prefix_sum
+from ascend_kv.rules.forms import KvCachePlan, PagedLoadPlan
 
 
 class KvRuns(NamedTuple):
@@ -37,19 +37,19 @@ class BlockRuns(NamedTuple):
     rows: list[int]          #: tokens in the run, ``1 .. block_size``
 
 
-def kv_runs(call: KvCacheCall) -> KvRuns:
+def kv_runs(plan: KvCachePlan) -> KvRuns:
     """The runs of a ``kv_cache`` call, in batch order."""
-    entry = [b for b, n in enumerate(call.seq_len) if n]
-    if len(entry) == len(call.seq_len):                                          # no empty entry (decode)
-        return KvRuns(entry, call.read_start, call.write_start, call.seq_len)
-    return KvRuns(entry, *([values[b] for b in entry] for values in (call.read_start, call.write_start, call.seq_len)))
+    entry = [b for b, n in enumerate(plan.seq_len) if n]
+    if len(entry) == len(plan.seq_len):                                          # no empty entry (decode)
+        return KvRuns(entry, plan.read_start, plan.write_start, plan.seq_len)
+    return KvRuns(entry, *([values[b] for b in entry] for values in (plan.read_start, plan.write_start, plan.seq_len)))
 
 
-def block_runs(call: PagedLoadCall) -> BlockRuns:
-    """The runs of a ``paged_cache_load`` call, in output-row order: one per block in ``call.blocks``."""
-    size = call.block_size
-    runs = BlockRuns(call.blocks, [], [])
-    for start, n in zip(call.out_start, call.lens):
+def block_runs(plan: PagedLoadPlan) -> BlockRuns:
+    """The runs of a ``paged_cache_load`` call, in output-row order: one per block in ``plan.blocks``."""
+    size = plan.args.geometry.block_size
+    runs = BlockRuns(plan.blocks, [], [])
+    for start, n in zip(plan.out_start, plan.lens):
         if n == 0:
             continue
         full_blocks, rest = divmod(n, size)

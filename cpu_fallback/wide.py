@@ -27,16 +27,16 @@ def same_width_views(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 _NO_INDEX_KERNELS = (torch.float8_e4m3fn, torch.float8_e5m2)
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
-_Call = TypeVar("_Call")
+_Args = TypeVar("_Args")
 
 
-def bit_views(call: _Call) -> _Call:
-    """``call`` (a frozen dataclass of tensors) with every fp8 tensor viewed as same-width integers.
+def bit_views(args: _Args) -> _Args:
+    """``args`` (a checked call's Args, a dataclass of tensors) with every fp8 tensor viewed as
+    same-width integers.
 
     The copies move bits, so the integer view writes the same bytes; it exists because torch's
     CPU index kernels have no fp8 versions. Calls without fp8 tensors come back unchanged.
     """
-    tensors = {f.name: getattr(call, f.name) for f in dataclasses.fields(call)}  # type: ignore[arg-type]
-    wrapped = {name: t.view(_SAME_WIDTH_INT[t.element_size()]) for name, t in tensors.items()
+    wrapped = {name: t.view(_SAME_WIDTH_INT[t.element_size()]) for name, t in vars(args).items()
                if isinstance(t, torch.Tensor) and t.dtype in _NO_INDEX_KERNELS}
-    return dataclasses.replace(call, **wrapped) if wrapped else call  # type: ignore[type-var]
+    return dataclasses.replace(args, **wrapped) if wrapped else args  # type: ignore[type-var]

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import KvCacheCfg
-from ascend_kv.rules import checks
+from ascend_kv.rules import geometry
 from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
 from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
@@ -469,7 +469,7 @@ def judge_paged_cache_load(*args: Any, **kwargs: Any) -> BaseException | None:
         assert all(bits_equal(a, b) for a, b in zip(every, every_before)), f"written, then: {error}"
         return error
     # accepted, so the arguments are valid: the reference reads them in their canonical form
-    before_kwargs["kv_cache_cfg"] = checks.kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
+    before_kwargs["kv_cache_cfg"] = geometry.kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
     before_kwargs["cumsum"] = bool(kwargs.get("cumsum", False))
     expected = reference.paged_cache_load(*before_args, **before_kwargs)
     for name, got in (("key", key), ("value", value)):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ascend_kv
-from ascend_kv.rules import block_checks
+from ascend_kv.rules import block_copy as block_rules
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
@@ -46,7 +46,7 @@ def test_block_copy_matches_the_reference_in_place(backend: str, case: BlockCase
 def test_the_device_fallback_matches_the_reference(case: BlockCase) -> None:
     expected = case.cloned_args()
     reference.block_copy(*expected)
-    args, _ = block_checks.block_copy(*case.args(), read_values=False)
+    args = block_rules.block_copy_args(*case.args())
     on_device.block_copy(args)
     assert bits_equal(case.key_cache, expected[0])
     assert case.value_cache is None or bits_equal(case.value_cache, expected[1])
@@ -110,8 +110,7 @@ def test_host_path_takes_the_copier_for_whole_32_byte_rows_and_indexes_otherwise
     column_key, column_value = caches("column slices", "nd", 4, torch.float16, torch.float16, seed=1, head_size=5)
     key, value = caches("interleaved", "nz", 4, torch.bfloat16, torch.bfloat16, seed=1)
     for pair, expected in (((key, value), ("native", "native")), ((column_key, column_value), ("indexed", "native"))):
-        _, call = block_checks.block_copy(*pair, *Copies([0], [1], [1]).tensors(torch.int32))
-        assert call is not None
+        call = block_rules.block_copy_plan(block_rules.block_copy_args(*pair, *Copies([0], [1], [1]).tensors(torch.int32)))
         assert host_blocks.paths(call) == (expected if host_blocks.native.AVAILABLE else ("indexed", "indexed"))
 
 

@@ -196,7 +196,7 @@ def test_call_holds_the_blocks_tokens_read_in_output_order() -> None:
     """Entry 0 reads columns 1..2 (seq_starts 4, block 4, 6 tokens), entry 1 nothing, entry 2 columns 0..1."""
     cache = torch.zeros((10, 4, 1, 16), dtype=torch.float16)
     table = torch.tensor([[5, 1, 2, -1], [3, 0, -1, -1], [7, 6, 4, 9]], dtype=torch.int32)
-    call = ascend_kv.rules.checks.check_paged_cache_load(
+    call = ascend_kv.rules.paged_cache_load.check(
         cache, cache.clone(), table, torch.tensor([6, 0, 5]), kv_cache_cfg=ND, seq_starts=torch.tensor([4, 0, 0]))
     assert call.blocks == [1, 2, 7, 6]
     assert call.block_table == [row[:3] for row in table.tolist()]              # up to the furthest column needed
@@ -237,7 +237,7 @@ def test_mixed_devices_name_the_odd_argument() -> None:
     """Only one real device exists here, so the rule is exercised on stand-ins with a device."""
     from types import SimpleNamespace
 
-    from ascend_kv.rules.checks import require_same_device
+    from ascend_kv.rules.common import require_same_device
 
     cpu, npu = SimpleNamespace(device=torch.device("cpu")), SimpleNamespace(device=torch.device("meta"))
     assert require_same_device({"past": cpu, "seq_len": cpu}) == torch.device("cpu")  # type: ignore[dict-item]
@@ -265,7 +265,7 @@ def test_memory_sharing_is_never_missed(views: tuple[torch.Tensor, torch.Tensor]
     """Any two views that share an element are reported as possibly sharing memory."""
     a, b = views
     if set(a.flatten().tolist()) & set(b.flatten().tolist()):
-        assert ascend_kv.rules.checks._may_share_memory(a, b) and ascend_kv.rules.checks._may_share_memory(b, a)
+        assert ascend_kv.rules.memory.may_share_memory(a, b) and ascend_kv.rules.memory.may_share_memory(b, a)
 
 
 @given(rows=st.integers(1, 8), width=st.integers(2, 12), data=st.data())
@@ -274,8 +274,8 @@ def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.D
     buffer = torch.zeros(rows, width, dtype=torch.float16)
     split = data.draw(st.integers(1, width - 1))
     left, right = buffer[:, data.draw(st.integers(0, split - 1)) : split], buffer[:, split:]
-    assert not ascend_kv.rules.checks._may_share_memory(left, right)
-    assert not ascend_kv.rules.checks._may_share_memory(right, left)
+    assert not ascend_kv.rules.memory.may_share_memory(left, right)
+    assert not ascend_kv.rules.memory.may_share_memory(right, left)
 
 
 @given(views=st.integers(0, 3), data=st.data())
@@ -287,9 +287,9 @@ def test_column_slices_of_higher_rank_buffers_are_apart(views: int, data: st.Dat
     buffer = torch.zeros(*shape, width, dtype=torch.float16)
     split = data.draw(st.integers(1, width - 1))
     left, right = buffer[..., :split], buffer[..., split:]
-    assert not ascend_kv.rules.checks._may_share_memory(left, right)
-    assert not ascend_kv.rules.checks._may_share_memory(right, left)
-    assert ascend_kv.rules.checks._may_share_memory(buffer[..., : split + 1], right)
+    assert not ascend_kv.rules.memory.may_share_memory(left, right)
+    assert not ascend_kv.rules.memory.may_share_memory(right, left)
+    assert ascend_kv.rules.memory.may_share_memory(buffer[..., : split + 1], right)
 
 
 def _mla_buffer() -> torch.Tensor:

@@ -27,9 +27,9 @@ def test_demo_reports_a_mismatch(monkeypatch: pytest.MonkeyPatch, capsys: pytest
 
     real = fallback.kv_cache
 
-    def off_by_one(call):  # write every token one layer too low
-        real(call)
-        call.past[call.layer_id - 1].fill_(1)
+    def off_by_one(plan):  # write every token one layer too low
+        real(plan)
+        plan.args.past[plan.layer_id - 1].fill_(1)
 
     monkeypatch.setattr(fallback, "kv_cache", off_by_one)
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1

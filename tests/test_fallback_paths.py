@@ -21,7 +21,9 @@ from hypothesis import given
 from test_ops import run_kv_cache, run_paged
 
 import ascend_kv
-from ascend_kv.rules import checks
+from ascend_kv.operators.library import allocate_outputs
+from ascend_kv.rules import kv_cache as kv_rules
+from ascend_kv.rules import paged_cache_load as load_rules
 from ascend_kv.tools import reference
 
 native = importlib.import_module("ascend_kv.cpu_fallback.native")
@@ -80,7 +82,7 @@ def test_every_kv_cache_path_matches_reference(monkeypatch: pytest.MonkeyPatch, 
 @given(case=paged_cases())
 def test_every_paged_path_matches_reference(monkeypatch: pytest.MonkeyPatch, way: str, case) -> None:
     forced = {ND: way, NZ: "gather" if way == "rows" else way}                  # rows is ND only
-    monkeypatch.setattr(paged, "_path", lambda call, cache, out: forced[call.layout])
+    monkeypatch.setattr(paged, "_path", lambda plan, cache, out: forced[plan.args.layout])
     run_paged(case)
 
 
@@ -98,7 +100,7 @@ def test_paged_without_compiler_matches_reference(torch_only: None, case) -> Non
 
 
 def kv_path(args: tuple) -> str:
-    return kv.path(checks.check_kv_cache(*args))
+    return kv.path(kv_rules.check(*args))
 
 
 def run_kv_views(make: Callable[[], tuple], view: Callable[[tuple], tuple]) -> str:
@@ -168,8 +170,9 @@ def test_kv_cache_strided_new_kv_is_not_native() -> None:
 
 
 def paged_paths(case) -> tuple[str, str]:
-    call = checks.check_paged_cache_load(*case.args, **case.kwargs)
-    return paged.paths(call)
+    plan = load_rules.check(*case.args, **case.kwargs)
+    allocate_outputs(plan.args, plan.end_row)  # as the allocating operator does
+    return paged.paths(plan)
 
 
 @pytest.mark.parametrize("layout, short, block_size", [(ND, "rows", 128), (NZ, "gather", 16)])
@@ -195,7 +198,7 @@ def run_paged_views(layout, make: Callable[[], list], view: Callable[[list], tup
     ours, ref = ([t.clone() for t in base] for _ in range(2))
     key_cache, value_cache, key, value = view(ours)
     table, lens = torch.tensor([[2, 0], [1, 3]]), torch.tensor([20, 3])
-    call = checks.check_paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
+    call = load_rules.check(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
     ways = paged.paths(call)
     ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
     rk, rv, rkey, rvalue = view(ref)

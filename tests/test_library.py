@@ -16,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbol
 
 import ascend_kv
 from ascend_kv import cpu_fallback
-from ascend_kv.rules.forms import KvCacheCall
+from ascend_kv.rules.forms import KvCachePlan
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
@@ -238,9 +238,9 @@ def run_compiled(fn: Callable[..., Any], args: list[torch.Tensor]) -> tuple[Any,
     seen: list[int] = []
     backend = cpu_fallback.kv_cache
 
-    def recording(call: KvCacheCall) -> None:
-        seen.append(call.past.data_ptr())
-        backend(call)
+    def recording(plan: KvCachePlan) -> None:
+        seen.append(plan.args.past.data_ptr())
+        backend(plan)
 
     torch._dynamo.reset()
     ReinplaceCounters.clear()

@@ -46,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ascend_kv
 from ascend_kv.backends import npu, sim
 from ascend_kv.dispatch import policy
-from ascend_kv.rules import block_checks
+from ascend_kv.rules import block_copy as block_rules
 from ascend_kv.rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
@@ -495,7 +495,7 @@ def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str
     assert bits_equal(host(cache), expected)
     for src, dst, mapping in ((cache, offloaded, out_mapping), (offloaded, cache, in_mapping)):
         flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: host_blocks.swap_blocks(
-            block_checks.swap_blocks(src, dst, mapping)))
+            block_rules.swap_blocks(src, dst, mapping)))
         assert flags and all(flags)
 
 

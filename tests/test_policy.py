@@ -22,8 +22,9 @@ import ascend_kv
 from ascend_kv.backends import kernel_domain, npu
 from ascend_kv.dispatch import device as runtime
 from ascend_kv.dispatch import policy
-from ascend_kv.operators.library import decision as decide_call
-from ascend_kv.rules import checks
+from ascend_kv.operators.run import decision as decide_call
+from ascend_kv.rules import kv_cache as kv_rules
+from ascend_kv.rules import paged_cache_load as load_rules
 
 ERROR = "error"
 SOCS = {"Ascend910B3": True, "Ascend910_9382": True, "Ascend310P3": False, "Ascend999X": None}  # supported?
@@ -38,17 +39,17 @@ def rows_apart(t: torch.Tensor) -> torch.Tensor:
 def kv_call(contiguous: bool) -> ascend_kv.rules.forms.KvCacheArgs:
     past = torch.zeros(2, 2, 8, 32, dtype=torch.float16)
     new_kv = torch.ones(3, 32, dtype=torch.float16)
-    return checks.kv_cache_args(new_kv, 1, past if contiguous else rows_apart(past), torch.tensor([4, 2]),
+    return kv_rules.args(new_kv, 1, past if contiguous else rows_apart(past), torch.tensor([4, 2]),
                                 torch.tensor([1, 2]))
 
 
 def paged_call(contiguous: bool) -> ascend_kv.rules.forms.PagedLoadArgs:
     cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
     key, value = torch.zeros(20, 2, 16, dtype=torch.float16), torch.zeros(20, 2, 16, dtype=torch.float16)
-    return checks.paged_cache_load(
+    return load_rules.args(
         cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([17, 3]), kv_cache_cfg="nd",
         key=key if contiguous else rows_apart(key), value=value,
-    )[0]
+    )
 
 
 def select(args: ascend_kv.rules.forms.KvCacheArgs | ascend_kv.rules.forms.PagedLoadArgs) -> str:

@@ -39,7 +39,7 @@ from sync_guard import no_host_reads
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ascend_kv.rules.dtypes import CACHE_DTYPES
-from ascend_kv.rules.forms import ReshapeAndCacheArgs
+from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
 from ascend_kv.tools import reference
 
 #: The host path's module (the package exports its function under the same name).
@@ -56,7 +56,7 @@ def rac_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t
 
 
 def run_host(args: ReshapeAndCacheArgs) -> None:
-    host.reshape_and_cache(args, args.slot_mapping.tolist())
+    host.reshape_and_cache(ReshapeAndCachePlan(args, args.slot_mapping.tolist()))
 
 
 def run_device(args: ReshapeAndCacheArgs) -> None:

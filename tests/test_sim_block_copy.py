@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.rules import block_checks
+from ascend_kv.rules import block_copy as block_rules
 from ascend_kv.rules.forms import BlockCopyArgs
 from ascend_kv.tools import reference
 
@@ -124,7 +124,7 @@ def test_the_kernel_skips_out_of_range_indices(configure: Callable[[int, int], N
 def test_tiling_names_every_field_and_skips_empty_calls() -> None:
     sim.load()
     key, value = caches("plain", "nd", 4, torch.float16, torch.int8, seed=0)
-    args, _ = block_checks.block_copy(key, value, *Copies([0], [1, 2], [2]).tensors(torch.int32))
+    args = block_rules.block_copy_args(key, value, *Copies([0], [1, 2], [2]).tensors(torch.int32))
     views, src, dst, cum_sum = kernel_domain.block_copy_operands(args)
     text = torch.ops.ascend_kv_host.block_copy_tiling(views, src, dst, cum_sum)
     fields = dict(item.split("=") for item in text.split())

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..rules import checks
+from ..rules import common
 from .params import BlockCopyParam
 
 
@@ -141,7 +141,7 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
 def _tensors(**arguments: object) -> None:
     for name, value in arguments.items():
         if type(value) is not torch.Tensor:
-            checks.tensor_argument(name, value)
+            common.tensor_argument(name, value)
 
 
 def _tensor_list(name: str, value: object) -> list[torch.Tensor]:
@@ -150,7 +150,7 @@ def _tensor_list(name: str, value: object) -> list[torch.Tensor]:
         raise TypeError(f"{name} must be a list of tensors (one per layer), got {type(value).__name__}")
     for i, tensor in enumerate(value):
         if type(tensor) is not torch.Tensor:
-            checks.tensor_argument(f"{name}[{i}]", tensor)
+            common.tensor_argument(f"{name}[{i}]", tensor)
     return list(value)
 
 

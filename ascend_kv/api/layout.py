@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rules.checks import int_argument, require_tensor
+from ..rules.common import int_argument, require_tensor
 from ..rules.dtypes import nz_elements
 
 

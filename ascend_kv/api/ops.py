@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..rules import checks
+from ..rules import common, geometry
+from ..rules import kv_cache as kv_rules
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 
@@ -64,7 +65,7 @@ def kv_cache(
     """
     _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
     if isinstance(layer_id, torch.Tensor):
-        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, checks.tensor_argument("layer_id", layer_id), past,
+        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, common.tensor_argument("layer_id", layer_id), past,
                                                   token_offset, seq_len)
     else:
         torch.ops.ascend_kv.kv_cache.default(new_kv, _layer_int(layer_id, past), past, token_offset, seq_len)
@@ -73,10 +74,10 @@ def kv_cache(
 
 def _layer_int(layer_id: object, past: torch.Tensor) -> int:
     """``layer_id`` as an int the operator's 64-bit ``int`` holds (beyond that range no layer exists)."""
-    layer = checks.int_argument("layer_id", layer_id)
+    layer = common.int_argument("layer_id", layer_id)
     if not -(2**63) <= layer < 2**63:
         if past.dim() == 4:
-            checks.require_layer_in_range(layer, past.shape[0])
+            kv_rules.require_layer_in_range(layer, past.shape[0])
         layer = min(max(layer, -(2**63)), 2**63 - 1)
     return layer
 
@@ -155,8 +156,8 @@ def paged_cache_load(
     """
     _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
     _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
-    options = {"kv_cache_cfg": int(checks.kv_cache_cfg_argument(kv_cache_cfg)),
-               "cumsum": checks.bool_argument("cumsum", cumsum), "seq_starts": seq_starts}
+    options = {"kv_cache_cfg": int(geometry.kv_cache_cfg_argument(kv_cache_cfg)),
+               "cumsum": common.bool_argument("cumsum", cumsum), "seq_starts": seq_starts}
     if key is None and value is None:
         loaded: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv.paged_cache_load.default(
             key_cache, value_cache, block_table, context_lens, **options
@@ -229,7 +230,7 @@ def reshape_and_cache(
     """
     _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
     _tensors(value=value, value_cache=value_cache, optional=True)
-    layout = checks.reshape_and_cache_layout(kv_cache_cfg, value is not None)
+    layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
     torch.ops.ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
     return key_cache, value_cache
 
@@ -238,7 +239,7 @@ def _tensors(*, optional: bool = False, **arguments: object) -> None:
     """``TypeError`` unless each argument is a dense tensor (or None when ``optional``)."""
     for name, value in arguments.items():
         if type(value) is not torch.Tensor and not (value is None and optional):  # the common case, quickly
-            checks.tensor_argument(name, value)
+            common.tensor_argument(name, value)
 
 
 class KVCacheOperation:
@@ -294,9 +295,9 @@ class PagedCacheLoadOperation:
             param = PagedCacheLoadParam()
         if not isinstance(param, PagedCacheLoadParam):
             raise TypeError(f"param must be a PagedCacheLoadParam, got {type(param).__name__}")
-        self.kv_cache_cfg = checks.kv_cache_cfg_argument(param.kv_cache_cfg)
-        self.cumsum = checks.bool_argument("param.is_seq_lens_cumsum_mode", param.is_seq_lens_cumsum_mode)
-        self.has_seq_starts = checks.bool_argument("param.has_seq_starts", param.has_seq_starts)
+        self.kv_cache_cfg = geometry.kv_cache_cfg_argument(param.kv_cache_cfg)
+        self.cumsum = common.bool_argument("param.is_seq_lens_cumsum_mode", param.is_seq_lens_cumsum_mode)
+        self.has_seq_starts = common.bool_argument("param.has_seq_starts", param.has_seq_starts)
         self.param = param
 
     def __call__(

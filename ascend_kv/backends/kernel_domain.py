@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import torch
 
-from ..api.params import KvCacheCfg
 from ..cpu_fallback.strides import block_rows
 from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
@@ -41,29 +40,11 @@ def dense_from(tensor: torch.Tensor, first_dim: int) -> bool:
     return True
 
 
-def row_rules(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> dict[str, tuple[torch.Tensor, int, str]]:
-    """``{name: (tensor, first dim that must be dense, what those dims are)}`` for each data tensor
-    the call has (the absent value and value_cache of the key-only mode have none)."""
-    if isinstance(args, KvCacheArgs):
-        return {"new_kv": (args.new_kv, 1, "rows"), "past": (args.past, 3, "rows (dim 3)")}
-    nd = args.layout == KvCacheCfg.K_CACHE_V_CACHE_ND
-    cache_dim, cache_what = (2, "token rows (dims 2, 3)") if nd else (3, "32-byte pieces (dim 3)")
-    if isinstance(args, ReshapeAndCacheArgs):
-        given = {"key": (args.key, 1, "token rows (dims 1, 2)"), "value": (args.value, 1, "token rows (dims 1, 2)"),
-                 "key_cache": (args.key_cache, cache_dim, cache_what),
-                 "value_cache": (args.value_cache, cache_dim, cache_what)}
-        return {name: (tensor, dim, what) for name, (tensor, dim, what) in given.items() if tensor is not None}
-    return {
-        "key_cache": (args.key_cache, cache_dim, cache_what),
-        "value_cache": (args.value_cache, cache_dim, cache_what),
-        "key": (args.key, 1, "rows"),
-        "value": (args.value, 1, "rows"),
-    }
-
-
-def outside_reason(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> str | None:
+def outside_reason(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs) -> str | None:
     """Why the kernels cannot take ``args`` in place, or None when they can."""
-    for name, (tensor, first_dim, what) in row_rules(args).items():
+    if isinstance(args, BlockCopyArgs):
+        return _block_copy_outside_reason(args)
+    for name, (tensor, first_dim, what) in args.rows().items():
         if not dense_from(tensor, first_dim):
             return (f"{name} has sizes {tuple(tensor.shape)} and strides {tuple(tensor.stride())}: the kernels "
                     f"need its {what} contiguous")
@@ -78,7 +59,7 @@ def index_operand(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device).contiguous()
 
 
-def block_copy_outside_reason(args: BlockCopyArgs) -> str | None:
+def _block_copy_outside_reason(args: BlockCopyArgs) -> str | None:
     """Why the block-copy kernel cannot take ``args`` in place, or None: it copies a block as rows,
     so each cache needs a ``[num_blocks, rows, row]`` view with contiguous rows (:func:`block_rows`)."""
     for i, cache in enumerate(args.caches):

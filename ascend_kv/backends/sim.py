@@ -151,7 +151,7 @@ def load() -> None:
 def _in_domain(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs) -> dict[str, torch.Tensor]:
     """Each data tensor itself when the kernels take it in place, else a contiguous copy."""
     return {name: tensor if kernel_domain.dense_from(tensor, first_dim) else tensor.contiguous()
-            for name, (tensor, first_dim, _) in kernel_domain.row_rules(args).items()}
+            for name, (tensor, first_dim, _) in args.rows().items()}
 
 
 def _write_back(given: torch.Tensor | None, ran: torch.Tensor | None) -> None:
@@ -215,7 +215,7 @@ def block_copy(args: BlockCopyArgs) -> None:
     """Run ``block_copy_kernel`` on the host, one launch for every cache of the call; writes the caches in place.
 
     Index values are not checked: out-of-range blocks are skipped. Caches outside the kernels'
-    domain (:func:`kernel_domain.block_copy_outside_reason`) run on contiguous copies, copied back.
+    domain (:func:`kernel_domain.outside_reason`) run on contiguous copies, copied back.
     """
     load()
     ran = tuple(cache if kernel_domain.block_rows(cache) is not None else cache.contiguous() for cache in args.caches)

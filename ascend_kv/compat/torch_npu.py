@@ -37,7 +37,7 @@ import torch
 from ..api.ops import paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
 from ..dispatch import device as runtime
-from ..rules import checks
+from ..rules import common
 
 #: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
 STAND_IN = True
@@ -62,7 +62,7 @@ def get_npu_format(tensor: torch.Tensor) -> int:
     An NPU tensor reports its storage's format; any other tensor the format
     :func:`npu_format_cast` tagged it with, else 2.
     """
-    tensor = checks.tensor_argument("tensor", tensor)
+    tensor = common.tensor_argument("tensor", tensor)
     if runtime.is_npu(tensor.device):
         code = runtime.storage_format(tensor)
         return FORMAT_ND if code is None else code
@@ -91,8 +91,8 @@ def npu_format_cast(tensor: torch.Tensor, acl_format: int) -> torch.Tensor:
     torch.Tensor
         The tensor in the new format.
     """
-    tensor = checks.tensor_argument("tensor", tensor)
-    code = checks.int_argument("acl_format", getattr(acl_format, "value", acl_format))
+    tensor = common.tensor_argument("tensor", tensor)
+    code = common.int_argument("acl_format", getattr(acl_format, "value", acl_format))
     if code not in (FORMAT_ND, FORMAT_FRACTAL_NZ):
         raise ValueError(f"acl_format must be {FORMAT_ND} (ND) or {FORMAT_FRACTAL_NZ} (FRACTAL_NZ), got {code}")
     if runtime.is_npu(tensor.device):
@@ -110,7 +110,7 @@ def npu_format_cast(tensor: torch.Tensor, acl_format: int) -> torch.Tensor:
 
 def _storage_layout(key_cache: object, value_cache: object) -> KvCacheCfg:
     """NZ when both caches carry FRACTAL_NZ, ND when neither does (torch_npu's choice); one of each is an error."""
-    formats = [get_npu_format(checks.tensor_argument(name, cache))
+    formats = [get_npu_format(common.tensor_argument(name, cache))
                for name, cache in (("key_cache", key_cache), ("value_cache", value_cache))]
     if formats == [FORMAT_FRACTAL_NZ] * 2:
         return KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -224,15 +224,15 @@ def npu_scatter_pa_kv_cache(
     if cache_mode not in _CACHE_MODES:
         raise ValueError(f"cache_mode must be 'PA_NZ', 'Norm' or None, got {cache_mode!r}")
     layout = _CACHE_MODES[cache_mode]
-    key, value = checks.tensor_argument("key", key), checks.tensor_argument("value", value)
+    key, value = common.tensor_argument("key", key), common.tensor_argument("value", value)
     if key.dim() == 4:
         raise NotImplementedError(
             "npu_scatter_pa_kv_cache: a 4-D key [batch, seq_len, num_heads, head_size] is torch_npu's "
             "head-compression scenario, not implemented by ascend_kv; pass [num_tokens, num_heads, head_size]"
         )
     if layout == "nz":
-        key_cache = _nz_cache("key_cache", checks.tensor_argument("key_cache", key_cache), key)
-        value_cache = _nz_cache("value_cache", checks.tensor_argument("value_cache", value_cache), value)
+        key_cache = _nz_cache("key_cache", common.tensor_argument("key_cache", key_cache), key)
+        value_cache = _nz_cache("value_cache", common.tensor_argument("value_cache", value_cache), value)
     reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
 
 
@@ -303,12 +303,12 @@ def npu_gather_pa_kv_cache(
         As torch_npu: ``key`` and ``value`` are written in place.
     """
     layout = _storage_layout(key_cache, value_cache)
-    key, value = checks.tensor_argument("key", key), checks.tensor_argument("value", value)
+    key, value = common.tensor_argument("key", key), common.tensor_argument("value", value)
     if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ:
         key, value = _token_rows("key", key), _token_rows("value", value)
     torch.ops.ascend_kv.paged_cache_load.into(
         key_cache, value_cache, block_tables, seq_lens, kv_cache_cfg=int(layout),
-        cumsum=checks.bool_argument("is_seq_lens_cumsum", is_seq_lens_cumsum), seq_starts=seq_offset,
+        cumsum=common.bool_argument("is_seq_lens_cumsum", is_seq_lens_cumsum), seq_starts=seq_offset,
         zero_fill=True, key=key, value=value,
     )
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from typing import TypeVar, Union
 
 import torch
 
 from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
-_Args = TypeVar("_Args", KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs, BlockCopyArgs)
-_INDEX_FIELDS = {KvCacheArgs: ("token_offset", "seq_len", "layer_id"),
-                 PagedLoadArgs: ("block_table", "context_lens", "seq_starts"),
-                 ReshapeAndCacheArgs: ("slot_mapping",), BlockCopyArgs: ("src", "dst", "cum_sum")}
+_Args = TypeVar("_Args", bound=Union[KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs, BlockCopyArgs])
 
 
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
@@ -35,9 +32,10 @@ def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.T
     return views
 
 
-def index_tensors_on_device(args: _Args, device: torch.device) -> _Args:
-    """``args`` with every index tensor on ``device``: the host ones moved in one copy, as int64."""
-    host = {name: value for name in _INDEX_FIELDS[type(args)]
+def index_tensors_on_device(args: _Args) -> _Args:
+    """``args`` with every index tensor on the data's device: the host ones moved in one copy, as int64."""
+    device = args.device
+    host = {name: value for name in args.INDEX_FIELDS
             if isinstance(value := getattr(args, name), torch.Tensor) and value.device != device}
     if not host:
         return args

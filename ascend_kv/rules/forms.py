@@ -1,36 +1,91 @@
-"""The internal forms of a checked call, which the backends take (docs/architecture.md, section 2).
+"""The two forms of a checked call, which the backends take (docs/architecture.md, section 2).
 
-``*Args``: the tensors, with every rule that needs no index values checked; index values may
-be unchecked (on the device), so a backend that takes them skips what is out of range
-(docs/semantics.md#safe-semantics). ``*Call``: a call whose index values were read and
-checked, held as lists of Python ints (cheaper than numpy arrays for the batch sizes of a
-serving step), so a backend can trust every index it derives from them. Treat the lists as
-read only. The tensors stay where the caller put them.
+Every operation is checked in the same two steps (its module in :mod:`ascend_kv.rules`):
+
+``args(...) -> *Args``
+    The structure: types, dtypes, shapes, devices, strides and aliasing, no index value read.
+    Index values may be unchecked (on the device), so a backend that takes only the Args skips
+    what is out of range (docs/semantics.md#safe-semantics): the kernels, the sim and the device
+    fallback.
+``plan(args) -> *Plan``
+    The index values, read to the host (one transfer at most) and checked, and what the host
+    path derives from them, as lists of Python ints (cheaper than numpy arrays for the batch
+    sizes of a serving step). A backend can trust every index it derives from a Plan; the fast
+    host fallback takes this form.
+
+An Args carries what the code around it needs to know of its operation (its ATB name, the
+backends' function name, its index tensors, the token rows the kernels copy), so nothing
+switches on its type. The forms are plain (not frozen) dataclasses, as they are built per call:
+treat them as read only. The tensors stay where the caller put them.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..api.params import KvCacheCfg
+from .geometry import CacheGeometry, geometry_of
+
+#: ``{name: (tensor, first dim, what those dims are)}``: dims ``first..`` of ``tensor`` hold one
+#: token row, which the kernels copy whole (:mod:`ascend_kv.backends.kernel_domain`).
+Rows = dict[str, tuple[torch.Tensor, int, str]]
 
 
-@dataclass(frozen=True)
-class KvCacheCall:
-    """A validated ``kv_cache`` call.
+# ----------------------------------------------------------------------------- kv_cache
 
-    Token ``j`` of batch entry ``b`` (``0 <= j < seq_len[b]``) is row ``read_start[b] + j`` of
-    ``new_kv`` and goes to ``past[layer_id, b, write_start[b] + j]``.
+
+@dataclass(eq=False)
+class KvCacheArgs:
+    """A ``kv_cache`` call, structure checked.
 
     Attributes
     ----------
     new_kv : torch.Tensor
-        ``[ntokens, hidden]``, ``past.dtype``; any strides (a 4-D ``new_kv`` is its flat view).
+        ``[ntokens, hidden]`` (a 4-D ``new_kv`` is given as its flat view), ``past.dtype``.
     past : torch.Tensor
         ``[layers, batch, max_seq_len, hidden]``, written in place; no two of its elements
         share memory, and it shares none with ``new_kv``.
+    layer_id : int or torch.Tensor
+        The layer written: an int in ``[0, layers)``, or a one-element integer tensor (host or device).
+    token_offset, seq_len : torch.Tensor
+        ``[batch]`` int32/int64, on the host or on ``past``'s device.
+    """
+
+    OPERATION: ClassVar[str] = "KVCacheOperation"
+    FUNCTION: ClassVar[str] = "kv_cache"
+    INDEX_FIELDS: ClassVar[tuple[str, ...]] = ("token_offset", "seq_len", "layer_id")
+
+    new_kv: torch.Tensor
+    past: torch.Tensor
+    layer_id: int | torch.Tensor
+    token_offset: torch.Tensor
+    seq_len: torch.Tensor
+
+    @property
+    def device(self) -> torch.device:
+        """The data's device."""
+        return self.past.device
+
+    def rows(self) -> Rows:
+        """The token rows of each data tensor."""
+        return {"new_kv": (self.new_kv, 1, "rows"), "past": (self.past, 3, "rows (dim 3)")}
+
+
+@dataclass(eq=False)
+class KvCachePlan:
+    """A ``kv_cache`` call with its index values checked.
+
+    Token ``j`` of batch entry ``b`` (``0 <= j < seq_len[b]``) is row ``read_start[b] + j`` of
+    ``args.new_kv`` and goes to ``args.past[layer_id, b, write_start[b] + j]``.
+
+    Attributes
+    ----------
+    args : KvCacheArgs
+        The call.
     layer_id : int
         The layer written, ``0 <= layer_id < layers``.
     seq_len : list of int
@@ -41,8 +96,7 @@ class KvCacheCall:
         ``[batch]``, first ``past`` position written (``token_offset - seq_len``).
     """
 
-    new_kv: torch.Tensor
-    past: torch.Tensor
+    args: KvCacheArgs
     layer_id: int
     seq_len: list[int]
     read_start: list[int]
@@ -51,108 +105,22 @@ class KvCacheCall:
     @property
     def ntokens(self) -> int:
         """Rows of ``new_kv`` written."""
-        return int(self.new_kv.shape[0])
+        return int(self.args.new_kv.shape[0])
 
 
-@dataclass(frozen=True)
-class PagedLoadCall:
-    """A validated ``paged_cache_load`` call, with both length modes reduced to one.
+# ----------------------------------------------------------------------------- paged_cache_load
 
-    Token ``j`` of batch entry ``b`` (``0 <= j < lens[b]``) sits in block
-    ``block_table[b, first_column[b] + j // block_size]`` at slot ``j % block_size`` and goes
-    to output row ``out_start[b] + j``. Output rows are one contiguous range:
-    ``[out_start[0], out_start[0] + num_tokens)`` (empty when ``num_tokens == 0``).
+
+@dataclass(eq=False)
+class PagedLoadArgs:
+    """A ``paged_cache_load`` call, structure checked.
 
     Attributes
     ----------
     layout : KvCacheCfg
         ND: caches ``[num_blocks, block_size, num_heads, head_size]``, outputs
         ``[rows, num_heads, head_size]``. NZ: caches ``[num_blocks, T // E, block_size, E]``,
-        outputs ``[rows, T]``.
-    key_cache, value_cache : torch.Tensor
-        The paged caches (read only).
-    key, value : torch.Tensor
-        The outputs, written in place; at least ``out_start[0] + num_tokens`` rows. No two
-        elements of an output share memory, and neither shares memory with a cache.
-    block_table : list of list of int
-        ``[batch][columns]``: the block table's leading ``columns`` columns, as many as the
-        furthest-reaching entry needs (columns no token needs are not read). Every entry a
-        token needs is in ``[0, num_blocks)``.
-    blocks : list of int
-        ``[blocks read]``: the entries tokens need, in output order: for each batch entry
-        ``b`` in turn, ``block_table[b][first_column[b] : first_column[b] + ceil(lens[b] / block_size)]``.
-    lens : list of int
-        ``[batch]``, tokens gathered per batch entry.
-    out_start : list of int
-        ``[batch]``, first output row per batch entry.
-    first_column : list of int
-        ``[batch]``, block-table column of each entry's first token
-        (``seq_starts // block_size``, or zeros).
-    block_size : int
-        Token slots per cache block.
-    """
-
-    layout: KvCacheCfg
-    key_cache: torch.Tensor
-    value_cache: torch.Tensor
-    key: torch.Tensor
-    value: torch.Tensor
-    block_table: list[list[int]]
-    blocks: list[int]
-    lens: list[int]
-    out_start: list[int]
-    first_column: list[int]
-    block_size: int
-
-    @property
-    def num_tokens(self) -> int:
-        """Rows gathered into each output."""
-        return sum(self.lens)
-
-    @property
-    def table_columns(self) -> int:
-        """Columns of ``block_table`` held (0 for an empty batch)."""
-        return len(self.block_table[0]) if self.block_table else 0
-
-    @property
-    def first_row(self) -> int:
-        """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
-        return self.out_start[0] if self.out_start else 0
-
-
-@dataclass(frozen=True)
-class KvCacheArgs:
-    """A ``kv_cache`` call whose types, dtypes, shapes, devices and aliasing were checked, but whose
-    index values may not have been (they may live on the device). The kernels, the sim and the
-    device fallback take this form and skip any token whose position falls outside the tensors.
-
-    Attributes
-    ----------
-    new_kv : torch.Tensor
-        ``[ntokens, hidden]`` (a 4-D ``new_kv`` is given as its flat view), ``past.dtype``.
-    past : torch.Tensor
-        ``[layers, batch, max_seq_len, hidden]``, written in place.
-    layer_id : int or torch.Tensor
-        The layer written: an int, or a one-element int32/int64 tensor (host or device).
-    token_offset, seq_len : torch.Tensor
-        ``[batch]`` int32/int64, on the host or on ``past``'s device.
-    """
-
-    new_kv: torch.Tensor
-    past: torch.Tensor
-    layer_id: int | torch.Tensor
-    token_offset: torch.Tensor
-    seq_len: torch.Tensor
-
-
-@dataclass(frozen=True)
-class PagedLoadArgs:
-    """A ``paged_cache_load`` call in the form of :class:`KvCacheArgs`: structure checked, values maybe not.
-
-    Attributes
-    ----------
-    layout : KvCacheCfg
-        ND or NZ (see :class:`PagedLoadCall`).
+        outputs ``[rows, T]``. :attr:`geometry` has the sizes.
     key_cache, value_cache : torch.Tensor
         The paged caches (read only).
     block_table : torch.Tensor
@@ -163,13 +131,18 @@ class PagedLoadArgs:
         ``[batch]`` int32/int64 token offsets into each block-table row.
     cumsum : bool
         ``context_lens`` holds cumulative lengths.
-    key, value : torch.Tensor
-        The outputs, written in place: ND ``[rows, num_heads, head_size]``, NZ ``[rows, T]``.
+    key, value : torch.Tensor or None
+        The outputs, written in place: ``[rows, *geometry.key_row]``, ``[rows, *geometry.value_row]``,
+        apart from the caches and from each other. None until the operator allocates them.
     zero_fill : bool
         torch_npu's ``npu_gather_pa_kv_cache`` semantics: a token whose block-table column is past
         the table or whose block id is outside ``[0, num_blocks)`` gives a zero row (instead of an
         error on host values, or a skipped row on device values).
     """
+
+    OPERATION: ClassVar[str] = "PagedCacheLoadOperation"
+    FUNCTION: ClassVar[str] = "paged_cache_load"
+    INDEX_FIELDS: ClassVar[tuple[str, ...]] = ("block_table", "context_lens", "seq_starts")
 
     layout: KvCacheCfg
     key_cache: torch.Tensor
@@ -178,14 +151,89 @@ class PagedLoadArgs:
     context_lens: torch.Tensor
     seq_starts: torch.Tensor | None
     cumsum: bool
-    key: torch.Tensor
-    value: torch.Tensor
+    key: torch.Tensor | None
+    value: torch.Tensor | None
     zero_fill: bool = False
 
+    @functools.cached_property
+    def geometry(self) -> CacheGeometry:
+        """Block count, block size and row shapes, read off the caches by their layout."""
+        return geometry_of(self.layout, self.key_cache, self.value_cache)
 
-@dataclass(frozen=True)
+    @property
+    def device(self) -> torch.device:
+        """The data's device."""
+        return self.key_cache.device
+
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(key, value)``, once given or allocated."""
+        assert self.key is not None and self.value is not None, "the outputs are given or allocated"
+        return self.key, self.value
+
+    def rows(self) -> Rows:
+        """The token rows of each data tensor (the outputs once given or allocated)."""
+        dim, what = self.geometry.row_dims
+        rows: Rows = {"key_cache": (self.key_cache, dim, what), "value_cache": (self.value_cache, dim, what)}
+        rows.update({name: (out, 1, "rows") for name, out in (("key", self.key), ("value", self.value))
+                     if out is not None})
+        return rows
+
+
+@dataclass(eq=False)
+class PagedLoadPlan:
+    """A ``paged_cache_load`` call with its index values checked, both length modes reduced to one.
+
+    Token ``j`` of batch entry ``b`` (``0 <= j < lens[b]``) sits in block
+    ``block_table[b][first_column[b] + j // block_size]`` at slot ``j % block_size`` and goes
+    to output row ``out_start[b] + j``. Output rows are one contiguous range:
+    ``[first_row, first_row + num_tokens)``.
+
+    Attributes
+    ----------
+    args : PagedLoadArgs
+        The call (its outputs given or allocated).
+    block_table : list of list of int
+        ``[batch][columns]``: the block table's leading columns, as many as the furthest-reaching
+        entry needs (columns no token needs are not read); empty with ``zero_fill``.
+    blocks : list of int
+        ``[blocks read]``: the entries tokens need, in output order, each in ``[0, num_blocks)``;
+        for each batch entry ``b`` in turn,
+        ``block_table[b][first_column[b] : first_column[b] + ceil(lens[b] / block_size)]``.
+    lens : list of int
+        ``[batch]``, tokens gathered per batch entry.
+    out_start : list of int
+        ``[batch]``, first output row per batch entry.
+    first_column : list of int
+        ``[batch]``, block-table column of each entry's first token (``seq_starts // block_size``, or zeros).
+    end_row : int
+        Rows the outputs need: ``sum(lens)``, or ``context_lens[-1]`` in cumsum mode.
+    """
+
+    args: PagedLoadArgs
+    block_table: list[list[int]]
+    blocks: list[int]
+    lens: list[int]
+    out_start: list[int]
+    first_column: list[int]
+    end_row: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Rows gathered into each output."""
+        return sum(self.lens)
+
+    @property
+    def first_row(self) -> int:
+        """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
+        return self.out_start[0] if self.out_start else 0
+
+
+# ----------------------------------------------------------------------------- reshape_and_cache
+
+
+@dataclass(eq=False)
 class ReshapeAndCacheArgs:
-    """A ``reshape_and_cache`` call in the form of :class:`KvCacheArgs`: structure checked, values maybe not.
+    """A ``reshape_and_cache`` call, structure checked.
 
     Token ``i < len(slot_mapping)`` goes to slot ``slot_mapping[i]`` (block ``slot // block_size``,
     position ``slot % block_size``) of each cache; negative slots are padding.
@@ -194,7 +242,7 @@ class ReshapeAndCacheArgs:
     ----------
     layout : KvCacheCfg
         The caches' layout: ND ``[num_blocks, block_size, num_heads, head_size]`` or NZ
-        ``[num_blocks, num_heads * head_size // E, block_size, E]``.
+        ``[num_blocks, num_heads * head_size // E, block_size, E]``. :attr:`geometry` has the sizes.
     key : torch.Tensor
         ``[num_tokens, num_heads, head_size_k]``, ``key_cache.dtype``; any strides.
     value : torch.Tensor or None
@@ -207,6 +255,10 @@ class ReshapeAndCacheArgs:
         ``[n]`` int32/int64, ``n <= num_tokens``, on the host or on the caches' device.
     """
 
+    OPERATION: ClassVar[str] = "ReshapeAndCacheOperation"
+    FUNCTION: ClassVar[str] = "reshape_and_cache"
+    INDEX_FIELDS: ClassVar[tuple[str, ...]] = ("slot_mapping",)
+
     layout: KvCacheCfg
     key: torch.Tensor
     value: torch.Tensor | None
@@ -214,11 +266,55 @@ class ReshapeAndCacheArgs:
     value_cache: torch.Tensor | None
     slot_mapping: torch.Tensor
 
+    @functools.cached_property
+    def geometry(self) -> CacheGeometry:
+        """Block count, block size and row shapes, read off the caches by their layout."""
+        return geometry_of(self.layout, self.key_cache, self.value_cache)
 
-@dataclass(frozen=True)
+    @property
+    def device(self) -> torch.device:
+        """The data's device."""
+        return self.key_cache.device
+
+    def written(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(tokens, cache)`` per cache written: the key's, and the value's unless key-only."""
+        if self.value is None or self.value_cache is None:
+            return [(self.key, self.key_cache)]
+        return [(self.key, self.key_cache), (self.value, self.value_cache)]
+
+    def rows(self) -> Rows:
+        """The token rows of each data tensor (the absent ones of the key-only mode have none)."""
+        dim, what = self.geometry.row_dims
+        rows: Rows = {}
+        for (tokens, cache), name in zip(self.written(), ("key", "value")):
+            rows[name] = (tokens, 1, "token rows (dims 1, 2)")
+            rows[f"{name}_cache"] = (cache, dim, what)
+        return rows
+
+
+@dataclass(eq=False)
+class ReshapeAndCachePlan:
+    """A ``reshape_and_cache`` call with its slots checked.
+
+    Attributes
+    ----------
+    args : ReshapeAndCacheArgs
+        The call.
+    slots : list of int
+        ``[n]``, ``slot_mapping``'s values: each negative (padding: skipped) or below
+        ``num_blocks * block_size``; a slot named twice takes the later token.
+    """
+
+    args: ReshapeAndCacheArgs
+    slots: list[int]
+
+
+# ----------------------------------------------------------------------------- block_copy, copy_blocks, swap_blocks
+
+
+@dataclass(eq=False)
 class BlockCopyArgs:
-    """A ``block_copy`` or ``copy_blocks`` call in the form of :class:`KvCacheArgs`: structure checked,
-    values maybe not.
+    """A ``block_copy`` or ``copy_blocks`` call, structure checked.
 
     Destination ``j`` (``0 <= j < len(dst)``) takes source ``i``, the pair whose range
     ``[cum_sum[i-1], cum_sum[i])`` holds ``j`` (``cum_sum`` None: ``i = j``, one pair each), and
@@ -240,14 +336,23 @@ class BlockCopyArgs:
         destination per source (``copies == pairs``).
     """
 
+    OPERATION: ClassVar[str] = "BlockCopyOperation"
+    FUNCTION: ClassVar[str] = "block_copy"
+    INDEX_FIELDS: ClassVar[tuple[str, ...]] = ("src", "dst", "cum_sum")
+
     caches: tuple[torch.Tensor, ...]
     src: torch.Tensor
     dst: torch.Tensor
     cum_sum: torch.Tensor | None
 
+    @property
+    def device(self) -> torch.device:
+        """The caches' device (the host for a call without caches)."""
+        return self.caches[0].device if self.caches else torch.device("cpu")
 
-@dataclass(frozen=True)
-class BlockCopyCall:
+
+@dataclass(eq=False)
+class BlockCopyPlan:
     """A :class:`BlockCopyArgs` whose index values were read and checked, expanded per destination.
 
     Attributes
@@ -264,9 +369,10 @@ class BlockCopyCall:
     destinations: list[int]
 
 
-@dataclass(frozen=True)
-class SwapBlocksArgs:
-    """A checked ``swap_blocks`` call: block ``sources[i]`` of ``src`` to block ``destinations[i]`` of ``dst``.
+@dataclass(eq=False)
+class SwapBlocksPlan:
+    """A checked ``swap_blocks`` call: block ``sources[i]`` of ``src`` to block ``destinations[i]`` of ``dst``
+    (``block_mapping`` lives on the host, so its values are always read).
 
     Attributes
     ----------

@@ -48,7 +48,10 @@ from ..cpu_fallback.kv_cache import path as kv_cache_path
 from ..cpu_fallback.paged_cache_load import paths as paged_paths
 from ..cpu_fallback.reshape_and_cache import paths as write_paths
 from ..dispatch.policy import BACKEND_CHOICES, use_backend
-from ..rules import block_checks, checks
+from ..rules import block_copy as block_rules
+from ..rules import kv_cache as kv_rules
+from ..rules import paged_cache_load as load_rules
+from ..rules import reshape_and_cache as write_rules
 from . import reference
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -170,7 +173,7 @@ def _kv_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         offset = torch.full((w.batch,), w.tokens, dtype=torch.int32)
     else:
         offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
-    checked = checks.check_kv_cache(new_kv[0], 0, past, offset, seq_len)
+    checked = kv_rules.check(new_kv[0], 0, past, offset, seq_len)
 
     def loop() -> None:
         for layer, rows in enumerate(new_kv):
@@ -209,7 +212,7 @@ def _paged_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
                                        else (w.batch * w.tokens, row), dtype=dtype))
         sets.append((*caches, *outputs))
     key_cache, value_cache, key, value = sets[0]
-    checked = checks.check_paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
+    checked = load_rules.check(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
 
     def load(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=layout, key=key, value=value)
@@ -258,8 +261,7 @@ def _write_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
                                   for size in (w.head_size_k, w.head_size_v))                          # (no page faults)
         sets.append((key, value, key_cache, value_cache))
     key, value, key_cache, value_cache = sets[0]
-    args, checked = checks.reshape_and_cache(key, value, key_cache, value_cache, slots)
-    assert checked is not None
+    checked = write_rules.check(key, value, key_cache, value_cache, slots)
 
     def loop() -> None:
         for k, v, k_cache, v_cache in sets:
@@ -270,9 +272,9 @@ def _write_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         loop=loop,
         single=lambda: reshape_and_cache(key, value, key_cache, value_cache, slots),
         reference=lambda: reference.reshape_and_cache(key, value, key_cache, value_cache, slots),
-        prevalidated=lambda: fallback.reshape_and_cache(args, checked),
+        prevalidated=lambda: fallback.reshape_and_cache(checked),
         bytes_moved=bytes_moved,
-        path="/".join(sorted(set(write_paths(args)))),
+        path="/".join(sorted(set(write_paths(checked.args)))),
     )
 
 
@@ -291,8 +293,7 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     mapping = torch.stack([src, dst], dim=1)
     keys, values = [k for k, _ in sets], [v for _, v in sets]
     first_key, first_value = sets[0]
-    _, checked = block_checks.block_copy(first_key, first_value, src, dst, cum_sum)
-    assert checked is not None
+    checked = block_rules.block_copy_plan(block_rules.block_copy_args(first_key, first_value, src, dst, cum_sum))
 
     def loop() -> None:
         if w.kind == "copy-blocks":
@@ -450,7 +451,7 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[
     flat_k, flat_v = (c.view(-1, write.heads * write.head_size_k) for c in (key_cache, value_cache))
     single: dict[str, Callable[[], object]] = {
         "public kv_cache": lambda: kv_cache(new_kv, 0, past, offset, seq_len),  # auto: as users call it
-        "checks only": lambda: checks.check_kv_cache(new_kv, 0, past, offset, seq_len),
+        "checks only": lambda: kv_rules.check(new_kv, 0, past, offset, seq_len),
         "bare index_copy_": lambda: flat.index_copy_(0, rows, new_kv),
         "public reshape_and_cache": lambda: reshape_and_cache(new_k, new_v, key_cache, value_cache, slots),
         "bare index_copy_ x2": lambda: (flat_k.index_copy_(0, slot_rows, new_k.view(write.batch, -1)),

@@ -8,8 +8,8 @@ import torch
 from ..api.block_ops import block_copy, copy_blocks, swap_blocks
 from ..api.layout import nd_to_nz
 from ..dispatch import policy
-from ..operators import block_library
-from ..rules import block_checks
+from ..operators import run as running
+from ..rules import block_copy as block_rules
 from . import reference
 from .demo import Scenario, _payload
 
@@ -40,7 +40,7 @@ def fork_scenario(name: str, sequences: int, beams: int, *, block_size: int, hea
         return expected[0], expected[1]
 
     return Scenario(name, "BlockCopyOperation", run=run, reference=check,
-                    decide=lambda: block_library.decision(block_checks.block_copy(*args)[0]),
+                    decide=lambda: running.decision(block_rules.block_copy_args(*args)),
                     bytes_moved=2 * dst.numel() * (key_cache[0].nbytes + value_cache[0].nbytes))
 
 
@@ -64,7 +64,7 @@ def layers_scenario(name: str, layers: int, pairs: int, *, block_size: int, head
         return (expected,)
 
     return Scenario(name, "BlockCopyOperation", run=run, reference=check,
-                    decide=lambda: block_library.decision(block_checks.copy_blocks(keys, values, mapping)[0]),
+                    decide=lambda: running.decision(block_rules.copy_blocks_args(keys, values, mapping)),
                     bytes_moved=2 * pairs * 2 * layers * buf[0, 0, 0].nbytes)
 
 
@@ -90,7 +90,7 @@ def offload_scenario(name: str, blocks: int, *, block_size: int, heads: int = 8,
         return expected_cache, expected_host
 
     def decide() -> policy.Decision:
-        block_checks.swap_blocks(cache, host, out)
+        block_rules.swap_blocks(cache, host, out)
         return policy.Decision("swap_blocks", policy.requested_backend(), "copies",
                                "swap_blocks moves blocks with the runtime's copies (a gather, one copy, a scatter) "
                                "on every backend", str(cache.device))

@@ -16,8 +16,10 @@ from ..api.layout import nd_to_nz
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
 from ..dispatch import device, policy
-from ..operators import library
-from ..rules import checks
+from ..operators import run as running
+from ..rules import kv_cache as kv_rules
+from ..rules import paged_cache_load as load_rules
+from ..rules import reshape_and_cache as write_rules
 from . import reference
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
@@ -57,7 +59,7 @@ def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.d
         name, "KVCacheOperation",
         run=lambda: (kv_cache(*args),),
         reference=lambda: (reference.kv_cache(new_kv, layers - 1, expected, *args[3:]),),
-        decide=lambda: library.decision(checks.kv_cache_args(*args)),
+        decide=lambda: running.decision(kv_rules.args(*args)),
         bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
     )
 
@@ -95,7 +97,7 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
         run=lambda: paged_cache_load(*args, **kwargs),
         reference=lambda: reference.paged_cache_load(*args, **{k: v for k, v in kwargs.items()
                                                               if k not in ("key", "value")}),
-        decide=lambda: library.decision(checks.paged_cache_load(*args, **kwargs)[0]),
+        decide=lambda: running.decision(load_rules.args(*args, **kwargs)),
         bytes_moved=2 * sum(lens) * token_bytes,
         run_into=None if give_outputs else lambda: paged_cache_load(*args, **kwargs, key=key_out, value=value_out),
     )
@@ -134,7 +136,7 @@ def write_scenario(name: str, lens: list[int], layout: str, *, heads: int = 8, h
         name, "ReshapeAndCacheOperation",
         run=lambda: written(reshape_and_cache(*args, kv_cache_cfg=layout)),
         reference=lambda: written(reference.reshape_and_cache(*expected, kv_cache_cfg=layout)),
-        decide=lambda: library.decision(checks.reshape_and_cache(*args, kv_cache_cfg=layout)[0]),
+        decide=lambda: running.decision(write_rules.args(*args, kv_cache_cfg=layout)),
         bytes_moved=2 * len(slots) * heads * (head_k + (head_v or 0)) * dtype.itemsize,
     )
 

@@ -1,11 +1,12 @@
 """The rules of ``block_copy``, ``copy_blocks`` and ``swap_blocks`` (docs/semantics.md, "block_copy").
 
-The same two halves as :mod:`ascend_kv.rules.checks`, whose generic rules they use: what needs no index
-values (types, dtypes, ranks, shapes, devices, aliasing) runs on every call; the value rules
-(blocks in range, ``cum_sum`` running ends, no block both a source and a destination, no
-destination twice) run when the index tensors are on the host, or with full validation. They
-test whole lists at C speed (``min``, ``max``, ``set``, ``map``) and look for the entry to name
-only once a rule is broken. Nothing is written here.
+The same two steps as every operation (:mod:`ascend_kv.rules.forms`): structure ->
+:class:`BlockCopyArgs` (types, dtypes, ranks, shapes, devices, aliasing), run on every call; index
+values -> :class:`BlockCopyPlan` (blocks in range, ``cum_sum`` running ends, no block both a
+source and a destination, no destination twice), run when the index tensors are on the host, or
+with full validation. The value rules test whole lists at C speed (``min``, ``max``, ``set``,
+``map``) and look for the entry to name only once a rule is broken. ``swap_blocks`` takes its
+mapping on the host, so it is checked in one step. Nothing is written here.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from . import checks
-from .dtypes import CACHE_DTYPES
-from .forms import BlockCopyArgs, BlockCopyCall, SwapBlocksArgs
+from . import common, memory
+from .dtypes import CACHE_DTYPES, INDEX_DTYPES
+from .forms import BlockCopyArgs, BlockCopyPlan, SwapBlocksPlan
 
 _CACHE_DOC = ("a tensor [num_blocks, ...] of at least 2 dimensions (ND [num_blocks, block_size, num_heads, "
               "head_size] or NZ [num_blocks, T // E, block_size, E])")
@@ -28,11 +29,11 @@ _Namer = Callable[[int], str]
 
 
 def _cache(name: str, value: object, meta: bool) -> torch.Tensor:
-    cache = checks.require_tensor(name, value, allow_meta=meta)
-    checks.require_dtype(name, cache, CACHE_DTYPES)
+    cache = common.require_tensor(name, value, allow_meta=meta)
+    common.require_dtype(name, cache, CACHE_DTYPES)
     if cache.dim() < 2:
         raise ValueError(f"{name} must be {_CACHE_DOC}, got shape {tuple(cache.shape)}")
-    checks.require_writable(name, cache)
+    common.require_writable(name, cache)
     return cache
 
 
@@ -44,20 +45,20 @@ def _require_caches_apart(caches: dict[str, torch.Tensor]) -> None:
     about one comparison each.
     """
     order = {name: k for k, name in enumerate(caches)}                   # errors name the earlier argument first
-    spans = sorted((checks.memory_span(t), name) for name, t in caches.items() if t.numel())
+    spans = sorted((memory.memory_span(t), name) for name, t in caches.items() if t.numel())
     for k, ((_, end), name) in enumerate(spans):
         for (other_first, _), other in spans[k + 1:]:
             if other_first >= end:
                 break
             first, second = sorted((name, other), key=order.__getitem__)
-            checks.require_separate_outputs(first, caches[first], second, caches[second])
+            memory.require_separate_outputs(first, caches[first], second, caches[second])
 
 
 def _named_caches(pairs: Sequence[tuple[str, object]], meta: bool) -> dict[str, torch.Tensor]:
     """The caches checked one by one, then together: one device, one ``num_blocks``."""
     caches = {name: _cache(name, value, meta) for name, value in pairs}
     if caches:
-        checks.require_same_device(caches)
+        common.require_same_device(caches)
         (first_name, first), *rest = caches.items()
         for name, cache in rest:
             if cache.shape[0] != first.shape[0]:
@@ -115,52 +116,41 @@ def _expanded_sources(sources: list[int], cum_sum: list[int], copies: int) -> li
     return expanded
 
 
-def block_copy(
-    key_cache: object,
-    value_cache: object,
-    src_block_indices: object,
-    dst_block_indices: object,
-    cum_sum: object,
-    *,
-    read_values: bool = True,
-    shapes_only: bool = False,
-) -> tuple[BlockCopyArgs, BlockCopyCall | None]:
-    """Validate a ``block_copy`` call; see :func:`ascend_kv.block_copy`.
+def block_copy_args(key_cache: object, value_cache: object, src_block_indices: object, dst_block_indices: object,
+                    cum_sum: object, *, shapes_only: bool = False) -> BlockCopyArgs:
+    """The rules of a ``block_copy`` call that need no index values; see :func:`ascend_kv.block_copy`.
 
-    Returns the checked call and, with ``read_values``, its copies (index values read to the
-    host, one transfer for device tensors). ``shapes_only``: fake or meta tensors (the
-    memory-sharing rules are skipped, meta tensors allowed when ``key_cache`` is one).
+    ``shapes_only``: fake or meta tensors (the memory-sharing rules are skipped, meta tensors
+    allowed when ``key_cache`` is one).
     """
     meta = shapes_only and isinstance(key_cache, torch.Tensor) and key_cache.is_meta
     named = [("key_cache", key_cache)] + ([] if value_cache is None else [("value_cache", value_cache)])
     caches = _named_caches(named, meta)
-    src = checks.index_tensor("src_block_indices", src_block_indices, allow_meta=meta)
-    dst = checks.index_tensor("dst_block_indices", dst_block_indices, allow_meta=meta)
-    ends = checks.index_tensor("cum_sum", cum_sum, allow_meta=meta)
-    checks.require_entries("cum_sum", ends, src.shape[0], "one running end per source, len(src_block_indices)")
-    checks.require_index_devices(caches["key_cache"].device,
+    src = common.index_tensor("src_block_indices", src_block_indices, allow_meta=meta)
+    dst = common.index_tensor("dst_block_indices", dst_block_indices, allow_meta=meta)
+    ends = common.index_tensor("cum_sum", cum_sum, allow_meta=meta)
+    common.require_entries("cum_sum", ends, src.shape[0], "one running end per source, len(src_block_indices)")
+    common.require_index_devices(caches["key_cache"].device,
                                  {"src_block_indices": src, "dst_block_indices": dst, "cum_sum": ends})
     if not shapes_only:
         _require_caches_apart(caches)
-    args = BlockCopyArgs(tuple(caches.values()), src, dst, ends)
-    if not read_values:
-        return args, None
-    sources, destinations, running_ends = checks.host_values([src, dst, ends])
+    return BlockCopyArgs(tuple(caches.values()), src, dst, ends)
+
+
+def block_copy_plan(args: BlockCopyArgs) -> BlockCopyPlan:
+    """The rules of a ``block_copy`` call on its index values (read to the host, one transfer at most),
+    its copies expanded per destination."""
+    assert args.cum_sum is not None, "a block_copy call has cum_sum"
+    sources, destinations, running_ends = common.host_values([args.src, args.dst, args.cum_sum])
     expanded = _expanded_sources(sources, running_ends, len(destinations))
     _pair_rules(lambda i: f"src_block_indices[{i}]", lambda j: f"dst_block_indices[{j}]", sources, destinations,
-                caches["key_cache"].shape[0])
-    return args, BlockCopyCall(args, expanded, destinations)
+                args.caches[0].shape[0])
+    return BlockCopyPlan(args, expanded, destinations)
 
 
-def copy_blocks(
-    key_caches: object,
-    value_caches: object,
-    block_mapping: object,
-    *,
-    read_values: bool = True,
-    shapes_only: bool = False,
-) -> tuple[BlockCopyArgs, BlockCopyCall | None]:
-    """Validate a ``copy_blocks`` call; see :func:`ascend_kv.copy_blocks`. Returns as :func:`block_copy`."""
+def copy_blocks_args(key_caches: object, value_caches: object, block_mapping: object, *,
+                     shapes_only: bool = False) -> BlockCopyArgs:
+    """The rules of a ``copy_blocks`` call that need no index values; see :func:`ascend_kv.copy_blocks`."""
     layers = _cache_list("key_caches", key_caches)
     values = _cache_list("value_caches", value_caches)
     if values and len(values) != len(layers):
@@ -170,42 +160,48 @@ def copy_blocks(
     named = [(f"key_caches[{i}]", c) for i, c in enumerate(layers)] + [
         (f"value_caches[{i}]", c) for i, c in enumerate(values)]
     caches = _named_caches(named, meta)
-    mapping = checks.require_tensor("block_mapping", block_mapping, allow_meta=meta)
-    checks.require_dtype("block_mapping", mapping, checks.INDEX_DTYPES)
+    mapping = _block_mapping(block_mapping, meta)
+    if caches:
+        common.require_index_devices(next(iter(caches.values())).device, {"block_mapping": mapping})
+    if not shapes_only:
+        _require_caches_apart(caches)
+    return BlockCopyArgs(tuple(caches.values()), mapping[:, 0], mapping[:, 1], None)
+
+
+def copy_blocks_plan(args: BlockCopyArgs) -> BlockCopyPlan:
+    """The rules of a ``copy_blocks`` call on its pairs (read to the host, one transfer at most)."""
+    sources, destinations = common.host_values([args.src, args.dst])
+    if args.caches:
+        _pair_rules(lambda i: f"block_mapping[{i}, 0]", lambda j: f"block_mapping[{j}, 1]", sources, destinations,
+                    args.caches[0].shape[0])
+    return BlockCopyPlan(args, sources, destinations)
+
+
+def _block_mapping(value: object, meta: bool) -> torch.Tensor:
+    """vLLM's ``[n, 2]`` (src, dst) pairs, structure checked."""
+    mapping = common.require_tensor("block_mapping", value, allow_meta=meta)
+    common.require_dtype("block_mapping", mapping, INDEX_DTYPES)
     if mapping.dim() != 2 or mapping.shape[1] != 2:
         raise ValueError(f"block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape "
                          f"{tuple(mapping.shape)}")
-    if caches:
-        checks.require_index_devices(next(iter(caches.values())).device, {"block_mapping": mapping})
-    if not shapes_only:
-        _require_caches_apart(caches)
-    args = BlockCopyArgs(tuple(caches.values()), mapping[:, 0], mapping[:, 1], None)
-    if not read_values:
-        return args, None
-    (flat,) = checks.host_values([mapping])
-    sources, destinations = flat[0::2], flat[1::2]
-    if caches:
-        _pair_rules(lambda i: f"block_mapping[{i}, 0]", lambda j: f"block_mapping[{j}, 1]", sources, destinations,
-                    next(iter(caches.values())).shape[0])
-    return args, BlockCopyCall(args, sources, destinations)
+    return mapping
 
 
 def _cache_list(name: str, value: object) -> list[object]:
     if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{name} must be a list of tensors (one per layer), got {checks._describe(value)}")
+        raise TypeError(f"{name} must be a list of tensors (one per layer), got {common.describe(value)}")
     return list(value)
 
 
-def swap_blocks(src: object, dst: object, block_mapping: object, *, shapes_only: bool = False,
-                read_values: bool = True) -> SwapBlocksArgs:
+def swap_blocks(src: object, dst: object, block_mapping: object, *, shapes_only: bool = False) -> SwapBlocksPlan:
     """Validate a ``swap_blocks`` call; see :func:`ascend_kv.swap_blocks`.
 
-    ``block_mapping`` lives on the host, so its values are always read (without ``read_values``,
-    for fake tensors, the returned lists are empty).
+    ``block_mapping`` lives on the host, so its values are always read, except with
+    ``shapes_only`` (fake or meta tensors), which returns empty lists.
     """
     meta = shapes_only and isinstance(src, torch.Tensor) and src.is_meta
-    source = checks.require_tensor("src", src, allow_meta=meta)
-    checks.require_dtype("src", source, CACHE_DTYPES)
+    source = common.require_tensor("src", src, allow_meta=meta)
+    common.require_dtype("src", source, CACHE_DTYPES)
     target = _cache("dst", dst, meta)
     if source.dim() < 2:
         raise ValueError(f"src must be {_CACHE_DOC}, got shape {tuple(source.shape)}")
@@ -214,20 +210,15 @@ def swap_blocks(src: object, dst: object, block_mapping: object, *, shapes_only:
     if tuple(source.shape[1:]) != tuple(target.shape[1:]):
         raise ValueError(f"dst.shape[1:] (one block) = {tuple(target.shape[1:])} must equal src.shape[1:] = "
                          f"{tuple(source.shape[1:])}")
-    mapping = checks.require_tensor("block_mapping", block_mapping, allow_meta=meta)
-    checks.require_dtype("block_mapping", mapping, checks.INDEX_DTYPES)
-    if mapping.dim() != 2 or mapping.shape[1] != 2:
-        raise ValueError(f"block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape "
-                         f"{tuple(mapping.shape)}")
+    mapping = _block_mapping(block_mapping, meta)
     if not mapping.is_cpu and not meta:
         raise ValueError(f"block_mapping must be on the host (cpu), as vLLM keeps it, got {mapping.device}")
-    if not shapes_only:
-        checks.require_apart("dst", target, {"src": source})
-    if not read_values:
-        return SwapBlocksArgs(source, target, [], [])
-    (flat,) = checks.host_values([mapping])
+    if shapes_only:
+        return SwapBlocksPlan(source, target, [], [])
+    memory.require_apart("dst", target, {"src": source})
+    (flat,) = common.host_values([mapping])
     sources, destinations = flat[0::2], flat[1::2]
     _require_in_range(lambda i: f"block_mapping[{i}, 0]", sources, source.shape[0], "src holds")
     _require_in_range(lambda i: f"block_mapping[{i}, 1]", destinations, target.shape[0], "dst holds")
     _require_distinct(lambda j: f"block_mapping[{j}, 1]", destinations)
-    return SwapBlocksArgs(source, target, sources, destinations)
+    return SwapBlocksPlan(source, target, sources, destinations)

@@ -1,0 +1,57 @@
+"""Structure checks remembered per call signature: a repeated call pays one dictionary look-up.
+
+The structure rules of a call depend only on what its signature holds: per tensor its dtype,
+sizes, strides, device, ``requires_grad`` and whether it is an inference tensor; the non-tensor
+arguments; and whether inference mode is on. In a serving loop the signatures repeat every step
+(per layer, per phase), so :class:`Memo` keeps what the rules derived from each (never a tensor)
+and runs them again only for a signature it has not seen. A call that raises is not remembered.
+Addresses are not in the signature: the aliasing rules run on every call (:mod:`.memory`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+import torch
+
+#: Signatures remembered per operation before the memo starts afresh (a serving loop has a few dozen).
+LIMIT = 4096
+
+_Result = TypeVar("_Result")
+
+
+def signature(arguments: tuple[object, ...]) -> Hashable:
+    """What the structure rules of a call with these arguments depend on."""
+    return (*[(a.dtype, a.shape, a.stride(), a.device, a.requires_grad, a.is_inference())
+              if isinstance(a, torch.Tensor) else a for a in arguments], torch.is_inference_mode_enabled())
+
+
+class Memo(Generic[_Result]):
+    """``check(*arguments)`` remembered by :func:`signature`; ``check`` must depend on nothing else.
+
+    Arguments a signature cannot hold (sparse tensors, which have no strides; unhashable values)
+    are checked afresh every time, so ``check`` gives its error.
+    """
+
+    def __init__(self, check: Callable[..., _Result]) -> None:
+        self._check = check
+        self._results: dict[Hashable, _Result] = {}
+
+    def __call__(self, *arguments: object) -> _Result:
+        try:
+            key = signature(arguments)
+            return self._results[key]
+        except KeyError:
+            pass
+        except (RuntimeError, TypeError):  # no signature: check afresh
+            return self._check(*arguments)
+        result = self._check(*arguments)
+        if len(self._results) >= LIMIT:
+            self._results.clear()
+        self._results[key] = result
+        return result
+
+    def clear(self) -> None:
+        """Forget every signature (for tests of the rules themselves)."""
+        self._results.clear()

@@ -1,0 +1,226 @@
+"""The rules of ``paged_cache_load`` (docs/semantics.md, "paged_cache_load"): structure ->
+:class:`PagedLoadArgs`, index values -> :class:`PagedLoadPlan`.
+
+The outputs are the operator's to allocate (:mod:`ascend_kv.operators.library`), after every
+rule has passed: :func:`args` takes them given or None, :func:`plan` says how many rows they need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import common, memory
+from .dtypes import CACHE_DTYPES
+from .forms import PagedLoadArgs, PagedLoadPlan
+from .geometry import NZ, CacheGeometry, kv_cache_cfg_argument, read_geometry
+from .memo import Memo
+
+
+@dataclass(frozen=True)
+class _Structure:
+    """What the structure rules derive from a call's signature."""
+
+    geometry: CacheGeometry
+    extents: tuple[int, int, int, int]  #: :func:`.memory.extent` of key_cache, value_cache, key, value (0: absent)
+
+
+def _structure(key_cache: object, value_cache: object, block_table: object, context_lens: object,
+               kv_cache_cfg: object, cumsum: object, seq_starts: object, key: object, value: object,
+               zero_fill: object, shapes_only: bool = False) -> _Structure:
+    """Every rule that needs no index value and no address. ``shapes_only``: fake or meta tensors
+    (meta tensors allowed when ``key_cache`` is one)."""
+    layout = kv_cache_cfg_argument(kv_cache_cfg)
+    cumsum = common.bool_argument("cumsum", cumsum)
+    common.bool_argument("zero_fill", zero_fill)
+    meta = shapes_only and isinstance(key_cache, torch.Tensor) and key_cache.is_meta
+    key_cache = common.require_tensor("key_cache", key_cache, allow_meta=meta)
+    value_cache = common.require_tensor("value_cache", value_cache, allow_meta=meta)
+    common.require_dtype("key_cache", key_cache, CACHE_DTYPES)
+    common.require_dtype("value_cache", value_cache, CACHE_DTYPES)
+    if layout == NZ and cumsum:
+        raise ValueError("cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    if layout == NZ and seq_starts is not None:
+        raise ValueError("seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND")
+    geometry = read_geometry(layout, key_cache, value_cache)
+    table = common.index_tensor("block_table", block_table, ndim=2, allow_meta=meta)
+    lens = common.index_tensor("context_lens", context_lens, allow_meta=meta)
+    batch = table.shape[0]
+    if cumsum:
+        common.require_entries("context_lens", lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]")
+    else:
+        common.require_entries("context_lens", lens, batch, "batch = block_table.shape[0]")
+    starts = None
+    if seq_starts is not None:
+        starts = common.index_tensor("seq_starts", seq_starts, allow_meta=meta)
+        common.require_entries("seq_starts", starts, batch, "batch = block_table.shape[0]")
+    outputs = {name: out for name, out in (("key", key), ("value", value)) if isinstance(out, torch.Tensor)}
+    device = common.require_same_device({"key_cache": key_cache, "value_cache": value_cache, **outputs})
+    common.require_index_devices(device, {"block_table": table, "context_lens": lens, "seq_starts": starts})
+    for name, out, cache, row in (("key", key, key_cache, geometry.key_row), ("value", value, value_cache, geometry.value_row)):
+        if out is not None:
+            out = common.require_tensor(name, out, allow_meta=meta)
+            _require_output(name, out, cache, row, lambda: None if shapes_only else _rows_on_host(lens, cumsum))
+    if shapes_only:
+        return _Structure(geometry, (0, 0, 0, 0))
+    extents = [memory.extent(t) for t in (key_cache, value_cache)]
+    extents += [memory.extent(t) if isinstance(t, torch.Tensor) else 0 for t in (key, value)]
+    return _Structure(geometry, tuple(extents))  # type: ignore[arg-type]
+
+
+def _require_output(name: str, out: torch.Tensor, cache: torch.Tensor, row: tuple[int, ...],
+                    rows: Callable[[], int | None]) -> None:
+    """The rules of a given output that need no index value (its row count is checked by :func:`plan`;
+    ``rows()``, the rows it needs when known, is only for the message)."""
+    if out.dtype != cache.dtype:
+        raise TypeError(f"{name}.dtype must equal {name}_cache.dtype = {cache.dtype}, got {out.dtype}")
+    if tuple(out.shape[1:]) != row or out.dim() != 1 + len(row):
+        raise ValueError(f"{name} must have shape {_output_shape_doc(row, rows())}, got {tuple(out.shape)}")
+    common.require_writable(name, out)
+
+
+def _rows_on_host(context_lens: torch.Tensor, cumsum: bool) -> int | None:
+    """The rows the outputs need, when ``context_lens`` is on the host and valid; else None."""
+    if not context_lens.is_cpu:
+        return None
+    values: list[int] = context_lens.tolist()
+    if min(values, default=0) < 0 or (cumsum and not values):
+        return None
+    return values[-1] if cumsum else sum(values)
+
+
+def _output_shape_doc(row: tuple[int, ...], rows: int | None) -> str:
+    return f"[rows{'' if rows is None else f' >= {rows}'}, {', '.join(map(str, row))}]"
+
+
+_structures = Memo(_structure)
+
+
+def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+         *, kv_cache_cfg: object = NZ, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+         key: torch.Tensor | None = None, value: torch.Tensor | None = None, zero_fill: bool = False,
+         shapes_only: bool = False) -> PagedLoadArgs:
+    """The rules of a ``paged_cache_load`` call that need no index values; see
+    :func:`ascend_kv.paged_cache_load`. ``key``/``value``: the outputs, or None to allocate.
+
+    ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing
+    rules are skipped, and meta tensors are allowed when ``key_cache`` is one.
+    """
+    arguments = (key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
+                 zero_fill)
+    if shapes_only:
+        structure = _structure(*arguments, True)
+    else:
+        structure = _structures(*arguments)
+        _require_outputs_apart(key_cache, value_cache, key, value, structure.extents)
+    args = PagedLoadArgs(structure.geometry.layout, key_cache, value_cache, block_table, context_lens, seq_starts,
+                         bool(cumsum), key, value, bool(zero_fill))
+    args.geometry = structure.geometry  # checked, so the Args need not read it again
+    return args
+
+
+def _require_outputs_apart(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor | None,
+                           value: torch.Tensor | None, extents: tuple[int, int, int, int]) -> None:
+    """Each given output apart from both caches, and the two outputs apart (full rules only where ranges meet)."""
+    key_cache_extent, value_cache_extent, key_extent, value_extent = extents
+    caches = ((key_cache, key_cache_extent), (value_cache, value_cache_extent))
+    for name, out, extent in (("key", key, key_extent), ("value", value, value_extent)):
+        if out is not None and any(memory.ranges_meet(out, extent, cache, cache_extent) for cache, cache_extent in caches):
+            memory.require_apart(name, out, {"key_cache": key_cache, "value_cache": value_cache})
+    if key is not None and value is not None and memory.ranges_meet(key, key_extent, value, value_extent):
+        memory.require_separate_outputs("key", key, "value", value)
+
+
+def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tuple[list[int], list[int]]:
+    """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode (entry counts checked)."""
+    common.require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
+    if cumsum:
+        lens = list(map(operator.sub, context_lens[1:], context_lens[:-1]))
+        if min(lens, default=0) < 0:
+            i = [n < 0 for n in lens].index(True) + 1
+            raise ValueError(
+                f"context_lens[{i}] = {context_lens[i]} is smaller than context_lens[{i - 1}] = "
+                f"{context_lens[i - 1]}: cumulative lengths must be non-decreasing"
+            )
+        return lens, context_lens[:-1]
+    return context_lens, common.exclusive_prefix_sum(context_lens)
+
+
+def _needed_block_table(table: torch.Tensor, table_values: list[int] | None, lens: list[int], first_column: list[int],
+                        geometry: CacheGeometry) -> tuple[list[list[int]], list[int]]:
+    """The block table's columns up to the furthest one a token needs ``[batch][columns]``, and the
+    entries tokens need, in output order ``[blocks read]``.
+
+    ``table_values``: the table's values, already read (a device table), or None to read only
+    the needed columns of a host table. ``ValueError`` unless every entry a token needs exists
+    and is a valid block id; entries no token needs are ignored (``-1`` padding is fine).
+    """
+    batch, max_blocks = table.shape
+    block_size, num_blocks = geometry.block_size, geometry.num_blocks
+    last_column = [first + -(-n // block_size) for first, n in zip(first_column, lens)]  # one past the last needed
+    fits = [last <= max_blocks for last in last_column]
+    if not all(fits):
+        b = fits.index(False)
+        raise ValueError(
+            f"block_table has {max_blocks} columns, but batch entry {b} needs columns "
+            f"{first_column[b]}..{last_column[b] - 1} ({lens[b]} tokens from column "
+            f"{first_column[b]}, block_size {block_size})"
+        )
+    columns = max(last_column, default=0)
+    if table_values is not None:
+        rows = [table_values[b * max_blocks : b * max_blocks + columns] for b in range(batch)]
+    else:
+        rows = (table if columns == max_blocks else table.narrow(1, 0, columns)).tolist()
+    needed = list(itertools.chain.from_iterable(map(operator.getitem, rows, map(slice, first_column, last_column))))
+    if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
+        b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
+                    for c in range(first, last) if not 0 <= rows[b][c] < num_blocks)
+        raise ValueError(
+            f"block_table[{b}, {c}] = {rows[b][c]} is outside [0, {num_blocks}) (num_blocks = key_cache.shape[0])"
+        )
+    return rows, needed
+
+
+def plan(args: PagedLoadArgs) -> PagedLoadPlan:
+    """The rules of a ``paged_cache_load`` call on its index values, read to the host (one transfer at
+    most), and the rows its outputs need. With ``zero_fill`` block-table entries are not checked
+    (tokens with a missing column or an invalid block id load zeros): the plan's ``block_table``
+    and ``blocks`` are then empty, and only the backends that take the Args run it."""
+    table = args.block_table
+    batch = table.shape[0]
+    read_table = not table.is_cpu and not args.zero_fill  # a host table is read column by column, as needed
+    optional = [t for t in (args.seq_starts, table if read_table else None) if t is not None]
+    lens_given, *read = common.host_values([args.context_lens, *optional])
+    starts = read.pop(0) if args.seq_starts is not None else None
+    table_values = read.pop(0) if read_table else None
+    lens, out_start = _lengths_and_starts(lens_given, batch, args.cumsum)
+    if starts is None:
+        first_column = [0] * batch
+    else:
+        common.require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
+        first_column = [s // args.geometry.block_size for s in starts]
+    end_row = lens_given[-1] if args.cumsum else sum(lens)  # cumsum: context_lens[-1] rows, even with batch 0
+    if end_row > common.INT32_MAX:
+        raise ValueError(
+            f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit "
+            f"{common.INT32_MAX}"
+        )
+    rows: list[list[int]] = []
+    blocks: list[int] = []
+    if not args.zero_fill:
+        rows, blocks = _needed_block_table(table, table_values, lens, first_column, args.geometry)
+    for name, out, row in (("key", args.key, args.geometry.key_row), ("value", args.value, args.geometry.value_row)):
+        if out is not None and out.shape[0] < end_row:
+            raise ValueError(f"{name} must have shape {_output_shape_doc(row, end_row)}, got {tuple(out.shape)}")
+    return PagedLoadPlan(args, rows, blocks, lens, out_start, first_column, end_row)
+
+
+def check(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
+          **options: object) -> PagedLoadPlan:
+    """Every rule of a ``paged_cache_load`` call into given outputs (``key=``, ``value=``), values
+    included; see :func:`ascend_kv.paged_cache_load`."""
+    return plan(args(key_cache, value_cache, block_table, context_lens, **options))  # type: ignore[arg-type]
