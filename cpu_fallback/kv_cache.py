@@ -16,10 +16,14 @@ Paths, chosen in this order (the fastest first; docs/benchmarks.md has the measu
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
 from ascend_kv.rules.forms import KvCacheArgs, KvCachePlan
+from ascend_kv.rules.memo import derived
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
@@ -38,18 +42,43 @@ SLICE_MIN_ROWS = 20
 
 def path(plan: KvCachePlan) -> str:
     """The name of the path :func:`kv_cache` takes for ``plan``."""
-    past, new_kv = plan.args.past, plan.args.new_kv
-    if (
-        native.usable(new_kv, past)
-        and new_kv.stride(1) == 1                                                # rows contiguous
-        and past.stride(3) == 1                                                  # rows contiguous (checks: elements apart)
-    ):
+    if _native_steps(plan.args) is not None:
         return "native"
     if plan.ntokens >= SLICE_MIN_ROWS * (len(plan.seq_len) - plan.seq_len.count(0)):
         return "slices"
-    if merged_rows(past[plan.layer_id]) is not None:
+    if merged_rows(plan.args.past[plan.layer_id]) is not None:
         return "rows"
     return "scatter"
+
+
+class _NativeSteps(NamedTuple):
+    """The copier's byte steps for a call's tensors (a function of their structure)."""
+
+    layer: int    #: one layer of ``past``
+    entry: int    #: one batch entry of ``past``
+    row: int      #: one position of ``past``
+    src: int      #: one row of ``new_kv``
+    item: int     #: one row's bytes
+
+
+_NATIVE_STEPS: dict[Hashable, _NativeSteps | None] = {}
+
+
+def _native_steps(args: KvCacheArgs) -> _NativeSteps | None:
+    """The copier's steps when it can take the call (host tensors, the copier built, rows contiguous;
+    checks: ``past``'s elements apart), else None; what the structure decides is remembered per call signature."""
+    if not native.AVAILABLE:
+        return None
+    return derived(_NATIVE_STEPS, args.signature, lambda: _derive_native_steps(args))
+
+
+def _derive_native_steps(args: KvCacheArgs) -> _NativeSteps | None:
+    past, new_kv = args.past, args.new_kv
+    if not (native.usable(new_kv, past) and new_kv.stride(1) == 1 and past.stride(3) == 1):
+        return None
+    size = past.element_size()
+    layer, entry, row, _ = (stride * size for stride in past.stride())
+    return _NativeSteps(layer, entry, row, new_kv.stride(0) * size, past.shape[3] * size)
 
 
 def kv_cache(plan: KvCachePlan) -> None:
@@ -61,11 +90,12 @@ def kv_cache(plan: KvCachePlan) -> None:
     """
     if plan.ntokens == 0:
         return
+    steps = _native_steps(plan.args)
+    if steps is not None:
+        _native(plan, steps)
+        return
     args = bit_views(plan.args)
     way = path(plan)
-    if way == "native":
-        _native(plan, args)
-        return
     layer = args.past[plan.layer_id]                                             # [batch, max_seq_len, hidden]
     runs = kv_runs(plan)
     if way == "slices":
@@ -84,16 +114,13 @@ def kv_cache(plan: KvCachePlan) -> None:
         layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), args.new_kv)
 
 
-def _native(plan: KvCachePlan, args: KvCacheArgs) -> None:
+def _native(plan: KvCachePlan, steps: _NativeSteps) -> None:
     """One run per batch entry, empty ones included (the copier skips them): the metadata as it is."""
-    past, new_kv = args.past, args.new_kv
-    size = past.element_size()
-    layer_step, entry_step, row_step, _ = (stride * size for stride in past.stride())
-    src_step = new_kv.stride(0) * size
+    args = plan.args
     native.copy_runs(
-        new_kv.data_ptr(), past.data_ptr() + plan.layer_id * layer_step, plan.read_start, plan.write_start,
-        plan.seq_len, index_steps=(src_step, row_step), run_step=entry_step, item_bytes=past.shape[3] * size,
-        steps=(src_step, row_step), stream_min_bytes=STREAM_MIN_BYTES,
+        args.new_kv.data_ptr(), args.past.data_ptr() + plan.layer_id * steps.layer, plan.read_start,
+        plan.write_start, plan.seq_len, index_steps=(steps.src, steps.row), run_step=steps.entry,
+        item_bytes=steps.item, steps=(steps.src, steps.row), stream_min_bytes=STREAM_MIN_BYTES,
     )
 
 

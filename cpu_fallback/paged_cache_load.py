@@ -19,11 +19,14 @@ Each cache is gathered into its output on its own, by the first path that applie
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
+from typing import NamedTuple
 
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
-from ascend_kv.rules.forms import PagedLoadPlan
+from ascend_kv.rules.forms import PagedLoadArgs, PagedLoadPlan
+from ascend_kv.rules.memo import derived
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
@@ -47,23 +50,26 @@ def paths(plan: PagedLoadPlan) -> tuple[str, str]:
     """The names of the paths :func:`paged_cache_load` takes for the key and the value."""
     args = plan.args
     key, value = args.outputs()
-    return _path(plan, args.key_cache, key), _path(plan, args.value_cache, value)
+    key_route, value_route = _native_routes(args)
+    return _path(plan, args.key_cache, key, key_route), _path(plan, args.value_cache, value, value_route)
 
 
 def paged_cache_load(plan: PagedLoadPlan) -> None:
     """Gather every requested token of both caches into the outputs ``key`` and ``value``."""
     if plan.num_tokens == 0:
         return
-    args = bit_views(plan.args)
+    ways = paths(plan)
+    args = plan.args if ways == ("native", "native") else bit_views(plan.args)  # the copier moves bytes
     layout, block_size = args.geometry.layout, args.geometry.block_size
     runs = block_runs(plan)
     rows = slice(plan.first_row, plan.first_row + plan.num_tokens)
     outputs = args.outputs()
     written = plan.num_tokens * sum(_row_bytes(out) for out in outputs)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
-    for way, cache, out in zip(paths(plan), (args.key_cache, args.value_cache), outputs):
+    for way, route, cache, out in zip(ways, _native_routes(args), (args.key_cache, args.value_cache), outputs):
         if way == "native":
-            _native(layout, cache, out, runs, stream_min_bytes)
+            assert route is not None                                              # _path() checked
+            _native(route, cache, out, runs, stream_min_bytes)
         elif way == "slices":
             _slices(layout, cache, out, runs)
         elif way == "rows":
@@ -76,9 +82,9 @@ def paged_cache_load(plan: PagedLoadPlan) -> None:
             out[rows] = _gather(layout, cache, runs, block_size)
 
 
-def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor) -> str:
+def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor, route: _NativeRoute | None) -> str:
     layout, block_size = plan.args.geometry.layout, plan.args.geometry.block_size
-    if native.usable(cache, out) and _native_takes(layout, cache, out):
+    if route is not None:
         return "native"
     if plan.num_tokens >= SLICE_MIN_ROWS[layout] * sum(-(-n // block_size) for n in plan.lens):  # mean per run
         return "slices"
@@ -87,27 +93,53 @@ def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor) -> str:
     return "gather"
 
 
-def _native_takes(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether the copier's items are contiguous in ``cache`` and ``out`` rows contiguous."""
-    if cache.is_contiguous() and out.is_contiguous():                            # the usual case, cheaply
-        return True
-    items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
-    return items_contiguous and rows_contiguous(out)          # elements apart: require_writable
+class _NativeRoute(NamedTuple):
+    """The copier's byte steps for one cache and its output (a function of the call's structure)."""
+
+    index_steps: tuple[int, int]   #: one block of the cache, one row of the output
+    item_bytes: int                #: one item: a token row (ND) or a 32-byte fractal row (NZ)
+    steps: tuple[int, int]         #: one slot of a block, one row of the output
+    pieces: int                    #: items per token (NZ: fractal rows)
+    piece_steps: tuple[int, int]
 
 
-def _native(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:
+_NATIVE_ROUTES: dict[Hashable, tuple[_NativeRoute | None, _NativeRoute | None]] = {}
+
+
+def _native_routes(args: PagedLoadArgs) -> tuple[_NativeRoute | None, _NativeRoute | None]:
+    """For the key and the value, the copier's route when it takes them, else None; what the
+    structure decides is remembered per call signature."""
+    if not native.AVAILABLE:
+        return None, None
+    key, value = args.outputs()
+    return derived(_NATIVE_ROUTES, args.signature, lambda: (
+        _native_route(args.layout, args.key_cache, key), _native_route(args.layout, args.value_cache, value)))
+
+
+def _native_route(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> _NativeRoute | None:
+    """The route when both tensors are on the host, the copier's items contiguous in ``cache`` and
+    ``out``'s rows contiguous (its elements apart: require_writable)."""
+    if not (cache.is_cpu and out.is_cpu):
+        return None
+    if not (cache.is_contiguous() and out.is_contiguous()):                      # the usual case, cheaply
+        items_contiguous = rows_contiguous(cache[:, 0]) if layout == ND else cache.stride(3) == 1
+        if not (items_contiguous and rows_contiguous(out)):
+            return None
     size = cache.element_size()
     row_step = out.stride(0) * size
-    runs_at = (cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows)   # from slot 0, to a row
     index_steps = (cache.stride(0) * size, row_step)
     if layout == ND:                                                             # items: token rows
-        native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=_row_numel(out) * size,
-                         steps=(cache.stride(1) * size, row_step), stream_min_bytes=stream_min_bytes)
-    else:                                                                        # items: 32-byte fractal rows
-        fractal = cache.shape[3] * size
-        native.copy_runs(*runs_at, index_steps=index_steps, item_bytes=fractal, steps=(cache.stride(2) * size, row_step),
-                         pieces=cache.shape[1], piece_steps=(cache.stride(1) * size, fractal),
-                         stream_min_bytes=stream_min_bytes)
+        return _NativeRoute(index_steps, _row_numel(out) * size, (cache.stride(1) * size, row_step), 1, (0, 0))
+    fractal = cache.shape[3] * size                                              # items: 32-byte fractal rows
+    return _NativeRoute(index_steps, fractal, (cache.stride(2) * size, row_step), cache.shape[1],
+                        (cache.stride(1) * size, fractal))
+
+
+def _native(route: _NativeRoute, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:
+    """Every run in one copier call: from slot 0 of its block to its first output row."""
+    native.copy_runs(cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows,
+                     index_steps=route.index_steps, item_bytes=route.item_bytes, steps=route.steps,
+                     pieces=route.pieces, piece_steps=route.piece_steps, stream_min_bytes=stream_min_bytes)
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

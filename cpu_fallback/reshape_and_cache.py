@@ -18,13 +18,15 @@ Each cache is written on its own, by the first path that applies:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
+from ascend_kv.rules.memo import derived
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous
@@ -40,7 +42,9 @@ STREAM_MIN_BYTES = 1 << 20
 
 def paths(args: ReshapeAndCacheArgs) -> tuple[str, ...]:
     """The names of the paths :func:`reshape_and_cache` takes for the key cache (and the value cache)."""
-    return tuple(_path(args.layout, tokens, cache) for tokens, cache in args.written())
+    routes = _native_routes(args)
+    return tuple("native" if route is not None else _other_path(args.layout, cache)
+                 for route, (_, cache) in zip(routes, args.written()))
 
 
 def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
@@ -48,56 +52,74 @@ def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
     (each negative, padding: skipped, or in ``[0, num_blocks * block_size)``; a slot named twice
     takes the later token)."""
     slots, geometry = plan.slots, plan.args.geometry
-    nd, block_size = geometry.nd, geometry.block_size
     if not slots or geometry.capacity == 0:                                      # no slot to write
         return
-    args = bit_views(plan.args)
-    pairs = args.written()
-    written = len(slots) * sum(_row_bytes(cache, nd) for _, cache in pairs)   # padding counted: a bound is enough
+    routes = _native_routes(plan.args)
+    written = len(slots) * sum(_row_bytes(cache, geometry.nd) for _, cache in plan.args.written())  # a bound
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
-    for way, (tokens, cache) in zip(paths(args), pairs):
-        if way == "native":
-            _native(nd, tokens, cache, slots, block_size, stream_min_bytes)
-        elif way == "rows":
+    args = plan.args if all(routes) else bit_views(plan.args)
+    for route, (tokens, cache) in zip(routes, args.written()):
+        if route is not None:
+            _native(route, tokens, cache, slots, geometry.block_size, stream_min_bytes)
+        elif _other_path(args.layout, cache) == "rows":
             _rows(tokens, cache, slots)
         else:
             on_device.reshape_and_cache(ReshapeAndCacheArgs(args.layout, tokens, None, cache, None, args.slot_mapping))
 
 
-def _path(layout: KvCacheCfg, tokens: torch.Tensor, cache: torch.Tensor) -> str:
-    nd = layout == ND
-    if native.usable(tokens, cache) and _native_takes(nd, tokens, cache):
-        return "native"
-    if nd and merged_rows(cache) is not None:
-        return "rows"
-    return "general"
+class _NativeRoute(NamedTuple):
+    """The copier's byte steps for one cache written (a function of the call's structure)."""
+
+    row_step: int           #: one token of ``key``/``value``
+    block_step: int         #: one block of the cache
+    slot_step: int          #: one slot of a block
+    item_bytes: int         #: one item: a token row (ND) or a 32-byte fractal row (NZ)
+    pieces: int             #: items' pieces per token (NZ: fractal rows)
+    piece_steps: tuple[int, int]
 
 
-def _native_takes(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> bool:
-    """Whether the copier's items are contiguous in ``tokens`` and ``cache``, and whole 32-byte blocks."""
-    if not rows_contiguous(tokens):
-        return False
-    if nd:
-        return _row_bytes(cache, nd) % 32 == 0 and rows_contiguous(cache[:, 0])
-    return cache.stride(3) == 1
+_NATIVE_ROUTES: dict[Hashable, tuple[_NativeRoute | None, ...]] = {}
 
 
-def _native(nd: bool, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int,
-            stream_min_bytes: int) -> None:
-    """One run of one item per token: from ``tokens[i]`` to the address of slot ``slots[i]`` (none for padding)."""
+def _native_routes(args: ReshapeAndCacheArgs) -> tuple[_NativeRoute | None, ...]:
+    """Per cache written, the copier's route when it takes that cache, else None; what the
+    structure decides is remembered per call signature."""
+    if not native.AVAILABLE:
+        return (None,) * len(args.written())
+    return derived(_NATIVE_ROUTES, args.signature, lambda: tuple(
+        _native_route(args.geometry.nd, tokens, cache) for tokens, cache in args.written()))
+
+
+def _native_route(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> _NativeRoute | None:
+    """The route when the copier's items are contiguous in ``tokens`` and ``cache``, and whole 32-byte blocks."""
+    if not (tokens.is_cpu and cache.is_cpu and rows_contiguous(tokens)):
+        return None
+    if nd and not (_row_bytes(cache, nd) % 32 == 0 and rows_contiguous(cache[:, 0])):
+        return None
+    if not nd and cache.stride(3) != 1:
+        return None
     size = cache.element_size()
     block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
-    destination, index_step = _destinations(slots, block_size, block_step, slot_step)
-    row_step = tokens.stride(0) * size
-    runs_at = (tokens.data_ptr(), cache.data_ptr(), None, destination, None)
-    if nd:                                                                       # items: token rows
-        native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=_row_bytes(cache, nd),
-                         steps=(row_step, slot_step), stream_min_bytes=stream_min_bytes)
-    else:                                                                        # items: 32-byte fractal rows
-        fractal = cache.shape[3] * size
-        native.copy_runs(*runs_at, index_steps=(row_step, index_step), item_bytes=fractal, steps=(row_step, slot_step),
-                         pieces=cache.shape[1], piece_steps=(fractal, cache.stride(1) * size),
-                         stream_min_bytes=stream_min_bytes)
+    if nd:
+        return _NativeRoute(tokens.stride(0) * size, block_step, slot_step, _row_bytes(cache, nd), 1, (0, 0))
+    fractal = cache.shape[3] * size
+    return _NativeRoute(tokens.stride(0) * size, block_step, slot_step, fractal, cache.shape[1],
+                        (fractal, cache.stride(1) * size))
+
+
+def _other_path(layout: KvCacheCfg, cache: torch.Tensor) -> str:
+    """The path for a cache the copier does not take."""
+    return "rows" if layout == ND and merged_rows(cache) is not None else "general"
+
+
+def _native(route: _NativeRoute, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int,
+            stream_min_bytes: int) -> None:
+    """One run of one item per token: from ``tokens[i]`` to the address of slot ``slots[i]`` (none for padding)."""
+    destination, index_step = _destinations(slots, block_size, route.block_step, route.slot_step)
+    native.copy_runs(tokens.data_ptr(), cache.data_ptr(), None, destination, None,
+                     index_steps=(route.row_step, index_step), item_bytes=route.item_bytes,
+                     steps=(route.row_step, route.slot_step), pieces=route.pieces, piece_steps=route.piece_steps,
+                     stream_min_bytes=stream_min_bytes)
 
 
 def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int]) -> None:

@@ -82,7 +82,7 @@ def test_every_kv_cache_path_matches_reference(monkeypatch: pytest.MonkeyPatch, 
 @given(case=paged_cases())
 def test_every_paged_path_matches_reference(monkeypatch: pytest.MonkeyPatch, way: str, case) -> None:
     forced = {ND: way, NZ: "gather" if way == "rows" else way}                  # rows is ND only
-    monkeypatch.setattr(paged, "_path", lambda plan, cache, out: forced[plan.args.layout])
+    monkeypatch.setattr(paged, "_path", lambda plan, cache, out, route: forced[plan.args.layout])
     run_paged(case)
 
 

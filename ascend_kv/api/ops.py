@@ -63,8 +63,11 @@ def kv_cache(
     >>> out is past, past[1, 0, 3].sum().item(), past[1, 1, :2].sum().item()
     (True, 16.0, 32.0)
     """
-    _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
-    if isinstance(layer_id, torch.Tensor):
+    if not _plain_tensors(new_kv, past, token_offset, seq_len):
+        _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
+    if type(layer_id) is int and -(2**63) <= layer_id < 2**63:  # the common case, without the checks below
+        torch.ops.ascend_kv.kv_cache.default(new_kv, layer_id, past, token_offset, seq_len)
+    elif isinstance(layer_id, torch.Tensor):
         torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, common.tensor_argument("layer_id", layer_id), past,
                                                   token_offset, seq_len)
     else:
@@ -154,8 +157,10 @@ def paged_cache_load(
     >>> key.shape, bool((key[16] == cache[0, 0]).all())
     (torch.Size([23, 1, 16]), True)
     """
-    _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
-    _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
+    if not _plain_tensors(key_cache, value_cache, block_table, context_lens):
+        _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
+    if not _plain_tensors(*(t for t in (seq_starts, key, value) if t is not None)):
+        _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
     options = {"kv_cache_cfg": int(geometry.kv_cache_cfg_argument(kv_cache_cfg)),
                "cumsum": common.bool_argument("cumsum", cumsum), "seq_starts": seq_starts}
     if key is None and value is None:
@@ -228,11 +233,17 @@ def reshape_and_cache(
     >>> ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([17, -1, 5]))[0][1, 1].sum().item()
     16.0
     """
-    _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
-    _tensors(value=value, value_cache=value_cache, optional=True)
+    if not _plain_tensors(key, key_cache, slot_mapping, *(t for t in (value, value_cache) if t is not None)):
+        _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
+        _tensors(value=value, value_cache=value_cache, optional=True)
     layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
-    torch.ops.ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
+    torch.ops.ascend_kv.reshape_and_cache.default(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
     return key_cache, value_cache
+
+
+def _plain_tensors(*values: object) -> bool:
+    """Whether every value is a plain ``torch.Tensor`` (the common case, which needs no further test here)."""
+    return all(type(value) is torch.Tensor for value in values)
 
 
 def _tensors(*, optional: bool = False, **arguments: object) -> None:

@@ -176,8 +176,10 @@ def choose(op: str, dev: torch.device, outside: Callable[[], str | None]) -> str
     """
     requested = requested_backend()
     off_npu = not runtime.is_npu(dev)
-    if off_npu and (op, dev, requested) in _off_npu_choices:  # off the NPU the answer never depends on the call
-        return _off_npu_choices[op, dev, requested]
+    if off_npu:  # off the NPU the answer never depends on the call
+        known = _off_npu_choices.get((op, dev, requested))
+        if known is not None:
+            return known
     decision = _decide(op, dev, requested, outside)
     if decision.backend is None:
         raise BackendUnavailableError(

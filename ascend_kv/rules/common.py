@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -158,17 +158,12 @@ def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
     read back in one transfer (the one synchronisation of full validation).
     """
     on_device = [t for t in tensors if not t.is_cpu]
-    fetched: Iterator[list[int]] = iter(())
-    if on_device:
-        flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
-        sizes = itertools.accumulate(t.numel() for t in on_device)
-        fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
-    return [_flat_list(t) if t.is_cpu else next(fetched) for t in tensors]
-
-
-def _flat_list(t: torch.Tensor) -> list[int]:
-    values: list[int] = (t if t.dim() == 1 else t.reshape(-1)).tolist()
-    return values
+    if not on_device:  # the usual case: one tolist() each
+        return [t.tolist() if t.dim() == 1 else t.reshape(-1).tolist() for t in tensors]
+    flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
+    sizes = itertools.accumulate(t.numel() for t in on_device)
+    fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
+    return [(t if t.dim() == 1 else t.reshape(-1)).tolist() if t.is_cpu else next(fetched) for t in tensors]
 
 
 def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None:
@@ -180,7 +175,7 @@ def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None
 
 def exclusive_prefix_sum(values: Sequence[int]) -> list[int]:
     """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
-    return [0, *itertools.accumulate(values)][:-1]
+    return list(itertools.accumulate(values[:-1], initial=0)) if values else []
 
 
 def int_argument(name: str, value: object) -> int:

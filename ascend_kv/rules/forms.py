@@ -22,6 +22,7 @@ treat them as read only. The tensors stay where the caller put them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -53,6 +54,9 @@ class KvCacheArgs:
         The layer written: an int in ``[0, layers)``, or a one-element integer tensor (host or device).
     token_offset, seq_len : torch.Tensor
         ``[batch]`` int32/int64, on the host or on ``past``'s device.
+    signature : Hashable or None
+        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
+        may remember what they derive from its structure alone; None: nothing is remembered.
     """
 
     OPERATION: ClassVar[str] = "KVCacheOperation"
@@ -64,6 +68,7 @@ class KvCacheArgs:
     layer_id: int | torch.Tensor
     token_offset: torch.Tensor
     seq_len: torch.Tensor
+    signature: Hashable | None = None
 
     @property
     def device(self) -> torch.device:
@@ -138,6 +143,9 @@ class PagedLoadArgs:
         torch_npu's ``npu_gather_pa_kv_cache`` semantics: a token whose block-table column is past
         the table or whose block id is outside ``[0, num_blocks)`` gives a zero row (instead of an
         error on host values, or a skipped row on device values).
+    signature : Hashable or None
+        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
+        may remember what they derive from its structure alone; None: nothing is remembered.
     """
 
     OPERATION: ClassVar[str] = "PagedCacheLoadOperation"
@@ -154,6 +162,7 @@ class PagedLoadArgs:
     key: torch.Tensor | None
     value: torch.Tensor | None
     zero_fill: bool = False
+    signature: Hashable | None = None
 
     @functools.cached_property
     def geometry(self) -> CacheGeometry:
@@ -253,6 +262,9 @@ class ReshapeAndCacheArgs:
         Written in place; None in key-only mode.
     slot_mapping : torch.Tensor
         ``[n]`` int32/int64, ``n <= num_tokens``, on the host or on the caches' device.
+    signature : Hashable or None
+        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
+        may remember what they derive from its structure alone; None: nothing is remembered.
     """
 
     OPERATION: ClassVar[str] = "ReshapeAndCacheOperation"
@@ -265,6 +277,7 @@ class ReshapeAndCacheArgs:
     key_cache: torch.Tensor
     value_cache: torch.Tensor | None
     slot_mapping: torch.Tensor
+    signature: Hashable | None = None
 
     @functools.cached_property
     def geometry(self) -> CacheGeometry:

@@ -125,6 +125,8 @@ def reshape_and_cache_cfg_argument(value: object) -> tuple[KvCacheCfg, bool]:
 
     A bare int is refused: ATB numbers this enum differently from the paged load's ``KvCacheCfg``.
     """
+    if type(value) is str and value in LAYOUT_NAMES:  # the common case, without the tests below
+        return LAYOUT_NAMES[value], False
     cfg = ReshapeAndCacheParam.KvCacheCfg
     if type(value) is cfg:
         return (NZ, False) if value == cfg.K_CACHE_V_CACHE_NZ else (ND, value == cfg.K_CACHE_V_BYPASS)

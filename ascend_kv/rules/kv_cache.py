@@ -73,14 +73,15 @@ def args(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor,
     ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing rule
     is skipped, and meta tensors are allowed when ``past`` is one.
     """
+    signature = None
     if shapes_only:
         structure = _structure(new_kv, layer_id, past, token_offset, seq_len, True)
     else:
-        structure = _structures(new_kv, layer_id, past, token_offset, seq_len)
+        signature, structure = _structures(new_kv, layer_id, past, token_offset, seq_len)
         if memory.ranges_meet(past, structure.past_extent, new_kv, structure.new_kv_extent):
             memory.require_apart("past", past, {"new_kv": new_kv})
     tokens = new_kv.reshape(-1, past.shape[3]) if structure.flat_new_kv else new_kv
-    return KvCacheArgs(tokens, past, layer_id, token_offset, seq_len)
+    return KvCacheArgs(tokens, past, layer_id, token_offset, seq_len, signature)
 
 
 def require_layer_in_range(layer: int, layers: int) -> None:
@@ -103,7 +104,8 @@ def plan(args: KvCacheArgs) -> KvCachePlan:
     total = sum(lengths)
     if total != args.new_kv.shape[0]:
         raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {args.new_kv.shape[0]} (rows of new_kv)")
-    if not all(map(operator.ge, offsets, lengths)):
+    write_start = list(map(operator.sub, offsets, lengths))
+    if min(write_start, default=0) < 0:
         common.require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
                            "is smaller than seq_len at that index")
     if max(offsets, default=0) > max_seq_len:
@@ -111,8 +113,7 @@ def plan(args: KvCacheArgs) -> KvCachePlan:
             "token_offset", [o <= max_seq_len for o in offsets], offsets,
             f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
         )
-    return KvCachePlan(args, layer, lengths, common.exclusive_prefix_sum(lengths),
-                       list(map(operator.sub, offsets, lengths)))
+    return KvCachePlan(args, layer, lengths, common.exclusive_prefix_sum(lengths), write_start)
 
 
 def check(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,

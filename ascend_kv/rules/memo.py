@@ -22,9 +22,16 @@ _Result = TypeVar("_Result")
 
 
 def signature(arguments: tuple[object, ...]) -> Hashable:
-    """What the structure rules of a call with these arguments depend on."""
-    return (*[(a.dtype, a.shape, a.stride(), a.device, a.requires_grad, a.is_inference())
-              if isinstance(a, torch.Tensor) else a for a in arguments], torch.is_inference_mode_enabled())
+    """What the structure rules of a call with these arguments depend on.
+
+    A host tensor's device is ``True`` (``is_cpu``, cheaper than a device object); inside
+    inference mode, whether a tensor is an inference tensor makes no difference to the rules.
+    """
+    if torch.is_inference_mode_enabled():
+        return (True, *[(a.dtype, a.shape, a.stride(), a.is_cpu or a.device, a.requires_grad)
+                        if isinstance(a, torch.Tensor) else a for a in arguments])
+    return (False, *[(a.dtype, a.shape, a.stride(), a.is_cpu or a.device, a.requires_grad, a.is_inference())
+                     if isinstance(a, torch.Tensor) else a for a in arguments])
 
 
 class Memo(Generic[_Result]):
@@ -38,20 +45,36 @@ class Memo(Generic[_Result]):
         self._check = check
         self._results: dict[Hashable, _Result] = {}
 
-    def __call__(self, *arguments: object) -> _Result:
+    def __call__(self, *arguments: object) -> tuple[Hashable | None, _Result]:
+        """``(signature, check(*arguments))``; the signature None when the arguments have none."""
         try:
             key = signature(arguments)
-            return self._results[key]
+            return key, self._results[key]
         except KeyError:
             pass
         except (RuntimeError, TypeError):  # no signature: check afresh
-            return self._check(*arguments)
-        result = self._check(*arguments)
-        if len(self._results) >= LIMIT:
-            self._results.clear()
-        self._results[key] = result
-        return result
+            return None, self._check(*arguments)
+        return key, remember(self._results, key, self._check(*arguments))
 
     def clear(self) -> None:
         """Forget every signature (for tests of the rules themselves)."""
         self._results.clear()
+
+
+def remember(results: dict[Hashable, _Result], key: Hashable, result: _Result) -> _Result:
+    """``result``, kept in ``results`` under ``key`` (which starts afresh at :data:`LIMIT` entries)."""
+    if len(results) >= LIMIT:
+        results.clear()
+    results[key] = result
+    return result
+
+
+def derived(results: dict[Hashable, _Result], key: Hashable | None, derive: Callable[[], _Result]) -> _Result:
+    """``derive()``, remembered in ``results`` under a call's signature ``key`` (an Args' ``signature``):
+    for what a later stage derives from a call's structure alone. ``key`` None: derived afresh."""
+    if key is None:
+        return derive()
+    try:
+        return results[key]
+    except KeyError:
+        return remember(results, key, derive())

@@ -77,12 +77,13 @@ def args(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
     rules are skipped, and meta tensors are allowed when ``key_cache`` is one.
     """
     arguments = (key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
+    signature = None
     if shapes_only:
         structure = _structure(*arguments, True)
     else:
-        structure = _structures(*arguments)
+        signature, structure = _structures(*arguments)
         _require_caches_apart(key, value, key_cache, value_cache, structure.extents)
-    args = ReshapeAndCacheArgs(structure.geometry.layout, key, value, key_cache, value_cache, slot_mapping)
+    args = ReshapeAndCacheArgs(structure.geometry.layout, key, value, key_cache, value_cache, slot_mapping, signature)
     args.geometry = structure.geometry  # checked, so the Args need not read it again
     return args
 
