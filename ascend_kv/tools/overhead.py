@@ -269,12 +269,13 @@ class FakeNpu:
         return self.module.transfers(), self.module.uploads(), self.launches[0]
 
 
-def _load_fake_npu() -> Any:
-    """``tests/fake_npu`` of the checkout this ascend_kv was imported from, installed; raises when absent."""
+def _load_fake_npu(source: Path | None = None) -> Any:
+    """The fake NPU, installed: ``source`` (its ``__init__.py``; default ``tests/fake_npu`` of the
+    checkout this ascend_kv was imported from), unless the tests imported it already; raises when absent."""
     if "fake_npu" in sys.modules:
         module = sys.modules["fake_npu"]
     else:
-        source = Path(ascend_kv.__file__).resolve().parents[1] / FAKE_NPU
+        source = source or Path(ascend_kv.__file__).resolve().parents[1] / FAKE_NPU
         if not source.is_file():
             raise FileNotFoundError(f"{source} does not exist: the fake NPU is in a source checkout only")
         spec = importlib.util.spec_from_file_location("fake_npu", source)
@@ -323,13 +324,13 @@ def do_nothing_launches(namespace: str, launches: list[int]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fake_npu() -> Iterator[FakeNpu]:
+def fake_npu(source: Path | None = None) -> Iterator[FakeNpu]:
     """The fake NPU with the kernels' host build as the kernel library, its launches doing nothing.
 
     Raises (before yielding) when the fake NPU or the host build is not available. The
     environment and the kernel library's state are restored afterwards.
     """
-    module = _load_fake_npu()
+    module = _load_fake_npu(source)
     from ascend_kv.backends import npu, sim  # where the tests find the host build and the kernel library
 
     with _environment(**{npu.LIBRARY_ENV: str(sim.library_path()), "ASCEND_KV_SOC": NPU_SOC}):
@@ -465,10 +466,12 @@ def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str
         return best
 
     old, new = fastest(old_paths), fastest(new_paths)
-    head = (f"{'call':48} {'device':6} {names[0] + ' us':>9} {names[1] + ' us':>9} {'new/old':>7} "
-            f"{names[0] + ' x bare':>10} {names[1] + ' x bare':>10} {'swept new/old':>13}")
+    us, bare = [f"{name} us" for name in names], [f"x bare {name}" for name in names]
+    width = max(9, *map(len, us + bare))
+    head = (f"{'call':48} {'device':6} {us[0]:>{width}} {us[1]:>{width}} {'new/old':>7} {bare[0]:>{width}} "
+            f"{bare[1]:>{width}} {'swept new/old':>13}")
     title = (f"fastest of {len(old_paths)} run(s) of {names[0]} and {len(new_paths)} of {names[1]}; "
-             "warm us, swept: one call after the sweep")
+             "warm us; swept: one call after the sweep")
     lines = [title, head, "-" * len(head)]
     current = None
     for key in [*new, *(k for k in old if k not in new)]:
@@ -476,14 +479,16 @@ def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str
             current = key[0]
             lines.append(current)
         a, b = old.get(key), new.get(key)
-        if a is None or b is None or a["unavailable"] is not None or b["unavailable"] is not None:
-            why = "missing" if a is None or b is None else a["unavailable"] or b["unavailable"]
-            lines.append(f"  {key[1]:42} {key[2]:6} {names[0] if a is None or a['unavailable'] else names[1]}: {why}")
+        missing = [name for name, row in zip(names, (a, b)) if row is None or row["unavailable"] is not None]
+        if a is None or b is None or missing:
+            why = "; ".join(f"{name}: {'not measured' if row is None else row['unavailable']}"
+                            for name, row in zip(names, (a, b)) if name in missing)
+            lines.append(f"  {key[1]:46} {key[2]:6} {why}")
             continue
         swept = "-" if a["swept_us"] is None or b["swept_us"] is None else f"{b['swept_us'] / a['swept_us']:.2f}"
-        lines.append(f"  {key[1]:42} {key[2]:6} {a['warm_us']:9.1f} {b['warm_us']:9.1f} "
-                     f"{b['warm_us'] / a['warm_us']:7.2f} {_number(a['x_index_copy']):>10} "
-                     f"{_number(b['x_index_copy']):>10} {swept:>13}")
+        lines.append(f"  {key[1]:46} {key[2]:6} {a['warm_us']:{width}.1f} {b['warm_us']:{width}.1f} "
+                     f"{b['warm_us'] / a['warm_us']:7.2f} {_number(a['x_index_copy']):>{width}} "
+                     f"{_number(b['x_index_copy']):>{width}} {swept:>13}")
     return lines
 
 
@@ -497,12 +502,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MB written before each swept call, more than the last-level cache; 0 skips the swept "
                              "rounds (default 64)")
     parser.add_argument("--no-npu", action="store_true", help="the CPU only, even where the fake NPU exists")
+    parser.add_argument("--fake-npu", type=Path, metavar="FILE",
+                        help=f"the fake NPU's __init__.py (default: {FAKE_NPU} of the checkout ascend_kv is imported "
+                             "from; two trees measured with one build of it compare the same device)")
     parser.add_argument("--tiny", action="store_true",
                         help="2 rounds of 2 calls, 2 swept rounds after 1 MB (a smoke test, not a measurement)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
                         help="instead of measuring: print two runs' JSON side by side (comma-separated paths: the "
                              "fastest of each tree's runs)")
+    parser.add_argument("--names", default="old,new", help="with --compare: the two trees' names (default old,new)")
     return parser
 
 
@@ -510,7 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.compare:
-        print(*compare(*(paths.split(",") for paths in args.compare)), sep="\n")
+        old, new = (paths.split(",") for paths in args.compare)
+        names = args.names.split(",", 1)
+        print(*compare(old, new, (names[0], names[-1])), sep="\n")
         return 0
     if args.tiny:
         args.rounds, args.calls, args.swept_rounds, args.sweep_mb = 2, 2, 2, min(args.sweep_mb, 1)
@@ -529,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         npu, reason = None, "--no-npu"
         if not args.no_npu:
             try:
-                npu = stack.enter_context(fake_npu())
+                npu = stack.enter_context(fake_npu(args.fake_npu))
             except Exception as error:  # noqa: BLE001  (no checkout, compiler or host build: CPU only)
                 reason = f"{type(error).__name__}: {error}"
         print("fake NPU: index tensors on the device, kernel launches doing nothing" if npu is not None
