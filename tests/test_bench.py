@@ -325,7 +325,7 @@ def test_overhead_compare_puts_two_runs_side_by_side(tmp_path: Path, capsys: pyt
     assert len(by_call) == len(new)
     for i, row in enumerate(new[:-1]):
         fastest = min(rows[i]["warm_us"] for rows in old)
-        columns = by_call[row["set"], row["call"]].split()[-6:-3]
+        columns = by_call[row["set"], row["call"]].split()[-8:-5]
         assert columns == [f"{fastest:.1f}", f"{row['warm_us']:.1f}", f"{row['warm_us'] / fastest:.2f}"]
     assert by_call[new[-1]["set"], new[-1]["call"]].split()[-3:] == ["tip:", "AttributeError:", "gone"]
 

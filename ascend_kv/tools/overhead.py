@@ -450,28 +450,38 @@ def machine() -> dict[str, Any]:
     }
 
 
-def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str, str] = ("old", "new")) -> list[str]:
-    """Two trees' runs side by side: per row the fastest of each tree's runs, and new / old."""
-    def fastest(paths: Sequence[str]) -> dict[tuple[str, str, str], dict[str, Any]]:
-        best: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for path in paths:
-            with open(path, encoding="utf-8") as file:
-                for row in json.load(file)["rows"]:
-                    key = (row["set"], row["call"], row["device"])
-                    kept = best.setdefault(key, dict(row))
-                    if row["unavailable"] is None and (kept["unavailable"] is not None or row["warm_us"] < kept["warm_us"]):
-                        kept.update(row)
-                    if row["swept_us"] is not None and (kept["swept_us"] is None or row["swept_us"] < kept["swept_us"]):
-                        kept["swept_us"], kept["swept_x_index_copy"] = row["swept_us"], row["swept_x_index_copy"]
-        return best
+def fastest_of(paths: Sequence[str]) -> list[Row]:
+    """The rows of several runs' JSON merged: per call the fastest warm and swept times of all runs,
+    the multiples recomputed from those."""
+    best: dict[tuple[str, str, str], Row] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as file:
+            for data in json.load(file)["rows"]:
+                row = Row(**data)
+                kept = best.setdefault((row.set, row.call, row.device), row)
+                if kept is row or row.unavailable is not None:
+                    continue
+                if kept.unavailable is not None:
+                    best[row.set, row.call, row.device] = row
+                    continue
+                kept.warm_us = min(kept.warm_us, row.warm_us)
+                if row.swept_us is not None:
+                    kept.swept_us = row.swept_us if kept.swept_us is None else min(kept.swept_us, row.swept_us)
+    rows = list(best.values())
+    for name in dict.fromkeys(r.set for r in rows):
+        _ratios([r for r in rows if r.set == name])
+    return rows
 
-    old, new = fastest(old_paths), fastest(new_paths)
-    us, bare = [f"{name} us" for name in names], [f"x bare {name}" for name in names]
-    width = max(9, *map(len, us + bare))
-    head = (f"{'call':48} {'device':6} {us[0]:>{width}} {us[1]:>{width}} {'new/old':>7} {bare[0]:>{width}} "
-            f"{bare[1]:>{width}} {'swept new/old':>13}")
-    title = (f"fastest of {len(old_paths)} run(s) of {names[0]} and {len(new_paths)} of {names[1]}; "
-             "warm us; swept: one call after the sweep")
+
+def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str, str] = ("old", "new")) -> list[str]:
+    """Two trees' runs side by side (:func:`fastest_of` each tree's runs), and new / old."""
+    old, new = ({(r.set, r.call, r.device): r for r in fastest_of(paths)} for paths in (old_paths, new_paths))
+    columns = [f"{names[0]} us", f"{names[1]} us", "new/old", f"x bare {names[0]}", f"x bare {names[1]}",
+               f"swept {names[0]}", f"swept {names[1]}", "swept new/old"]
+    widths = [max(7, len(column)) for column in columns]
+    head = f"{'call':48} {'device':6} " + " ".join(f"{column:>{width}}" for column, width in zip(columns, widths))
+    title = (f"fastest of {len(old_paths)} run(s) of {names[0]} and {len(new_paths)} of {names[1]}; us per call, "
+             "warm and swept (one call after the sweep); x bare: warm, multiple of the set's bare index_copy_ on the CPU")
     lines = [title, head, "-" * len(head)]
     current = None
     for key in [*new, *(k for k in old if k not in new)]:
@@ -479,16 +489,16 @@ def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str
             current = key[0]
             lines.append(current)
         a, b = old.get(key), new.get(key)
-        missing = [name for name, row in zip(names, (a, b)) if row is None or row["unavailable"] is not None]
-        if a is None or b is None or missing:
-            why = "; ".join(f"{name}: {'not measured' if row is None else row['unavailable']}"
-                            for name, row in zip(names, (a, b)) if name in missing)
+        if a is None or b is None or a.unavailable is not None or b.unavailable is not None:
+            why = "; ".join(f"{name}: {'not measured' if row is None else row.unavailable}"
+                            for name, row in zip(names, (a, b)) if row is None or row.unavailable is not None)
             lines.append(f"  {key[1]:46} {key[2]:6} {why}")
             continue
-        swept = "-" if a["swept_us"] is None or b["swept_us"] is None else f"{b['swept_us'] / a['swept_us']:.2f}"
-        lines.append(f"  {key[1]:46} {key[2]:6} {a['warm_us']:{width}.1f} {b['warm_us']:{width}.1f} "
-                     f"{b['warm_us'] / a['warm_us']:7.2f} {_number(a['x_index_copy']):>{width}} "
-                     f"{_number(b['x_index_copy']):>{width}} {swept:>13}")
+        swept_ratio = None if a.swept_us is None or b.swept_us is None else b.swept_us / a.swept_us
+        values = [_number(a.warm_us, 1), _number(b.warm_us, 1), _number(b.warm_us / a.warm_us),
+                  _number(a.x_index_copy), _number(b.x_index_copy), _number(a.swept_us, 1), _number(b.swept_us, 1),
+                  _number(swept_ratio)]
+        lines.append(f"  {key[1]:46} {key[2]:6} " + " ".join(f"{value:>{width}}" for value, width in zip(values, widths)))
     return lines
 
 
