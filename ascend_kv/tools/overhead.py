@@ -306,9 +306,9 @@ def _environment(**values: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def do_nothing_launches(namespace: str, launches: list[int]) -> Iterator[None]:
-    """The kernel library's operators (``torch.ops.<namespace>``) on PrivateUse1 do nothing but count
-    their calls into ``launches[0]``; the library's own kernels again afterwards."""
+def do_nothing_launches(namespace: str, ops: Sequence[str], launches: list[int]) -> Iterator[None]:
+    """The kernel library's operators ``torch.ops.<namespace>.<op>`` on PrivateUse1 do nothing but
+    count their calls into ``launches[0]``; the library's own kernels again afterwards."""
     def launch(*args: object) -> None:
         launches[0] += 1
 
@@ -316,7 +316,7 @@ def do_nothing_launches(namespace: str, launches: list[int]) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")             # "overriding a previously registered kernel": meant
-            for op in ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy"):
+            for op in ops:
                 lib.impl(op, launch, "PrivateUse1")
         yield
     finally:
@@ -340,7 +340,7 @@ def fake_npu(source: Path | None = None) -> Iterator[FakeNpu]:
             if not status.loaded or status.namespace is None:
                 raise RuntimeError(f"the kernels' host build did not load: {status.reason}")
             launches = [0]
-            with do_nothing_launches(status.namespace, launches):
+            with do_nothing_launches(status.namespace, npu.OPS, launches):
                 yield FakeNpu(module, launches)
         finally:
             npu.library.cache_clear()
