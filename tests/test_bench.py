@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import fake_npu
 import pytest
 import torch
+from cases import bits_equal
 
-from ascend_kv.tools import bench
+import ascend_kv
+from ascend_kv.backends import npu, sim
+from ascend_kv.tools import bench, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_FIELDS = {
@@ -180,3 +185,161 @@ def test_loop_calls_each_layer_once_on_its_own_tensors(name: str, monkeypatch: p
 ])
 def test_layers_for(bytes_moved: int, layer_bytes: int, layers: int) -> None:
     assert bench.layers_for(bytes_moved, layer_bytes) == layers
+
+
+# ----------------------------------------------------------------------------- bench --overhead
+
+OVERHEAD_ROW_FIELDS = {
+    "set", "call", "device", "warm_us", "warm_median_us", "swept_us", "swept_median_us", "x_index_copy",
+    "swept_x_index_copy", "x_cpu", "swept_x_cpu", "target", "goal", "transfers", "uploads", "launches_per_call",
+    "unavailable", "samples",
+}
+#: Per set of ``bench --overhead``, the calls it times on each device.
+OVERHEAD_CALLS = {
+    "kv_cache 8x1 1x16": ["bare index_copy_", "do-nothing operator", "ascend_kv.kv_cache",
+                          "torch.ops.ascend_kv.kv_cache.default"],
+    "reshape_and_cache ND 8 tokens 1x16": ["bare index_copy_", "ascend_kv.reshape_and_cache",
+                                           "torch.ops.ascend_kv.reshape_and_cache.default"],
+    "paged_cache_load into ND 8x3 1x16": ["bare index_copy_", "ascend_kv.paged_cache_load(key=, value=)",
+                                          "torch.ops.ascend_kv.paged_cache_load.into"],
+    "block_copy 3 blocks 16x1x16": ["bare index_copy_", "ascend_kv.block_copy", "torch.ops.ascend_kv.block_copy.default",
+                                    "ascend_kv.copy_blocks", "torch.ops.ascend_kv.copy_blocks.default"],
+    "decode kv_cache 64x1 h1024": ["bare index_copy_", "ascend_kv.kv_cache", "torch.ops.ascend_kv.kv_cache.default"],
+}
+TARGETS = {"ascend_kv.kv_cache": (6.0, 2.0), "torch.ops.ascend_kv.kv_cache.default": (6.0, 2.0),
+           "ascend_kv.reshape_and_cache": (6.0, 2.0), "torch.ops.ascend_kv.reshape_and_cache.default": (6.0, 2.0),
+           "ascend_kv.paged_cache_load(key=, value=)": (8.0, 3.0),
+           "torch.ops.ascend_kv.paged_cache_load.into": (8.0, 3.0)}
+
+
+@pytest.fixture
+def npu_kernel_library(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The fake NPU with the kernels' host build as its kernel library, on a part where the kernels run."""
+    fake_npu.install()
+    monkeypatch.setenv(npu.LIBRARY_ENV, str(sim.library_path()))
+    monkeypatch.setenv("ASCEND_KV_SOC", "Ascend910B3")
+    npu.library.cache_clear()
+    yield
+    npu.library.cache_clear()
+
+
+def test_overhead_tiny_run_times_every_call_on_cpu_and_fake_npu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], npu_kernel_library: None) -> None:
+    out_json = tmp_path / "overhead.json"
+    assert bench.main(["--overhead", "--tiny", "--json", str(out_json)]) == 0
+    table = capsys.readouterr().out
+    assert "fake NPU: index tensors on the device, kernel launches doing nothing" in table
+    assert all(name in table for name in OVERHEAD_CALLS) and "<= 6 (2)" in table and "<= 1.15 (1)" in table
+    result = json.loads(out_json.read_text())
+    assert result["settings"] == {"rounds": 2, "calls": 2, "swept_rounds": 2, "sweep_mb": 1, "threads": 1,
+                                  "tiny": True, "clock": "time.thread_time", "statistic": "min"}
+    assert result["fake_npu"] == {"measured": True, "reason": None}
+    assert {"cpu", "logical_cpus", "torch", "load_average"} <= result["machine"].keys()
+    rows = result["rows"]
+    assert [(r["set"], r["call"], r["device"]) for r in rows] == [
+        (name, call, device) for name, calls in OVERHEAD_CALLS.items() for device in ("cpu", "npu") for call in calls]
+    for row in rows:
+        assert set(row) == OVERHEAD_ROW_FIELDS and row["unavailable"] is None
+        bare = next(r for r in rows if r["set"] == row["set"] and r["call"] == "bare index_copy_" and r["device"] == "cpu")
+        assert 0 < row["warm_us"] <= row["warm_median_us"] and 0 < row["swept_us"] <= row["swept_median_us"]
+        assert row["x_index_copy"] == pytest.approx(row["warm_us"] / bare["warm_us"])
+        assert row["swept_x_index_copy"] == pytest.approx(row["swept_us"] / bare["swept_us"])
+        assert len(row["samples"]["warm_s"]) == 2 and len(row["samples"]["swept_s"]) == 2
+        decode = row["set"].startswith("decode") and row["call"] in TARGETS
+        assert (row["target"], row["goal"]) == ((1.15, 1.0) if decode else TARGETS.get(row["call"], (None, None)))
+        if row["device"] == "cpu":
+            assert row["x_cpu"] is None and row["launches_per_call"] is None
+            continue
+        cpu = next(r for r in rows if (r["set"], r["call"], r["device"]) == (row["set"], row["call"], "cpu"))
+        assert row["x_cpu"] == pytest.approx(row["warm_us"] / cpu["warm_us"])
+        assert row["swept_x_cpu"] == pytest.approx(row["swept_us"] / cpu["swept_us"])
+        # device index tensors: nothing read back, nothing uploaded; each public call is one (do-nothing) launch
+        assert (row["transfers"], row["uploads"]) == (0, 0)
+        assert row["launches_per_call"] == (0 if row["call"] in ("bare index_copy_", "do-nothing operator") else 1)
+
+
+def test_overhead_leaves_the_kernels_in_place(capsys: pytest.CaptureFixture[str], npu_kernel_library: None) -> None:
+    """After the bench the kernel library's own kernels run again: a call launches one and writes the bytes."""
+    assert bench.main(["--overhead", "--tiny", "--sweep-mb", "0"]) == 0
+    capsys.readouterr()
+    g = torch.Generator().manual_seed(3)
+    past = torch.randn(2, 4, 8, 16, generator=g).half()
+    new_kv = torch.randn(4, 16, generator=g).half()
+    offset, seq_len = torch.tensor([1, 8, 3, 5], dtype=torch.int32), torch.ones(4, dtype=torch.int32)
+    expected = reference.kv_cache(new_kv, 1, past.clone(), offset, seq_len)
+    on_npu = [t.to("npu") for t in (new_kv, past, offset, seq_len)]
+    launches = int(torch.ops.ascend_kv_host.launches())
+    ascend_kv.kv_cache(on_npu[0], 1, *on_npu[1:])
+    assert int(torch.ops.ascend_kv_host.launches()) == launches + 1
+    assert bits_equal(on_npu[1].cpu(), expected)
+
+
+def test_overhead_without_the_fake_npu_says_so_and_measures_the_cpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in an installed package, where tests/fake_npu does not exist."""
+    monkeypatch.delitem(sys.modules, "fake_npu", raising=False)
+    missing = tmp_path / "fake_npu" / "__init__.py"
+    out_json = tmp_path / "overhead.json"
+    assert bench.main(["--overhead", "--tiny", "--fake-npu", str(missing), "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("fake NPU:")]
+    assert line == (f"fake NPU: not measured (FileNotFoundError: {missing} does not exist: the fake NPU is in a "
+                    "source checkout only); the CPU only")
+    result = json.loads(out_json.read_text())
+    assert not result["fake_npu"]["measured"] and {r["device"] for r in result["rows"]} == {"cpu"}
+
+
+def test_overhead_reports_a_call_an_older_package_lacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measuring an older tree: a public function it does not have is a row saying so; the rest is measured."""
+    monkeypatch.delattr(ascend_kv, "copy_blocks")
+    out_json = tmp_path / "overhead.json"
+    assert bench.main(["--overhead", "--tiny", "--no-npu", "--sweep-mb", "0", "--json", str(out_json)]) == 0
+    assert "ascend_kv.copy_blocks                          cpu    unavailable: AttributeError:" in capsys.readouterr().out
+    rows = json.loads(out_json.read_text())["rows"]
+    assert [r["call"] for r in rows if r["unavailable"]] == ["ascend_kv.copy_blocks"]
+    assert all(r["warm_us"] > 0 and r["swept_us"] is None for r in rows if not r["unavailable"])
+
+
+def test_overhead_compare_puts_two_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+    for name in ("old-1", "old-2", "new-1"):
+        runs.append(tmp_path / f"{name}.json")
+        assert bench.main(["--overhead", "--tiny", "--no-npu", "--sweep-mb", "0", "--json", str(runs[-1])]) == 0
+    capsys.readouterr()
+    old = [json.loads(run.read_text())["rows"] for run in runs[:2]]
+    new = json.loads(runs[2].read_text())["rows"]
+    new[-1]["unavailable"] = "AttributeError: gone"
+    runs[2].write_text(json.dumps({"rows": new}))
+    assert bench.main(["--overhead", "--compare", f"{runs[0]},{runs[1]}", str(runs[2]), "--names", "abc1234,tip"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("fastest of 2 run(s) of abc1234 and 1 of tip")
+    assert lines[1].split()[:6] == ["call", "device", "abc1234", "us", "tip", "us"]
+    by_call: dict[tuple[str, str], str] = {}                         # (set, call) -> its line
+    for line in lines[3:]:
+        if not line.startswith(" "):
+            current = line
+        else:
+            by_call[current, line[2:48].strip()] = line
+    assert len(by_call) == len(new)
+    for i, row in enumerate(new[:-1]):
+        fastest = min(rows[i]["warm_us"] for rows in old)
+        columns = by_call[row["set"], row["call"]].split()[-8:-5]
+        assert columns == [f"{fastest:.1f}", f"{row['warm_us']:.1f}", f"{row['warm_us'] / fastest:.2f}"]
+    assert by_call[new[-1]["set"], new[-1]["call"]].split()[-3:] == ["tip:", "AttributeError:", "gone"]
+
+
+@pytest.mark.slow  # a new virtual environment and an editable install of another tree
+def test_overhead_against_a_revision_runs_both_trees(tmp_path: Path) -> None:
+    done = subprocess.run([str(ROOT / "scripts" / "overhead_against.sh"), "HEAD", "--passes", "1", "--tiny",
+                           "--no-npu", "--sweep-mb", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    runs = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
+    assert sorted(runs) == ["new-1.json", "old-1.json"]
+    assert runs["new-1.json"]["ascend_kv"]["path"] == str(ROOT / "ascend_kv")
+    assert runs["old-1.json"]["ascend_kv"]["path"] != str(ROOT / "ascend_kv")
+    assert f"== {head} against this tree" in done.stdout
+    assert "ascend_kv.paged_cache_load(key=, value=)" in done.stdout.split(f"== {head} against this tree")[1]

@@ -242,3 +242,15 @@ def test_console_script_and_python_m(tmp_path: Path) -> None:
     assert children[1].returncode == 0, module_err
     assert json.loads(console)["product_line"] == json.loads(module)["product_line"] == "atlas-training"
     assert children[2].returncode == 2 and "Known families" in unknown_err
+
+
+def test_bench_overhead_is_a_mode_of_bench(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ascend-kv bench --help`` names the mode; ``ascend-kv bench --overhead --help`` shows the mode's own options."""
+    for argv, expected in ((["bench", "--help"], "--overhead"),
+                           (["bench", "--overhead", "--help"], "usage: ascend-kv bench --overhead")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 0
+        assert expected in capsys.readouterr().out
+    assert cli.main(["bench", "--overhead", "--rounds", "0"]) == 2
+    assert "--rounds, --calls and --swept-rounds must be >= 1" in capsys.readouterr().err

@@ -18,6 +18,8 @@ precomputed indices (``kv_cache``; ``reshape_and_cache`` against one per cache).
 Usage: ``ascend-kv bench [--warmup N] [--repeats N] [--threads N] [--sweep-mb N]
 [--backends fallback,sim] [--dtypes float16,int8] [--only SUBSTRING] [--reference-repeats N]
 [--tiny] [--json PATH] [--plot PATH]``; docs/benchmarks.md shows a run and explains the numbers.
+``ascend-kv bench --overhead [options]`` measures the host cost of a call instead
+(:mod:`ascend_kv.tools.overhead`, with its own options).
 One torch thread unless ``--threads`` says otherwise. Each row is printed as soon as it is measured,
 and stderr says what is being measured.
 """
@@ -26,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -52,7 +52,9 @@ from ..rules import block_copy as block_rules
 from ..rules import kv_cache as kv_rules
 from ..rules import paged_cache_load as load_rules
 from ..rules import reshape_and_cache as write_rules
+from . import overhead as host_cost
 from . import reference
+from .overhead import sweeper
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
@@ -314,12 +316,6 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     )
 
 
-def sweeper(megabytes: int) -> Callable[[], object]:
-    """A function that writes ``megabytes`` MB, evicting what the CPU caches held (nothing for 0)."""
-    buffer = torch.zeros(megabytes * 2**20 // 8, dtype=torch.int64)
-    return lambda: buffer.add_(1)
-
-
 def interleaved(
     fns: Mapping[str, Callable[[], object]], warmup: int, repeats: Mapping[str, int],
     sweep: Callable[[], object] | None = None,
@@ -482,18 +478,7 @@ def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": model, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "torch": torch.__version__,
-        "native_copier": native.AVAILABLE,
-        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
+    return {**host_cost.machine(), "native_copier": native.AVAILABLE}
 
 
 _HEAD = f"{'workload':28} {'dtype':8} {'backend':9} {'path':13} {'layers':>6} {'ms/call':>8} {'GB/s':>6} " \
@@ -602,12 +587,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tiny", action="store_true", help="shrink every workload (smoke test, not a measurement)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="also write a PNG bar chart (needs matplotlib)")
+    parser.add_argument("--overhead", action="store_true",
+                        help="instead: the host cost of one call on tiny calls, against a bare index_copy_, on the "
+                             "CPU and the fake NPU; its own options: ascend-kv bench --overhead --help")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--overhead" in argv:
+        return host_cost.main([arg for arg in argv if arg != "--overhead"])
+    args = build_parser().parse_args(argv)
     if min(args.warmup, args.reference_repeats, args.sweep_mb) < 0 or min(args.repeats, args.threads) < 1:
         print("ascend-kv bench: --repeats and --threads must be >= 1, --warmup, --reference-repeats and "
               "--sweep-mb >= 0", file=sys.stderr)

@@ -1,0 +1,582 @@
+"""``ascend-kv bench --overhead``: the host cost of one call, as a multiple of a bare ``index_copy_``.
+
+Decode-sized calls whose bytes cost nothing (8 sequences x 1 token, 1 head x 16, float16), each
+public function and its ``torch.ops.ascend_kv`` operator, timed against a bare ``index_copy_`` of
+8 rows of 16 with precomputed row numbers and against a do-nothing operator registered as
+ascend_kv registers its own (``torch.library.Library`` DEF, Python implementations for CPU and
+PrivateUse1, autograd falling through); and the decode ``kv_cache`` of 64 sequences x 1 token,
+hidden 1024, against an ``index_copy_`` of its 64 rows. On the CPU (index tensors on the host)
+and, in a source checkout, on the fake NPU of ``tests/fake_npu`` (index tensors on the device),
+with the kernels' host build as the kernel library and its operators replaced by do-nothing
+kernels while the calls are timed, so the NPU rows are the host path alone.
+
+Times are thread CPU time (``time.thread_time``) on one torch thread, the fastest of interleaved
+rounds: each round times every call of a set once, round robin, so the ratios come from the same
+rounds. Warm: ``--calls`` back-to-back calls per timing. After a sweep: one call after writing
+``--sweep-mb`` MB (larger than the last-level cache), as a serving step calls after the
+model's weights streamed through the caches.
+
+The module needs only ``torch`` and an importable ``ascend_kv``, and calls only the public
+functions and their operators, so it also measures another tree:
+``python ascend_kv/tools/overhead.py`` times whichever ascend_kv its Python imports, and
+``--compare OLD.json NEW.json`` prints two runs side by side (``scripts/overhead_against.sh REV``).
+
+Usage: ``ascend-kv bench --overhead [--rounds N] [--calls N] [--swept-rounds N] [--sweep-mb N]
+[--no-npu] [--tiny] [--json PATH]``; docs/benchmarks.md shows a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ascend_kv
+
+#: Per call measured, its target and goal as a multiple of the bare ``index_copy_`` of its set (issue 18).
+TARGETS = {"kv_cache": (6.0, 2.0), "reshape_and_cache": (6.0, 2.0), "paged_cache_load": (8.0, 3.0),
+           "decode kv_cache": (1.15, 1.0)}
+#: The goal for a fake-NPU row, as a multiple of the same call on the CPU.
+NPU_GOAL = 2.0
+#: The SoC the fake NPU reports while the NPU rows run: one where the kernels run.
+NPU_SOC = "Ascend910B3"
+BARE = "bare index_copy_"
+NOOP = "do-nothing operator"
+NOOP_NAMESPACE = "ascend_kv_overhead"
+FAKE_NPU = Path("tests") / "fake_npu" / "__init__.py"
+
+
+@dataclass
+class Timed:
+    """One call to time: ``run()`` calls it once."""
+
+    set: str
+    call: str
+    device: str
+    run: Callable[[], object]
+    target: str | None = None          #: key of :data:`TARGETS`
+
+
+@dataclass
+class Row:
+    """What was measured of one :class:`Timed` (times in microseconds per call)."""
+
+    set: str
+    call: str
+    device: str
+    warm_us: float = math.nan
+    warm_median_us: float = math.nan
+    swept_us: float | None = None
+    swept_median_us: float | None = None
+    x_index_copy: float = math.nan
+    swept_x_index_copy: float | None = None
+    x_cpu: float | None = None                #: NPU rows: warm time / the CPU's of the same call
+    swept_x_cpu: float | None = None
+    target: float | None = None
+    goal: float | None = None
+    transfers: int = 0                        #: fake NPU: device-to-host transfers in all timed calls
+    uploads: int = 0                          #: fake NPU: host-to-device copies in all timed calls
+    launches_per_call: float | None = None    #: fake NPU: kernel library calls (the do-nothing ones) per call
+    unavailable: str | None = None
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def sweeper(megabytes: int) -> Callable[[], object]:
+    """A function that writes ``megabytes`` MB, evicting what the CPU caches held (nothing for 0)."""
+    buffer = torch.zeros(megabytes * 2**20 // 8, dtype=torch.int64)
+    return lambda: buffer.add_(1)
+
+
+def _no_counts() -> tuple[int, int, int]:
+    return 0, 0, 0
+
+
+def time_rounds(runs: Sequence[Callable[[], object]], rounds: int, calls: int,
+                sweep: Callable[[], object] | None = None,
+                counts: Callable[[], tuple[int, ...]] = _no_counts) -> tuple[list[list[float]], list[list[int]]]:
+    """Seconds per call of each run, ``rounds`` rounds, every run timed once per round (round robin):
+    ``calls`` calls per timing, after ``sweep()`` when given. Also the change of ``counts()`` (read
+    outside the timing) over all timed calls of each run."""
+    seconds: list[list[float]] = [[] for _ in runs]
+    counted = [[0] * len(counts()) for _ in runs]
+    for _ in range(rounds):
+        for i, run in enumerate(runs):
+            if sweep is not None:
+                sweep()
+            before = counts()
+            start = time.thread_time()
+            for _ in range(calls):
+                run()
+            elapsed = time.thread_time() - start
+            counted[i] = [total + b - a for total, a, b in zip(counted[i], before, counts())]
+            seconds[i].append(elapsed / calls)
+    return seconds, counted
+
+
+# ----------------------------------------------------------------------------- the calls
+
+
+def _noop_operator() -> Any:
+    """A do-nothing operator with ``kv_cache``'s schema, registered as ascend_kv registers its own (once a process)."""
+    ops = getattr(torch.ops, NOOP_NAMESPACE)
+    if not hasattr(ops, "noop"):
+        lib = torch.library.Library(NOOP_NAMESPACE, "DEF")
+        lib.define("noop(Tensor new_kv, int layer_id, Tensor(a!) past, Tensor token_offset, Tensor seq_len) -> ()")
+        lib.impl("noop", torch.library.fallthrough_kernel, "Autograd")
+        for key in ("CPU", "PrivateUse1"):
+            lib.impl("noop", lambda *args: None, key)
+        _KEPT.append(lib)
+    return ops.noop.default
+
+
+_KEPT: list[torch.library.Library] = []   # the do-nothing operator's registration lives as long as the process
+
+
+def _kv_cache(set_name: str, batch: int, hidden: int, max_seq_len: int, device: torch.device, target: str,
+              floor: bool) -> list[Timed]:
+    """``kv_cache`` writing one token per sequence into ``past [1, batch, max_seq_len, hidden]``, and
+    the bare ``index_copy_`` of those rows (with ``floor``: the do-nothing operator too)."""
+    g = torch.Generator().manual_seed(0)
+    past = torch.zeros(1, batch, max_seq_len, hidden, dtype=torch.float16).to(device)
+    new_kv = torch.randn(batch, hidden, generator=g).half().to(device)
+    offset = torch.randint(1, max_seq_len + 1, (batch,), generator=g, dtype=torch.int32)
+    seq_len = torch.ones(batch, dtype=torch.int32).to(device)
+    rows = (torch.arange(batch) * max_seq_len + offset.long() - 1).to(device)
+    offset = offset.to(device)
+    flat = past[0].view(-1, hidden)
+    kind = device.type
+    calls = [Timed(set_name, BARE, kind, lambda: flat.index_copy_(0, rows, new_kv))]
+    if floor:
+        noop = _noop_operator()
+        calls.append(Timed(set_name, NOOP, kind, lambda: noop(new_kv, 0, past, offset, seq_len)))
+    op = torch.ops.ascend_kv.kv_cache.default
+    return [*calls,
+            Timed(set_name, "ascend_kv.kv_cache", kind, lambda: ascend_kv.kv_cache(new_kv, 0, past, offset, seq_len),
+                  target),
+            Timed(set_name, "torch.ops.ascend_kv.kv_cache.default", kind,
+                  lambda: op(new_kv, 0, past, offset, seq_len), target)]
+
+
+def _bare(set_name: str, device: torch.device) -> Timed:
+    """The yardstick of the tiny sets: ``index_copy_`` of 8 rows of 16 float16 values."""
+    return _kv_cache(set_name, 8, 16, 8, device, "kv_cache", floor=False)[0]
+
+
+def _reshape_and_cache(set_name: str, device: torch.device) -> list[Timed]:
+    """``reshape_and_cache`` of 8 tokens of 1 x 16 into ND caches ``[8, 16, 1, 16]``."""
+    g = torch.Generator().manual_seed(1)
+    key, value = (torch.randn(8, 1, 16, generator=g).half().to(device) for _ in range(2))
+    key_cache, value_cache = (torch.zeros(8, 16, 1, 16, dtype=torch.float16).to(device) for _ in range(2))
+    slots = torch.randperm(8 * 16, generator=g)[:8].to(torch.int32).to(device)
+    op = torch.ops.ascend_kv.reshape_and_cache.default
+    kind = device.type
+    return [Timed(set_name, "ascend_kv.reshape_and_cache", kind,
+                  lambda: ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slots), "reshape_and_cache"),
+            Timed(set_name, "torch.ops.ascend_kv.reshape_and_cache.default", kind,
+                  lambda: op(key, value, key_cache, value_cache, slots), "reshape_and_cache")]
+
+
+def _paged_cache_load(set_name: str, device: torch.device) -> list[Timed]:
+    """``paged_cache_load`` into given outputs, ND: 8 sequences x 3 tokens from caches ``[8, 16, 1, 16]``."""
+    g = torch.Generator().manual_seed(2)
+    key_cache, value_cache = (torch.randn(8, 16, 1, 16, generator=g).half().to(device) for _ in range(2))
+    table = torch.randperm(8, generator=g).view(8, 1).to(torch.int32).to(device)
+    lens = torch.full((8,), 3, dtype=torch.int32).to(device)
+    key, value = (torch.zeros(24, 1, 16, dtype=torch.float16).to(device) for _ in range(2))
+    nd = int(ascend_kv.KvCacheCfg.K_CACHE_V_CACHE_ND)
+    op = torch.ops.ascend_kv.paged_cache_load.into
+    kind = device.type
+    return [Timed(set_name, "ascend_kv.paged_cache_load(key=, value=)", kind,
+                  lambda: ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=nd,
+                                                     key=key, value=value), "paged_cache_load"),
+            Timed(set_name, "torch.ops.ascend_kv.paged_cache_load.into", kind,
+                  lambda: op(key_cache, value_cache, table, lens, kv_cache_cfg=nd, key=key, value=value),
+                  "paged_cache_load")]
+
+
+def _block_copy(set_name: str, device: torch.device) -> list[Timed]:
+    """``block_copy`` and ``copy_blocks`` of 3 blocks to 3 others in K and V caches ``[8, 16, 1, 16]``."""
+    key_cache, value_cache = (torch.zeros(8, 16, 1, 16, dtype=torch.float16).to(device) for _ in range(2))
+    src, dst = torch.tensor([0, 1, 2], dtype=torch.int32).to(device), torch.tensor([3, 4, 5], dtype=torch.int32).to(device)
+    cum_sum = torch.tensor([1, 2, 3], dtype=torch.int32).to(device)
+    mapping = torch.tensor([[0, 3], [1, 4], [2, 5]], dtype=torch.int64).to(device)
+    op, op_all = torch.ops.ascend_kv.block_copy.default, torch.ops.ascend_kv.copy_blocks.default
+    kind = device.type
+    return [Timed(set_name, "ascend_kv.block_copy", kind,
+                  lambda: ascend_kv.block_copy(key_cache, value_cache, src, dst, cum_sum)),
+            Timed(set_name, "torch.ops.ascend_kv.block_copy.default", kind,
+                  lambda: op(key_cache, value_cache, src, dst, cum_sum)),
+            Timed(set_name, "ascend_kv.copy_blocks", kind,
+                  lambda: ascend_kv.copy_blocks([key_cache], [value_cache], mapping)),
+            Timed(set_name, "torch.ops.ascend_kv.copy_blocks.default", kind,
+                  lambda: op_all([key_cache], [value_cache], mapping))]
+
+
+#: The sets, each timed on its own interleaved rounds: name, and the calls on one device.
+SETS: list[tuple[str, Callable[[str, torch.device], list[Timed]]]] = [
+    ("kv_cache 8x1 1x16", lambda name, device: _kv_cache(name, 8, 16, 8, device, "kv_cache", floor=True)),
+    ("reshape_and_cache ND 8 tokens 1x16", lambda name, device: [_bare(name, device), *_reshape_and_cache(name, device)]),
+    ("paged_cache_load into ND 8x3 1x16", lambda name, device: [_bare(name, device), *_paged_cache_load(name, device)]),
+    ("block_copy 3 blocks 16x1x16", lambda name, device: [_bare(name, device), *_block_copy(name, device)]),
+    ("decode kv_cache 64x1 h1024", lambda name, device: _kv_cache(name, 64, 1024, 64, device, "decode kv_cache",
+                                                                   floor=False)),
+]
+
+
+def _build(name: str, make: Callable[[str, torch.device], list[Timed]], device: torch.device) -> list[Timed | Row]:
+    """The set's calls on ``device``; a call that cannot be built or run (an older ascend_kv) is a Row saying why."""
+    try:
+        calls: list[Timed | Row] = list(make(name, device))
+    except Exception as error:  # noqa: BLE001  (a name this ascend_kv does not have: the row says so)
+        return [Row(name, "(the set)", device.type, unavailable=f"{type(error).__name__}: {error}")]
+    for i, timed in enumerate(calls):
+        assert isinstance(timed, Timed)
+        try:
+            timed.run()
+        except Exception as error:  # noqa: BLE001  (reported as the row, the other calls still run)
+            calls[i] = Row(name, timed.call, timed.device, unavailable=f"{type(error).__name__}: {error}")
+    return calls
+
+
+# ----------------------------------------------------------------------------- the fake NPU
+
+
+@dataclass
+class FakeNpu:
+    """The fake NPU while its rows run: its module, and the do-nothing kernel library's call count."""
+
+    module: Any
+    launches: list[int]
+
+    def counts(self) -> tuple[int, int, int]:
+        return self.module.transfers(), self.module.uploads(), self.launches[0]
+
+
+def _load_fake_npu(source: Path | None = None) -> Any:
+    """The fake NPU, installed: ``source`` (its ``__init__.py``; default ``tests/fake_npu`` of the
+    checkout this ascend_kv was imported from), unless the tests imported it already; raises when absent."""
+    if "fake_npu" in sys.modules:
+        module = sys.modules["fake_npu"]
+    else:
+        source = source or Path(ascend_kv.__file__).resolve().parents[1] / FAKE_NPU
+        if not source.is_file():
+            raise FileNotFoundError(f"{source} does not exist: the fake NPU is in a source checkout only")
+        spec = importlib.util.spec_from_file_location("fake_npu", source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fake_npu"] = module          # the tests import it under this name too
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules["fake_npu"]
+            raise
+    module.install()
+    return module
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def do_nothing_launches(namespace: str, ops: Sequence[str], launches: list[int]) -> Iterator[None]:
+    """The kernel library's operators ``torch.ops.<namespace>.<op>`` on PrivateUse1 do nothing but
+    count their calls into ``launches[0]``; the library's own kernels again afterwards."""
+    def launch(*args: object) -> None:
+        launches[0] += 1
+
+    lib = torch.library.Library(namespace, "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")             # "overriding a previously registered kernel": meant
+            for op in ops:
+                lib.impl(op, launch, "PrivateUse1")
+        yield
+    finally:
+        lib._destroy()                                  # the C++ kernels registered before are the ones used again
+
+
+@contextlib.contextmanager
+def fake_npu(source: Path | None = None) -> Iterator[FakeNpu]:
+    """The fake NPU with the kernels' host build as the kernel library, its launches doing nothing.
+
+    Raises (before yielding) when the fake NPU or the host build is not available. The
+    environment and the kernel library's state are restored afterwards.
+    """
+    module = _load_fake_npu(source)
+    from ascend_kv.backends import npu, sim  # where the tests find the host build and the kernel library
+
+    with _environment(**{npu.LIBRARY_ENV: str(sim.library_path()), "ASCEND_KV_SOC": NPU_SOC}):
+        npu.library.cache_clear()
+        try:
+            status = npu.library()
+            if not status.loaded or status.namespace is None:
+                raise RuntimeError(f"the kernels' host build did not load: {status.reason}")
+            launches = [0]
+            with do_nothing_launches(status.namespace, npu.OPS, launches):
+                yield FakeNpu(module, launches)
+        finally:
+            npu.library.cache_clear()
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def measure_set(name: str, make: Callable[[str, torch.device], list[Timed]], npu: FakeNpu | None,
+                rounds: int, calls: int, swept_rounds: int, sweep: Callable[[], object] | None) -> list[Row]:
+    """The rows of one set: its calls on the CPU and (with ``npu``) on the fake NPU, timed in the same rounds."""
+    built = _build(name, make, torch.device("cpu"))
+    if npu is not None:
+        built += [c for c in _build(name, make, torch.device("npu", 0)) if c.device == "npu"]
+    timed = [c for c in built if isinstance(c, Timed)]
+    runs = [c.run for c in timed]
+    counts = npu.counts if npu is not None else _no_counts
+    time_rounds(runs, 2, calls)                                                   # warm up
+    warm, warm_counts = time_rounds(runs, rounds, calls, counts=counts)
+    swept: list[list[float]] | None = None
+    swept_counts = [[0, 0, 0] for _ in runs]
+    if sweep is not None:
+        swept, swept_counts = time_rounds(runs, swept_rounds, 1, sweep, counts)
+    rows: list[Row] = []
+    timed_calls = rounds * calls + (swept_rounds if sweep is not None else 0)
+    for c in built:
+        if isinstance(c, Row):
+            rows.append(c)
+            continue
+        k = timed.index(c)
+        transfers, uploads, launches = (a + b for a, b in zip(warm_counts[k], swept_counts[k]))
+        row = Row(name, c.call, c.device, warm_us=min(warm[k]) * 1e6, warm_median_us=statistics.median(warm[k]) * 1e6,
+                  transfers=transfers, uploads=uploads,
+                  launches_per_call=launches / timed_calls if c.device == "npu" else None,
+                  samples={"warm_s": warm[k]})
+        if swept is not None:
+            row.swept_us, row.swept_median_us = min(swept[k]) * 1e6, statistics.median(swept[k]) * 1e6
+            row.samples["swept_s"] = swept[k]
+        if c.target is not None:
+            row.target, row.goal = TARGETS[c.target]
+        rows.append(row)
+    _ratios(rows)
+    return rows
+
+
+def _ratios(rows: list[Row]) -> None:
+    """Fill in each row's multiples of the set's CPU bare ``index_copy_`` and (NPU rows) of its CPU figure."""
+    by_key = {(r.call, r.device): r for r in rows if r.unavailable is None}
+    bare = by_key.get((BARE, "cpu"))
+    for r in rows:
+        if r.unavailable is not None:
+            continue
+        if bare is not None:
+            r.x_index_copy = r.warm_us / bare.warm_us
+            if r.swept_us is not None and bare.swept_us is not None:
+                r.swept_x_index_copy = r.swept_us / bare.swept_us
+        cpu = by_key.get((r.call, "cpu"))
+        if r.device != "cpu" and cpu is not None:
+            r.x_cpu = r.warm_us / cpu.warm_us
+            if r.swept_us is not None and cpu.swept_us is not None:
+                r.swept_x_cpu = r.swept_us / cpu.swept_us
+
+
+# ----------------------------------------------------------------------------- output
+
+
+_HEAD = (f"{'call':48} {'device':6} {'warm us':>8} {'x bare':>7} {'swept us':>9} {'x bare':>7} {'x cpu':>11} "
+         f"{'target (goal)':>15}")
+#: The table's header lines, printed before the first set is measured.
+TABLE_HEAD = [_HEAD, "-" * len(_HEAD)]
+TABLE_NOTE = ("warm: fastest of the rounds, back-to-back calls; swept: one call after the sweep; x bare: multiple of "
+              "the set's bare index_copy_ on the CPU; x cpu: the fake NPU's time over the CPU's, warm/swept "
+              f"(goal <= {NPU_GOAL:g}); npu rows: the kernel library's launches do nothing")
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def format_row(r: Row) -> str:
+    """One row as a line of the table under :data:`TABLE_HEAD`."""
+    if r.unavailable is not None:
+        return f"  {r.call:46} {r.device:6} unavailable: {r.unavailable}"
+    x_cpu = "-" if r.x_cpu is None else f"{r.x_cpu:.2f}/{_number(r.swept_x_cpu)}"
+    target = "-" if r.target is None else f"<= {r.target:g} ({r.goal:g})"
+    line = (f"  {r.call:46} {r.device:6} {r.warm_us:8.1f} {_number(r.x_index_copy):>7} {_number(r.swept_us, 1):>9} "
+            f"{_number(r.swept_x_index_copy):>7} {x_cpu:>11} {target:>15}")
+    if r.device == "npu" and r.call not in (BARE, NOOP) and r.launches_per_call != 1:
+        line += f"  (kernel launches per call: {r.launches_per_call:g})"
+    if r.transfers:
+        line += f"  ({r.transfers} device-to-host transfers)"
+    return line
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": model, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def fastest_of(paths: Sequence[str]) -> list[Row]:
+    """The rows of several runs' JSON merged: per call the fastest warm and swept times of all runs,
+    the multiples recomputed from those."""
+    best: dict[tuple[str, str, str], Row] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as file:
+            for data in json.load(file)["rows"]:
+                row = Row(**data)
+                kept = best.setdefault((row.set, row.call, row.device), row)
+                if kept is row or row.unavailable is not None:
+                    continue
+                if kept.unavailable is not None:
+                    best[row.set, row.call, row.device] = row
+                    continue
+                kept.warm_us = min(kept.warm_us, row.warm_us)
+                if row.swept_us is not None:
+                    kept.swept_us = row.swept_us if kept.swept_us is None else min(kept.swept_us, row.swept_us)
+    rows = list(best.values())
+    for name in dict.fromkeys(r.set for r in rows):
+        _ratios([r for r in rows if r.set == name])
+    return rows
+
+
+def compare(old_paths: Sequence[str], new_paths: Sequence[str], names: tuple[str, str] = ("old", "new")) -> list[str]:
+    """Two trees' runs side by side (:func:`fastest_of` each tree's runs), and new / old."""
+    old, new = ({(r.set, r.call, r.device): r for r in fastest_of(paths)} for paths in (old_paths, new_paths))
+    columns = [f"{names[0]} us", f"{names[1]} us", "new/old", f"x bare {names[0]}", f"x bare {names[1]}",
+               f"swept {names[0]}", f"swept {names[1]}", "swept new/old"]
+    widths = [max(7, len(column)) for column in columns]
+    head = f"{'call':48} {'device':6} " + " ".join(f"{column:>{width}}" for column, width in zip(columns, widths))
+    title = (f"fastest of {len(old_paths)} run(s) of {names[0]} and {len(new_paths)} of {names[1]}; us per call, "
+             "warm and swept (one call after the sweep); x bare: warm, multiple of the set's bare index_copy_ on the CPU")
+    lines = [title, head, "-" * len(head)]
+    current = None
+    for key in [*new, *(k for k in old if k not in new)]:
+        if key[0] != current:
+            current = key[0]
+            lines.append(current)
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None or a.unavailable is not None or b.unavailable is not None:
+            why = "; ".join(f"{name}: {'not measured' if row is None else row.unavailable}"
+                            for name, row in zip(names, (a, b)) if row is None or row.unavailable is not None)
+            lines.append(f"  {key[1]:46} {key[2]:6} {why}")
+            continue
+        swept_ratio = None if a.swept_us is None or b.swept_us is None else b.swept_us / a.swept_us
+        values = [_number(a.warm_us, 1), _number(b.warm_us, 1), _number(b.warm_us / a.warm_us),
+                  _number(a.x_index_copy), _number(b.x_index_copy), _number(a.swept_us, 1), _number(b.swept_us, 1),
+                  _number(swept_ratio)]
+        lines.append(f"  {key[1]:46} {key[2]:6} " + " ".join(f"{value:>{width}}" for value, width in zip(values, widths)))
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ascend-kv bench --overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved warm rounds; the fastest counts (default 40)")
+    parser.add_argument("--calls", type=int, default=100, help="back-to-back calls per warm timing (default 100)")
+    parser.add_argument("--swept-rounds", type=int, default=40,
+                        help="interleaved rounds of one call after a sweep; the fastest counts (default 40)")
+    parser.add_argument("--sweep-mb", type=int, default=64,
+                        help="MB written before each swept call, more than the last-level cache; 0 skips the swept "
+                             "rounds (default 64)")
+    parser.add_argument("--no-npu", action="store_true", help="the CPU only, even where the fake NPU exists")
+    parser.add_argument("--fake-npu", type=Path, metavar="FILE",
+                        help=f"the fake NPU's __init__.py (default: {FAKE_NPU} of the checkout ascend_kv is imported "
+                             "from; two trees measured with one build of it compare the same device)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="2 rounds of 2 calls, 2 swept rounds after 1 MB (a smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
+                        help="instead of measuring: print two runs' JSON side by side (comma-separated paths: the "
+                             "fastest of each tree's runs)")
+    parser.add_argument("--names", default="old,new", help="with --compare: the two trees' names (default old,new)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.compare:
+        old, new = (paths.split(",") for paths in args.compare)
+        names = args.names.split(",", 1)
+        print(*compare(old, new, (names[0], names[-1])), sep="\n")
+        return 0
+    if args.tiny:
+        args.rounds, args.calls, args.swept_rounds, args.sweep_mb = 2, 2, 2, min(args.sweep_mb, 1)
+    if min(args.rounds, args.calls, args.swept_rounds) < 1 or args.sweep_mb < 0:
+        print("ascend-kv bench --overhead: --rounds, --calls and --swept-rounds must be >= 1, --sweep-mb >= 0",
+              file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    sweep = sweeper(args.sweep_mb) if args.sweep_mb else None
+    print(f"ascend-kv bench --overhead: ascend_kv from {Path(ascend_kv.__file__).parent}, thread CPU time, "
+          f"1 thread, fastest of {args.rounds} rounds of {args.calls} calls warm"
+          + (f", of {args.swept_rounds} rounds of one call after a {args.sweep_mb} MB sweep" if sweep else "")
+          + (" (tiny: not a measurement)" if args.tiny else ""), flush=True)
+    before = machine()
+    with contextlib.ExitStack() as stack:
+        npu, reason = None, "--no-npu"
+        if not args.no_npu:
+            try:
+                npu = stack.enter_context(fake_npu(args.fake_npu))
+            except Exception as error:  # noqa: BLE001  (no checkout, compiler or host build: CPU only)
+                reason = f"{type(error).__name__}: {error}"
+        print("fake NPU: index tensors on the device, kernel launches doing nothing" if npu is not None
+              else f"fake NPU: not measured ({reason}); the CPU only", flush=True)
+        print(*TABLE_HEAD, sep="\n", flush=True)
+        rows: list[Row] = []
+        for name, make in SETS:
+            print(f"ascend-kv bench --overhead: measuring {name} ...", file=sys.stderr, flush=True)
+            measured = measure_set(name, make, npu, args.rounds, args.calls, args.swept_rounds, sweep)
+            print(name, *map(format_row, measured), sep="\n", flush=True)
+            rows.extend(measured)
+    print(TABLE_NOTE)
+    result = {
+        "machine": before, "load_average_after": machine()["load_average"],
+        "ascend_kv": {"version": getattr(ascend_kv, "__version__", None), "path": str(Path(ascend_kv.__file__).parent)},
+        "settings": {"rounds": args.rounds, "calls": args.calls, "swept_rounds": args.swept_rounds,
+                     "sweep_mb": args.sweep_mb, "threads": torch.get_num_threads(), "tiny": args.tiny,
+                     "clock": "time.thread_time", "statistic": "min"},
+        "fake_npu": {"measured": npu is not None, "reason": None if npu is not None else reason},
+        "rows": [asdict(r) for r in rows],
+    }
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
