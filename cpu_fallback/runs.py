@@ -48,6 +48,11 @@ def kv_runs(plan: KvCachePlan) -> KvRuns:
 def block_runs(plan: PagedLoadPlan) -> BlockRuns:
     """The runs of a ``paged_cache_load`` call, in output-row order: one per block in ``plan.blocks``."""
     size = plan.args.geometry.block_size
+    if max(plan.lens, default=0) <= size:                                        # one block per entry (decode)
+        if 0 not in plan.lens:
+            return BlockRuns(plan.blocks, plan.out_start, plan.lens)
+        kept = [b for b, n in enumerate(plan.lens) if n]
+        return BlockRuns(plan.blocks, [plan.out_start[b] for b in kept], [plan.lens[b] for b in kept])
     runs = BlockRuns(plan.blocks, [], [])
     for start, n in zip(plan.out_start, plan.lens):
         if n == 0:

@@ -102,8 +102,10 @@ def _same_layout(member: enum.Enum) -> str:
 
 def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
     """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
-    if type(value) is KvCacheCfg:  # the common case, without the ABC test below
+    if type(value) is KvCacheCfg:  # the common cases, without the ABC test below
         return value
+    if type(value) is str and value in LAYOUT_NAMES:
+        return LAYOUT_NAMES[value]
     if isinstance(value, enum.Enum):
         raise TypeError(
             f"kv_cache_cfg must be a KvCacheCfg, 0, 1, 'nz' or 'nd', got {_member(value)}, a member of another enum "

@@ -78,7 +78,7 @@ def args(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor,
         structure = _structure(new_kv, layer_id, past, token_offset, seq_len, True)
     else:
         signature, structure = _structures(new_kv, layer_id, past, token_offset, seq_len)
-        if memory.ranges_meet(past, structure.past_extent, new_kv, structure.new_kv_extent):
+        if memory.written_ranges_meet(((past, structure.past_extent),), ((new_kv, structure.new_kv_extent),)):
             memory.require_apart("past", past, {"new_kv": new_kv})
     tokens = new_kv.reshape(-1, past.shape[3]) if structure.flat_new_kv else new_kv
     return KvCacheArgs(tokens, past, layer_id, token_offset, seq_len, signature)

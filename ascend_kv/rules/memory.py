@@ -96,8 +96,16 @@ def extent(tensor: torch.Tensor) -> int:
     return end - first
 
 
-def ranges_meet(a: torch.Tensor, a_extent: int, b: torch.Tensor, b_extent: int) -> bool:
-    """Whether the address ranges of two tensors on one device meet (:func:`extent` gives their lengths).
-    Only then may they share memory, and the full rules (:func:`require_apart`) need to run."""
-    a_first, b_first = a.data_ptr(), b.data_ptr()
-    return a_first < b_first + b_extent and b_first < a_first + a_extent
+def written_ranges_meet(written: tuple[tuple[torch.Tensor, int], ...], others: tuple[tuple[torch.Tensor, int], ...]) -> bool:
+    """Whether the address range of a written tensor meets another written one's or one of ``others``
+    (``(tensor, extent)`` pairs, one device): only then do the full aliasing rules need to run."""
+    spans = [(t.data_ptr(), extent) for t, extent in written]
+    for i, (first, extent) in enumerate(spans):
+        for other_first, other_extent in spans[i + 1:]:
+            if first < other_first + other_extent and other_first < first + extent:
+                return True
+        for tensor, other_extent in others:
+            other_first = tensor.data_ptr()
+            if first < other_first + other_extent and other_first < first + extent:
+                return True
+    return False

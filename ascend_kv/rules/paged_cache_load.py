@@ -126,19 +126,24 @@ def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.
 
 def _require_outputs_apart(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor | None,
                            value: torch.Tensor | None, extents: tuple[int, int, int, int]) -> None:
-    """Each given output apart from both caches, and the two outputs apart (full rules only where ranges meet)."""
+    """Each given output apart from both caches, and the two outputs apart (the full rules only
+    where address ranges meet)."""
     key_cache_extent, value_cache_extent, key_extent, value_extent = extents
-    caches = ((key_cache, key_cache_extent), (value_cache, value_cache_extent))
-    for name, out, extent in (("key", key, key_extent), ("value", value, value_extent)):
-        if out is not None and any(memory.ranges_meet(out, extent, cache, cache_extent) for cache, cache_extent in caches):
-            memory.require_apart(name, out, {"key_cache": key_cache, "value_cache": value_cache})
-    if key is not None and value is not None and memory.ranges_meet(key, key_extent, value, value_extent):
+    outputs = tuple((out, extent) for out, extent in ((key, key_extent), (value, value_extent)) if out is not None)
+    if not memory.written_ranges_meet(outputs, ((key_cache, key_cache_extent), (value_cache, value_cache_extent))):
+        return
+    caches = {"key_cache": key_cache, "value_cache": value_cache}
+    for name, out in (("key", key), ("value", value)):
+        if out is not None:
+            memory.require_apart(name, out, caches)
+    if key is not None and value is not None:
         memory.require_separate_outputs("key", key, "value", value)
 
 
 def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tuple[list[int], list[int]]:
     """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode (entry counts checked)."""
-    common.require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
+    if min(context_lens, default=0) < 0:  # each rule screens at C speed, then finds the first offender
+        common.require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
     if cumsum:
         lens = list(map(operator.sub, context_lens[1:], context_lens[:-1]))
         if min(lens, default=0) < 0:
@@ -151,21 +156,25 @@ def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tu
     return context_lens, common.exclusive_prefix_sum(context_lens)
 
 
+#: Block-table entries no token needs from which a host table is read only up to the furthest column
+#: needed (a view of the table costs more than reading a few entries more).
+_NARROW_FROM = 4096
+
+
 def _needed_block_table(table: torch.Tensor, table_values: list[int] | None, lens: list[int], first_column: list[int],
                         geometry: CacheGeometry) -> tuple[list[list[int]], list[int]]:
     """The block table's columns up to the furthest one a token needs ``[batch][columns]``, and the
     entries tokens need, in output order ``[blocks read]``.
 
-    ``table_values``: the table's values, already read (a device table), or None to read only
-    the needed columns of a host table. ``ValueError`` unless every entry a token needs exists
+    ``table_values``: the table's values, already read (a device table), or None to read a host
+    table (only the needed columns of a wide one). ``ValueError`` unless every entry a token needs exists
     and is a valid block id; entries no token needs are ignored (``-1`` padding is fine).
     """
     batch, max_blocks = table.shape
     block_size, num_blocks = geometry.block_size, geometry.num_blocks
     last_column = [first + -(-n // block_size) for first, n in zip(first_column, lens)]  # one past the last needed
-    fits = [last <= max_blocks for last in last_column]
-    if not all(fits):
-        b = fits.index(False)
+    if max(last_column, default=0) > max_blocks:
+        b = next(b for b, last in enumerate(last_column) if last > max_blocks)
         raise ValueError(
             f"block_table has {max_blocks} columns, but batch entry {b} needs columns "
             f"{first_column[b]}..{last_column[b] - 1} ({lens[b]} tokens from column "
@@ -174,8 +183,12 @@ def _needed_block_table(table: torch.Tensor, table_values: list[int] | None, len
     columns = max(last_column, default=0)
     if table_values is not None:
         rows = [table_values[b * max_blocks : b * max_blocks + columns] for b in range(batch)]
+    elif batch * (max_blocks - columns) > _NARROW_FROM:
+        rows = table.narrow(1, 0, columns).tolist()
     else:
-        rows = (table if columns == max_blocks else table.narrow(1, 0, columns)).tolist()
+        rows = table.tolist()
+        if columns < max_blocks:
+            rows = [row[:columns] for row in rows]
     needed = list(itertools.chain.from_iterable(map(operator.getitem, rows, map(slice, first_column, last_column))))
     if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
         b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
@@ -202,7 +215,8 @@ def plan(args: PagedLoadArgs) -> PagedLoadPlan:
     if starts is None:
         first_column = [0] * batch
     else:
-        common.require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
+        if min(starts, default=0) < 0:
+            common.require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
         first_column = [s // args.geometry.block_size for s in starts]
     end_row = lens_given[-1] if args.cumsum else sum(lens)  # cumsum: context_lens[-1] rows, even with batch 0
     if end_row > common.INT32_MAX:

@@ -90,18 +90,18 @@ def args(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
 
 def _require_caches_apart(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
                           value_cache: torch.Tensor | None, extents: tuple[int, ...]) -> None:
-    """Each cache apart from the tokens the call reads, and the two caches apart (full rules only where ranges meet)."""
+    """Each cache apart from the tokens the call reads, and the two caches apart (the full rules
+    only where address ranges meet)."""
     if value is None or value_cache is None:
         key_extent, key_cache_extent = extents
-        if memory.ranges_meet(key_cache, key_cache_extent, key, key_extent):
+        if memory.written_ranges_meet(((key_cache, key_cache_extent),), ((key, key_extent),)):
             memory.require_apart("key_cache", key_cache, {"key": key})
         return
     key_extent, key_cache_extent, value_extent, value_cache_extent = extents
-    inputs = ((key, key_extent), (value, value_extent))
-    for name, cache, extent in (("key_cache", key_cache, key_cache_extent), ("value_cache", value_cache, value_cache_extent)):
-        if any(memory.ranges_meet(cache, extent, tokens, tokens_extent) for tokens, tokens_extent in inputs):
-            memory.require_apart(name, cache, {"key": key, "value": value})
-    if memory.ranges_meet(key_cache, key_cache_extent, value_cache, value_cache_extent):
+    if memory.written_ranges_meet(((key_cache, key_cache_extent), (value_cache, value_cache_extent)),
+                                  ((key, key_extent), (value, value_extent))):
+        memory.require_apart("key_cache", key_cache, {"key": key, "value": value})
+        memory.require_apart("value_cache", value_cache, {"key": key, "value": value})
         memory.require_separate_outputs("key_cache", key_cache, "value_cache", value_cache)
 
 
