@@ -159,10 +159,9 @@ def paged_cache_load(
     """
     if not _plain_tensors(key_cache, value_cache, block_table, context_lens):
         _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
-    if not _plain_tensors(*(t for t in (seq_starts, key, value) if t is not None)):
+    if not _plain_tensors(seq_starts, key, value, optional=True):
         _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
-    options = {"kv_cache_cfg": int(geometry.kv_cache_cfg_argument(kv_cache_cfg)),
-               "cumsum": common.bool_argument("cumsum", cumsum), "seq_starts": seq_starts}
+    options = _load_options(kv_cache_cfg, cumsum, seq_starts)
     if key is None and value is None:
         loaded: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv.paged_cache_load.default(
             key_cache, value_cache, block_table, context_lens, **options
@@ -233,7 +232,7 @@ def reshape_and_cache(
     >>> ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([17, -1, 5]))[0][1, 1].sum().item()
     16.0
     """
-    if not _plain_tensors(key, key_cache, slot_mapping, *(t for t in (value, value_cache) if t is not None)):
+    if not (_plain_tensors(key, key_cache, slot_mapping) and _plain_tensors(value, value_cache, optional=True)):
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
     layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
@@ -241,9 +240,28 @@ def reshape_and_cache(
     return key_cache, value_cache
 
 
-def _plain_tensors(*values: object) -> bool:
-    """Whether every value is a plain ``torch.Tensor`` (the common case, which needs no further test here)."""
-    return all(type(value) is torch.Tensor for value in values)
+_PLAIN = frozenset({torch.Tensor})
+_PLAIN_OR_NONE = frozenset({torch.Tensor, type(None)})
+
+
+def _plain_tensors(*values: object, optional: bool = False) -> bool:
+    """Whether every value is a plain ``torch.Tensor`` (or None when ``optional``): the common case,
+    which needs no further test here."""
+    return set(map(type, values)) <= (_PLAIN_OR_NONE if optional else _PLAIN)
+
+
+def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> dict[str, object]:
+    """The operator's keyword arguments for the public ones, those at their defaults left out
+    (each keyword costs the dispatcher a conversion)."""
+    options: dict[str, object] = {}
+    layout = geometry.kv_cache_cfg_argument(kv_cache_cfg)
+    if layout != KvCacheCfg.K_CACHE_V_CACHE_NZ:
+        options["kv_cache_cfg"] = int(layout)
+    if common.bool_argument("cumsum", cumsum):
+        options["cumsum"] = True
+    if seq_starts is not None:
+        options["seq_starts"] = seq_starts
+    return options
 
 
 def _tensors(*, optional: bool = False, **arguments: object) -> None:

@@ -410,72 +410,6 @@ def _on_backend(name: str, run: Callable[[], object]) -> Callable[[], object]:
     return on_backend
 
 
-def decode_overhead(warmup: int, repeats: int, calls: int = 5, sweep: Callable[[], object] | None = None
-                    ) -> dict[str, Any]:
-    """Per-call time of the public ``kv_cache`` and ``reshape_and_cache`` for decode-shaped calls vs bare
-    ``index_copy_`` calls.
-
-    ``kv_cache`` and one ``index_copy_`` write the same 64 rows of 1024 float16 values;
-    ``reshape_and_cache`` and one ``index_copy_`` per cache write 64 tokens of 8 x 128 into a
-    key and a value cache with block 128. The bare calls get their row numbers precomputed. Each timing is ``calls`` back-to-back calls (warm: the second and later calls
-    find the code and data in the CPU caches), in ``10 * repeats`` interleaved rounds (the
-    calls are short, so more rounds cost little and steady the median). With ``sweep``, also
-    the same with one call after each ``sweep()`` (``cold_*``): a decode step in a serving loop.
-    """
-    w = workloads()[0]
-    g = torch.Generator().manual_seed(1)
-    hidden, max_seq_len = w.heads * w.head_size_k, 64
-    past = _payload((1, w.batch, max_seq_len, hidden), torch.float16, g)
-    new_kv = _payload((w.batch, hidden), torch.float16, g)
-    offset = torch.randint(1, max_seq_len + 1, (w.batch,), generator=g, dtype=torch.int32)
-    seq_len = torch.ones(w.batch, dtype=torch.int32)
-    rows = torch.arange(w.batch) * max_seq_len + offset.long() - 1
-    flat = past[0].view(-1, hidden)
-
-    def many(fn: Callable[[], object]) -> Callable[[], None]:
-        def run() -> None:
-            for _ in range(calls):
-                fn()
-        return run
-
-    write = next(x for x in workloads() if x.kind == "write-decode")
-    num_blocks, slots = _write_slots(write, g)
-    new_k, new_v = (_payload((write.batch, write.heads, write.head_size_k), torch.float16, g) for _ in range(2))
-    key_cache, value_cache = (torch.zeros((num_blocks, write.block_size, write.heads, write.head_size_k),
-                                          dtype=torch.float16) for _ in range(2))
-    slot_rows = slots.long()
-    flat_k, flat_v = (c.view(-1, write.heads * write.head_size_k) for c in (key_cache, value_cache))
-    single: dict[str, Callable[[], object]] = {
-        "public kv_cache": lambda: kv_cache(new_kv, 0, past, offset, seq_len),  # auto: as users call it
-        "checks only": lambda: kv_rules.check(new_kv, 0, past, offset, seq_len),
-        "bare index_copy_": lambda: flat.index_copy_(0, rows, new_kv),
-        "public reshape_and_cache": lambda: reshape_and_cache(new_k, new_v, key_cache, value_cache, slots),
-        "bare index_copy_ x2": lambda: (flat_k.index_copy_(0, slot_rows, new_k.view(write.batch, -1)),
-                                        flat_v.index_copy_(0, slot_rows, new_v.view(write.batch, -1))),
-    }
-    fns = {name: many(fn) for name, fn in single.items()}
-    times = interleaved(fns, warmup, dict.fromkeys(fns, 10 * repeats))
-    per_call = {name: statistics.median(t) / calls for name, t in times.items()}
-    fastest = {name: min(t) / calls for name, t in times.items()}
-    result: dict[str, Any] = {
-        "workload": w.name, "dtype": "float16", "calls_per_timing": calls, "rounds": 10 * repeats,
-        "per_call_s": per_call, "per_call_min_s": fastest,
-        "ratio_to_index_copy": per_call["public kv_cache"] / per_call["bare index_copy_"],
-        "ratio_to_index_copy_of_min": fastest["public kv_cache"] / fastest["bare index_copy_"],
-        "write_ratio_to_index_copy": per_call["public reshape_and_cache"] / per_call["bare index_copy_ x2"],
-        "write_ratio_to_index_copy_of_min": fastest["public reshape_and_cache"] / fastest["bare index_copy_ x2"],
-        "target_ratio_to_index_copy": 2.0,
-    }
-    if sweep is not None:
-        cold = interleaved(single, warmup, dict.fromkeys(single, 2 * repeats), sweep)
-        cold_per_call = {name: statistics.median(t) for name, t in cold.items()}
-        result["cold_per_call_s"] = cold_per_call
-        result["cold_ratio_to_index_copy"] = cold_per_call["public kv_cache"] / cold_per_call["bare index_copy_"]
-        result["cold_write_ratio_to_index_copy"] = (cold_per_call["public reshape_and_cache"]
-                                                    / cold_per_call["bare index_copy_ x2"])
-    return result
-
-
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     return {**host_cost.machine(), "native_copier": native.AVAILABLE}
@@ -502,25 +436,6 @@ def format_row(r: dict[str, Any]) -> str:
         f"{r['median_s'] * 1e3:8.3f} {r['gb_per_s']:6.2f} {r['ratio_to_copy']:7.2f} {target:>6} "
         f"{r['single_ratio_to_copy']:14.2f} {prevalidated:>9} {speedup:>7}"
     )
-
-
-def format_overhead(overhead: dict[str, Any]) -> list[str]:
-    """The lines of :func:`decode_overhead`'s result."""
-    per = overhead["per_call_s"]
-    lines = [f"small-call overhead ({overhead['workload']}, float16), per call, median (min):"]
-    lines.extend(f"  {name:18} {t * 1e6:8.1f} us ({overhead['per_call_min_s'][name] * 1e6:.1f})"
-                 for name, t in per.items())
-    lines.append(f"  public kv_cache / bare index_copy_ = {overhead['ratio_to_index_copy']:.2f} "
-                 f"({overhead['ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
-    lines.append(f"  public reshape_and_cache / bare index_copy_ x2 = {overhead['write_ratio_to_index_copy']:.2f} "
-                 f"({overhead['write_ratio_to_index_copy_of_min']:.2f} of the minima; target <= 2)")
-    if "cold_per_call_s" in overhead:
-        cold = overhead["cold_per_call_s"]
-        lines.append("  one call after each sweep (cold caches), median: " + ", ".join(
-            f"{name} {t * 1e6:.1f} us" for name, t in cold.items()))
-        lines.append(f"  cold: kv_cache / index_copy_ = {overhead['cold_ratio_to_index_copy']:.2f}, "
-                     f"reshape_and_cache / index_copy_ x2 = {overhead['cold_write_ratio_to_index_copy']:.2f}")
-    return lines
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -623,25 +538,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = sweeper(args.sweep_mb) if args.sweep_mb else None
     rows: list[dict[str, Any]] = []
     print(*TABLE_HEAD, sep="\n", flush=True)
-    steps = len(chosen) * len(dtypes) + ("fallback" in backends)
+    steps = len(chosen) * len(dtypes)
     for step, (w, dtype) in enumerate(((w, dtype) for w in chosen for dtype in dtypes), 1):
         _progress(f"[{step}/{steps}] {w.name}, {str(dtype).removeprefix('torch.')}")
         measured = measure(w, dtype, backends, args.warmup, args.repeats, args.reference_repeats, sweep)
         print(*map(format_row, measured), sep="\n", flush=True)
         rows.extend(measured)
     print(TABLE_NOTE)
-    overhead = None
-    if "fallback" in backends:
-        _progress(f"[{steps}/{steps}] small-call overhead")
-        overhead = decode_overhead(args.warmup, args.repeats, sweep=sweep)
-        print("", *format_overhead(overhead), sep="\n", flush=True)
+    print("the host cost of one small call: ascend-kv bench --overhead", flush=True)
     result = {
         "machine": before, "load_average_after": machine()["load_average"],
         "settings": {"warmup": args.warmup, "repeats": args.repeats, "threads": torch.get_num_threads(),
                      "reference_repeats": args.reference_repeats, "sweep_mb": args.sweep_mb,
                      "backends": backends, "tiny": args.tiny,
                      "statistic": "median"},
-        "workloads": [asdict(w) for w in chosen], "results": rows, "decode_overhead": overhead,
+        "workloads": [asdict(w) for w in chosen], "results": rows,
     }
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
