@@ -16,14 +16,12 @@ Paths, chosen in this order (the fastest first; docs/benchmarks.md has the measu
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ascend_kv.rules.forms import KvCacheArgs, KvCachePlan
-from ascend_kv.rules.memo import derived
 
 from . import native
 from .runs import KvRuns, kv_runs, within_run
@@ -61,15 +59,15 @@ class _NativeSteps(NamedTuple):
     item: int     #: one row's bytes
 
 
-_NATIVE_STEPS: dict[Hashable, _NativeSteps | None] = {}
-
-
 def _native_steps(args: KvCacheArgs) -> _NativeSteps | None:
     """The copier's steps when it can take the call (host tensors, the copier built, rows contiguous;
-    checks: ``past``'s elements apart), else None; what the structure decides is remembered per call signature."""
+    checks: ``past``'s elements apart), else None; what the structure decides is kept per call signature (``args.derived``)."""
     if not native.AVAILABLE:
         return None
-    return derived(_NATIVE_STEPS, args.signature, lambda: _derive_native_steps(args))
+    if "native" not in args.derived:
+        args.derived["native"] = _derive_native_steps(args)
+    steps: _NativeSteps | None = args.derived["native"]
+    return steps
 
 
 def _derive_native_steps(args: KvCacheArgs) -> _NativeSteps | None:

@@ -19,14 +19,12 @@ Each cache is gathered into its output on its own, by the first path that applie
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 from typing import NamedTuple
 
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.rules.forms import PagedLoadArgs, PagedLoadPlan
-from ascend_kv.rules.memo import derived
 
 from . import native
 from .runs import BlockRuns, block_runs, token_rows
@@ -103,17 +101,17 @@ class _NativeRoute(NamedTuple):
     piece_steps: tuple[int, int]
 
 
-_NATIVE_ROUTES: dict[Hashable, tuple[_NativeRoute | None, _NativeRoute | None]] = {}
-
-
 def _native_routes(args: PagedLoadArgs) -> tuple[_NativeRoute | None, _NativeRoute | None]:
     """For the key and the value, the copier's route when it takes them, else None; what the
-    structure decides is remembered per call signature."""
+    structure decides is kept per call signature (``args.derived``)."""
     if not native.AVAILABLE:
         return None, None
     key, value = args.outputs()
-    return derived(_NATIVE_ROUTES, args.signature, lambda: (
-        _native_route(args.layout, args.key_cache, key), _native_route(args.layout, args.value_cache, value)))
+    if "native" not in args.derived:
+        args.derived["native"] = (_native_route(args.layout, args.key_cache, key),
+                                  _native_route(args.layout, args.value_cache, value))
+    routes: tuple[_NativeRoute | None, _NativeRoute | None] = args.derived["native"]
+    return routes
 
 
 def _native_route(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> _NativeRoute | None:

@@ -18,7 +18,7 @@ Each cache is written on its own, by the first path that applies:
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +26,6 @@ import torch
 
 from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
-from ascend_kv.rules.memo import derived
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous
@@ -78,16 +77,15 @@ class _NativeRoute(NamedTuple):
     piece_steps: tuple[int, int]
 
 
-_NATIVE_ROUTES: dict[Hashable, tuple[_NativeRoute | None, ...]] = {}
-
-
 def _native_routes(args: ReshapeAndCacheArgs) -> tuple[_NativeRoute | None, ...]:
     """Per cache written, the copier's route when it takes that cache, else None; what the
-    structure decides is remembered per call signature."""
+    structure decides is kept per call signature (``args.derived``)."""
     if not native.AVAILABLE:
         return (None,) * len(args.written())
-    return derived(_NATIVE_ROUTES, args.signature, lambda: tuple(
-        _native_route(args.geometry.nd, tokens, cache) for tokens, cache in args.written()))
+    if "native" not in args.derived:
+        args.derived["native"] = tuple(_native_route(args.geometry.nd, tokens, cache) for tokens, cache in args.written())
+    routes: tuple[_NativeRoute | None, ...] = args.derived["native"]
+    return routes
 
 
 def _native_route(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> _NativeRoute | None:

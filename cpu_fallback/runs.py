@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ascend_kv.rules.common import exclusive_prefix_sum
 from ascend_kv.rules.forms import KvCachePlan, PagedLoadPlan
 
 
@@ -67,7 +66,8 @@ def block_runs(plan: PagedLoadPlan) -> BlockRuns:
 
 def within_run(rows: Sequence[int]) -> np.ndarray:
     """``0 .. rows[r] - 1`` for every run ``r``, concatenated ``[sum(rows)]`` int64."""
-    return np.arange(sum(rows), dtype=np.int64) - np.repeat(np.asarray(exclusive_prefix_sum(rows), dtype=np.int64), rows)
+    counts = np.asarray(rows, dtype=np.int64)
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 def token_rows(runs: BlockRuns, block_size: int) -> np.ndarray:

@@ -56,7 +56,7 @@ def select(args: ascend_kv.rules.forms.KvCacheArgs | ascend_kv.rules.forms.Paged
     """The backend the operator's implementation would run for ``args``."""
     decision = decide_call(args)
     device = torch.device(decision.device)
-    return policy.choose(decision.op, device, lambda: kernel_domain.outside_reason(args))
+    return policy.choose(decision.op, device, kernel_domain.outside_reason(args))
 
 
 CALLS = {"KVCacheOperation": kv_call, "PagedCacheLoadOperation": paged_call}

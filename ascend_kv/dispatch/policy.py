@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import importlib
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -117,8 +116,8 @@ def _without_kernels(
     return Decision(op, requested, "fallback" if requested == "auto" else None, why, str(dev), soc, line)
 
 
-def _kernel_decision(op: str, dev: torch.device, requested: str, outside: Callable[[], str | None]) -> Decision:
-    """The decision for ``auto`` or ``npu`` (``outside()``: why the kernels cannot take the inputs)."""
+def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
+    """The decision for ``auto`` or ``npu`` (``outside``: why the kernels cannot take the inputs, or None)."""
     if not runtime.is_npu(dev):
         return _without_kernels(op, dev, requested, f"the tensors are on {dev}, not on an Ascend NPU")
 
@@ -135,14 +134,13 @@ def _kernel_decision(op: str, dev: torch.device, requested: str, outside: Callab
     status = npu.library()
     if not status.loaded:
         return without_kernels(f"the kernel library is not loaded: {status.reason}", soc, line.id)
-    outside_reason = outside()
-    if outside_reason is not None:
-        return without_kernels(f"the call is outside the kernels' domain: {outside_reason}", soc, line.id)
+    if outside is not None:
+        return without_kernels(f"the call is outside the kernels' domain: {outside}", soc, line.id)
     why = f"{line.name} (SoC {soc}) supports {op}; kernel library {status.path}"
     return Decision(op, requested, "npu", why, str(dev), soc, line.id)
 
 
-def _decide(op: str, dev: torch.device, requested: str, outside: Callable[[], str | None]) -> Decision:
+def _decide(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
     if requested == "fallback":
         return Decision(op, requested, "fallback", f"chosen explicitly ({BACKEND_ENV} or use_backend)", str(dev))
     if requested == "sim":
@@ -159,13 +157,13 @@ def _decide(op: str, dev: torch.device, requested: str, outside: Callable[[], st
     return _kernel_decision(op, dev, requested, outside)
 
 
-def decide(op: str, dev: torch.device, outside: Callable[[], str | None]) -> Decision:
+def decide(op: str, dev: torch.device, outside: str | None) -> Decision:
     """The decision for operation ``op`` (an ATB name) on tensors on ``dev`` under the requested
-    backend; ``outside()`` says why the kernels cannot take the call's tensors, or None."""
+    backend; ``outside`` says why the kernels cannot take the call's tensors, or None."""
     return _decide(op, dev, requested_backend(), outside)
 
 
-def choose(op: str, dev: torch.device, outside: Callable[[], str | None]) -> str:
+def choose(op: str, dev: torch.device, outside: str | None) -> str:
     """The backend that runs the call (``"npu"``, ``"sim"`` or ``"fallback"``); a fallback on an NPU
     under ``auto`` warns once per reason.
 
@@ -235,7 +233,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     if name not in support.OPERATIONS:
         raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
     requested = requested_backend() if backend is None else BACKEND.check(backend, "backend")
-    decision = _decide(name, _device_argument(device), requested, lambda: None)
+    decision = _decide(name, _device_argument(device), requested, None)
     state = runtime.npu_runtime() if device is None else None
     if state is not None and not state.available and requested in ("auto", "npu"):
         decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")

@@ -16,6 +16,7 @@ import torch
 
 from ..backends import kernel_domain, npu
 from ..cpu_fallback import on_device as device_fallback
+from ..dispatch import device as runtime
 from ..dispatch import policy, validation
 from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from . import upload
@@ -27,12 +28,23 @@ BeforeKernels = Optional[Callable[[Args], None]]
 
 def decision(args: Args) -> policy.Decision:
     """What runs a checked call, and why (the decision the implementations take)."""
-    return policy.decide(args.OPERATION, args.device, lambda: kernel_domain.outside_reason(args))
+    return policy.decide(args.OPERATION, args.device, _outside_reason(args))
 
 
 def _choose(args: Args) -> str:
     """The backend that runs a checked call (a fallback on an NPU warns once per reason)."""
-    return policy.choose(args.OPERATION, args.device, lambda: kernel_domain.outside_reason(args))
+    return policy.choose(args.OPERATION, args.device, _outside_reason(args))
+
+
+def _outside_reason(args: Args) -> str | None:
+    """Why the kernels cannot take the call in place, or None; asked on an NPU only (elsewhere no
+    kernel runs in place), and kept per call signature (``args.derived``)."""
+    if not runtime.is_npu(args.device):
+        return None
+    if "outside" not in args.derived:
+        args.derived["outside"] = kernel_domain.outside_reason(args)
+    reason: str | None = args.derived["outside"]
+    return reason
 
 
 def reads_values(args: Args) -> bool:

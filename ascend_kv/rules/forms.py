@@ -22,9 +22,8 @@ treat them as read only. The tensors stay where the caller put them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
@@ -54,9 +53,9 @@ class KvCacheArgs:
         The layer written: an int in ``[0, layers)``, or a one-element integer tensor (host or device).
     token_offset, seq_len : torch.Tensor
         ``[batch]`` int32/int64, on the host or on ``past``'s device.
-    signature : Hashable or None
-        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
-        may remember what they derive from its structure alone; None: nothing is remembered.
+    derived : dict
+        What later stages derived from the call's structure alone, kept per call signature
+        (:data:`ascend_kv.rules.memo.Derived`); keys name the stage.
     """
 
     OPERATION: ClassVar[str] = "KVCacheOperation"
@@ -68,7 +67,7 @@ class KvCacheArgs:
     layer_id: int | torch.Tensor
     token_offset: torch.Tensor
     seq_len: torch.Tensor
-    signature: Hashable | None = None
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
@@ -143,9 +142,9 @@ class PagedLoadArgs:
         torch_npu's ``npu_gather_pa_kv_cache`` semantics: a token whose block-table column is past
         the table or whose block id is outside ``[0, num_blocks)`` gives a zero row (instead of an
         error on host values, or a skipped row on device values).
-    signature : Hashable or None
-        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
-        may remember what they derive from its structure alone; None: nothing is remembered.
+    derived : dict
+        What later stages derived from the call's structure alone, kept per call signature
+        (:data:`ascend_kv.rules.memo.Derived`); keys name the stage.
     """
 
     OPERATION: ClassVar[str] = "PagedCacheLoadOperation"
@@ -162,7 +161,7 @@ class PagedLoadArgs:
     key: torch.Tensor | None
     value: torch.Tensor | None
     zero_fill: bool = False
-    signature: Hashable | None = None
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
     def geometry(self) -> CacheGeometry:
@@ -262,9 +261,9 @@ class ReshapeAndCacheArgs:
         Written in place; None in key-only mode.
     slot_mapping : torch.Tensor
         ``[n]`` int32/int64, ``n <= num_tokens``, on the host or on the caches' device.
-    signature : Hashable or None
-        The call's signature (:func:`ascend_kv.rules.memo.signature`), under which later stages
-        may remember what they derive from its structure alone; None: nothing is remembered.
+    derived : dict
+        What later stages derived from the call's structure alone, kept per call signature
+        (:data:`ascend_kv.rules.memo.Derived`); keys name the stage.
     """
 
     OPERATION: ClassVar[str] = "ReshapeAndCacheOperation"
@@ -277,7 +276,7 @@ class ReshapeAndCacheArgs:
     key_cache: torch.Tensor
     value_cache: torch.Tensor | None
     slot_mapping: torch.Tensor
-    signature: Hashable | None = None
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
     def geometry(self) -> CacheGeometry:
@@ -347,6 +346,8 @@ class BlockCopyArgs:
     cum_sum : torch.Tensor or None
         ``[pairs]`` int32/int64 running ends of each source's destinations; None for one
         destination per source (``copies == pairs``).
+    derived : dict
+        What later stages derived from the call's structure alone (as :class:`KvCacheArgs`'s).
     """
 
     OPERATION: ClassVar[str] = "BlockCopyOperation"
@@ -357,6 +358,7 @@ class BlockCopyArgs:
     src: torch.Tensor
     dst: torch.Tensor
     cum_sum: torch.Tensor | None
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:

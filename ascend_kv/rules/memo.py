@@ -5,13 +5,15 @@ sizes, strides, device, ``requires_grad`` and whether it is an inference tensor;
 arguments; and whether inference mode is on. In a serving loop the signatures repeat every step
 (per layer, per phase), so :class:`Memo` keeps what the rules derived from each (never a tensor)
 and runs them again only for a signature it has not seen. A call that raises is not remembered.
-Addresses are not in the signature: the aliasing rules run on every call (:mod:`.memory`).
+Addresses are not in the signature: the aliasing rules run on every call (:mod:`.memory`). Later
+stages keep what they derive from the structure alone in the signature's :data:`Derived` dict,
+which the call's Args carry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -34,6 +36,11 @@ def signature(arguments: tuple[object, ...]) -> Hashable:
                      if isinstance(a, torch.Tensor) else a for a in arguments])
 
 
+#: What later stages derive from a call's structure alone, kept beside its structure per signature
+#: (an Args' ``derived``), e.g. the host copier's byte steps. Keys name the stage.
+Derived = dict[str, Any]
+
+
 class Memo(Generic[_Result]):
     """``check(*arguments)`` remembered by :func:`signature`; ``check`` must depend on nothing else.
 
@@ -43,38 +50,25 @@ class Memo(Generic[_Result]):
 
     def __init__(self, check: Callable[..., _Result]) -> None:
         self._check = check
-        self._results: dict[Hashable, _Result] = {}
+        self._results: dict[Hashable, tuple[Derived, _Result]] = {}
 
-    def __call__(self, *arguments: object) -> tuple[Hashable | None, _Result]:
-        """``(signature, check(*arguments))``; the signature None when the arguments have none."""
+    def __call__(self, *arguments: object) -> tuple[Derived, _Result]:
+        """``(derived, check(*arguments))``: ``derived`` is the signature's dict for later stages (a
+        fresh one when the arguments have no signature)."""
         try:
             key = signature(arguments)
-            return key, self._results[key]
+            return self._results[key]
         except KeyError:
             pass
         except (RuntimeError, TypeError):  # no signature: check afresh
-            return None, self._check(*arguments)
-        return key, remember(self._results, key, self._check(*arguments))
+            return {}, self._check(*arguments)
+        result = self._check(*arguments)
+        if len(self._results) >= LIMIT:
+            self._results.clear()
+        remembered: tuple[Derived, _Result] = ({}, result)
+        self._results[key] = remembered
+        return remembered
 
     def clear(self) -> None:
         """Forget every signature (for tests of the rules themselves)."""
         self._results.clear()
-
-
-def remember(results: dict[Hashable, _Result], key: Hashable, result: _Result) -> _Result:
-    """``result``, kept in ``results`` under ``key`` (which starts afresh at :data:`LIMIT` entries)."""
-    if len(results) >= LIMIT:
-        results.clear()
-    results[key] = result
-    return result
-
-
-def derived(results: dict[Hashable, _Result], key: Hashable | None, derive: Callable[[], _Result]) -> _Result:
-    """``derive()``, remembered in ``results`` under a call's signature ``key`` (an Args' ``signature``):
-    for what a later stage derives from a call's structure alone. ``key`` None: derived afresh."""
-    if key is None:
-        return derive()
-    try:
-        return results[key]
-    except KeyError:
-        return remember(results, key, derive())

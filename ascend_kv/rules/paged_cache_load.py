@@ -11,6 +11,7 @@ import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -112,14 +113,14 @@ def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.
     """
     arguments = (key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
                  zero_fill)
-    signature = None
+    derived: dict[str, Any] = {}
     if shapes_only:
         structure = _structure(*arguments, True)
     else:
-        signature, structure = _structures(*arguments)
+        derived, structure = _structures(*arguments)
         _require_outputs_apart(key_cache, value_cache, key, value, structure.extents)
     args = PagedLoadArgs(structure.geometry.layout, key_cache, value_cache, block_table, context_lens, seq_starts,
-                         bool(cumsum), key, value, bool(zero_fill), signature)
+                         bool(cumsum), key, value, bool(zero_fill), derived)
     args.geometry = structure.geometry  # checked, so the Args need not read it again
     return args
 
