@@ -16,8 +16,6 @@ Paths, chosen in this order (the fastest first; docs/benchmarks.md has the measu
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import torch
 
@@ -49,34 +47,25 @@ def path(plan: KvCachePlan) -> str:
     return "scatter"
 
 
-class _NativeSteps(NamedTuple):
-    """The copier's byte steps for a call's tensors (a function of their structure)."""
-
-    layer: int    #: one layer of ``past``
-    entry: int    #: one batch entry of ``past``
-    row: int      #: one position of ``past``
-    src: int      #: one row of ``new_kv``
-    item: int     #: one row's bytes
-
-
-def _native_steps(args: KvCacheArgs) -> _NativeSteps | None:
+def _native_steps(args: KvCacheArgs) -> native.Steps | None:
     """The copier's steps when it can take the call (host tensors, the copier built, rows contiguous;
     checks: ``past``'s elements apart), else None; what the structure decides is kept per call signature (``args.derived``)."""
     if not native.AVAILABLE:
         return None
     if "native" not in args.derived:
         args.derived["native"] = _derive_native_steps(args)
-    steps: _NativeSteps | None = args.derived["native"]
+    steps: native.Steps | None = args.derived["native"]
     return steps
 
 
-def _derive_native_steps(args: KvCacheArgs) -> _NativeSteps | None:
+def _derive_native_steps(args: KvCacheArgs) -> native.Steps | None:
     past, new_kv = args.past, args.new_kv
     if not (native.usable(new_kv, past) and new_kv.stride(1) == 1 and past.stride(3) == 1):
         return None
     size = past.element_size()
-    layer, entry, row, _ = (stride * size for stride in past.stride())
-    return _NativeSteps(layer, entry, row, new_kv.stride(0) * size, past.shape[3] * size)
+    entry, row = past.stride(1) * size, past.stride(2) * size
+    src = new_kv.stride(0) * size
+    return native.Steps(src, row, entry, past.shape[3] * size, src, row, 1, 0, 0)
 
 
 def kv_cache(plan: KvCachePlan) -> None:
@@ -112,14 +101,12 @@ def kv_cache(plan: KvCachePlan) -> None:
         layer.index_put_((torch.from_numpy(entry).to(device), torch.from_numpy(position).to(device)), args.new_kv)
 
 
-def _native(plan: KvCachePlan, steps: _NativeSteps) -> None:
+def _native(plan: KvCachePlan, steps: native.Steps) -> None:
     """One run per batch entry, empty ones included (the copier skips them): the metadata as it is."""
-    args = plan.args
-    native.copy_runs(
-        args.new_kv.data_ptr(), args.past.data_ptr() + plan.layer_id * steps.layer, plan.read_start,
-        plan.write_start, plan.seq_len, index_steps=(steps.src, steps.row), run_step=steps.entry,
-        item_bytes=steps.item, steps=(steps.src, steps.row), stream_min_bytes=STREAM_MIN_BYTES,
-    )
+    past = plan.args.past
+    layer = plan.layer_id * past.stride(0) * past.element_size()
+    native.copy_with(steps, plan.args.new_kv.data_ptr(), past.data_ptr() + layer, plan.read_start, plan.write_start,
+                     plan.seq_len, STREAM_MIN_BYTES)
 
 
 def _destination_rows(runs: KvRuns, row_block: int) -> np.ndarray:

@@ -9,6 +9,7 @@ tensors whose copied items are contiguous and whose destination rows do not over
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -80,8 +81,27 @@ def copy_runs(
     bool
         Whether the bytes were streamed past the caches.
     """
-    return _copy_runs(
-        src, dst, src_index, dst_index, items, index_steps[0], index_steps[1], run_step,
-        item_bytes, steps[0], steps[1], pieces, piece_steps[0], piece_steps[1], stream_min_bytes,
-    )
+    fixed = Steps(index_steps[0], index_steps[1], run_step, item_bytes, steps[0], steps[1], pieces, *piece_steps)
+    return copy_with(fixed, src, dst, src_index, dst_index, items, stream_min_bytes)
+
+
+class Steps(NamedTuple):
+    """The byte steps of :func:`copy_runs`, fixed by a call's structure: a host path works them out
+    once per call signature and passes them with each call's runs to :func:`copy_with`."""
+
+    src_index: int    #: bytes per unit of ``src_index``
+    dst_index: int    #: bytes per unit of ``dst_index``
+    run: int          #: extra ``dst`` bytes per run
+    item: int         #: bytes in one item
+    src: int          #: between consecutive items in ``src``
+    dst: int          #: between consecutive items in ``dst``
+    pieces: int       #: pieces per item
+    src_piece: int    #: between consecutive pieces in ``src``
+    dst_piece: int    #: between consecutive pieces in ``dst``
+
+
+def copy_with(fixed: Steps, src: int, dst: int, src_index: Sequence[int] | None, dst_index: Sequence[int],
+              items: Sequence[int] | None, stream_min_bytes: int) -> bool:
+    """:func:`copy_runs` with its byte steps given as one :class:`Steps`."""
+    return _copy_runs(src, dst, src_index, dst_index, items, *fixed, stream_min_bytes)
 

@@ -19,7 +19,6 @@ Each cache is gathered into its output on its own, by the first path that applie
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 
@@ -80,7 +79,7 @@ def paged_cache_load(plan: PagedLoadPlan) -> None:
             out[rows] = _gather(layout, cache, runs, block_size)
 
 
-def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor, route: _NativeRoute | None) -> str:
+def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor, route: native.Steps | None) -> str:
     layout, block_size = plan.args.geometry.layout, plan.args.geometry.block_size
     if route is not None:
         return "native"
@@ -91,17 +90,7 @@ def _path(plan: PagedLoadPlan, cache: torch.Tensor, out: torch.Tensor, route: _N
     return "gather"
 
 
-class _NativeRoute(NamedTuple):
-    """The copier's byte steps for one cache and its output (a function of the call's structure)."""
-
-    index_steps: tuple[int, int]   #: one block of the cache, one row of the output
-    item_bytes: int                #: one item: a token row (ND) or a 32-byte fractal row (NZ)
-    steps: tuple[int, int]         #: one slot of a block, one row of the output
-    pieces: int                    #: items per token (NZ: fractal rows)
-    piece_steps: tuple[int, int]
-
-
-def _native_routes(args: PagedLoadArgs) -> tuple[_NativeRoute | None, _NativeRoute | None]:
+def _native_routes(args: PagedLoadArgs) -> tuple[native.Steps | None, native.Steps | None]:
     """For the key and the value, the copier's route when it takes them, else None; what the
     structure decides is kept per call signature (``args.derived``)."""
     if not native.AVAILABLE:
@@ -110,11 +99,11 @@ def _native_routes(args: PagedLoadArgs) -> tuple[_NativeRoute | None, _NativeRou
     if "native" not in args.derived:
         args.derived["native"] = (_native_route(args.layout, args.key_cache, key),
                                   _native_route(args.layout, args.value_cache, value))
-    routes: tuple[_NativeRoute | None, _NativeRoute | None] = args.derived["native"]
+    routes: tuple[native.Steps | None, native.Steps | None] = args.derived["native"]
     return routes
 
 
-def _native_route(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> _NativeRoute | None:
+def _native_route(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) -> native.Steps | None:
     """The route when both tensors are on the host, the copier's items contiguous in ``cache`` and
     ``out``'s rows contiguous (its elements apart: require_writable)."""
     if not (cache.is_cpu and out.is_cpu):
@@ -124,20 +113,17 @@ def _native_route(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor) ->
         if not (items_contiguous and rows_contiguous(out)):
             return None
     size = cache.element_size()
-    row_step = out.stride(0) * size
-    index_steps = (cache.stride(0) * size, row_step)
+    block, row = cache.stride(0) * size, out.stride(0) * size
     if layout == ND:                                                             # items: token rows
-        return _NativeRoute(index_steps, _row_numel(out) * size, (cache.stride(1) * size, row_step), 1, (0, 0))
+        return native.Steps(block, row, 0, _row_numel(out) * size, cache.stride(1) * size, row, 1, 0, 0)
     fractal = cache.shape[3] * size                                              # items: 32-byte fractal rows
-    return _NativeRoute(index_steps, fractal, (cache.stride(2) * size, row_step), cache.shape[1],
-                        (cache.stride(1) * size, fractal))
+    return native.Steps(block, row, 0, fractal, cache.stride(2) * size, row, cache.shape[1], cache.stride(1) * size,
+                        fractal)
 
 
-def _native(route: _NativeRoute, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:
+def _native(steps: native.Steps, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns, stream_min_bytes: int) -> None:
     """Every run in one copier call: from slot 0 of its block to its first output row."""
-    native.copy_runs(cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows,
-                     index_steps=route.index_steps, item_bytes=route.item_bytes, steps=route.steps,
-                     pieces=route.pieces, piece_steps=route.piece_steps, stream_min_bytes=stream_min_bytes)
+    native.copy_with(steps, cache.data_ptr(), out.data_ptr(), runs.block, runs.out_start, runs.rows, stream_min_bytes)
 
 
 def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: BlockRuns) -> None:

@@ -18,7 +18,6 @@ Each cache is written on its own, by the first path that applies:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -67,14 +66,12 @@ def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
 
 
 class _NativeRoute(NamedTuple):
-    """The copier's byte steps for one cache written (a function of the call's structure)."""
+    """The copier's route for one cache written (a function of the call's structure)."""
 
-    row_step: int           #: one token of ``key``/``value``
-    block_step: int         #: one block of the cache
-    slot_step: int          #: one slot of a block
-    item_bytes: int         #: one item: a token row (ND) or a 32-byte fractal row (NZ)
-    pieces: int             #: items' pieces per token (NZ: fractal rows)
-    piece_steps: tuple[int, int]
+    steps: native.Steps     #: ``dst_index`` in units of ``steps.dst_index`` bytes
+    block_step: int         #: bytes per block of the cache
+    slot_step: int          #: bytes per slot of a block
+    slots_as_index: bool    #: blocks back to back in slot steps: a slot is its own ``dst_index``
 
 
 def _native_routes(args: ReshapeAndCacheArgs) -> tuple[_NativeRoute | None, ...]:
@@ -83,12 +80,13 @@ def _native_routes(args: ReshapeAndCacheArgs) -> tuple[_NativeRoute | None, ...]
     if not native.AVAILABLE:
         return (None,) * len(args.written())
     if "native" not in args.derived:
-        args.derived["native"] = tuple(_native_route(args.geometry.nd, tokens, cache) for tokens, cache in args.written())
+        args.derived["native"] = tuple(_native_route(args.geometry.nd, args.geometry.block_size, tokens, cache)
+                                       for tokens, cache in args.written())
     routes: tuple[_NativeRoute | None, ...] = args.derived["native"]
     return routes
 
 
-def _native_route(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> _NativeRoute | None:
+def _native_route(nd: bool, block_size: int, tokens: torch.Tensor, cache: torch.Tensor) -> _NativeRoute | None:
     """The route when the copier's items are contiguous in ``tokens`` and ``cache``, and whole 32-byte blocks."""
     if not (tokens.is_cpu and cache.is_cpu and rows_contiguous(tokens)):
         return None
@@ -98,11 +96,16 @@ def _native_route(nd: bool, tokens: torch.Tensor, cache: torch.Tensor) -> _Nativ
         return None
     size = cache.element_size()
     block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
-    if nd:
-        return _NativeRoute(tokens.stride(0) * size, block_step, slot_step, _row_bytes(cache, nd), 1, (0, 0))
-    fractal = cache.shape[3] * size
-    return _NativeRoute(tokens.stride(0) * size, block_step, slot_step, fractal, cache.shape[1],
-                        (fractal, cache.stride(1) * size))
+    slots_as_index = block_step == block_size * slot_step
+    unit = slot_step if slots_as_index else math.gcd(block_step, slot_step) or 1
+    row_step = tokens.stride(0) * size
+    if nd:                                                                       # items: token rows
+        steps = native.Steps(row_step, unit, 0, _row_bytes(cache, nd), row_step, slot_step, 1, 0, 0)
+    else:                                                                        # items: 32-byte fractal rows
+        fractal = cache.shape[3] * size
+        steps = native.Steps(row_step, unit, 0, fractal, row_step, slot_step, cache.shape[1], fractal,
+                             cache.stride(1) * size)
+    return _NativeRoute(steps, block_step, slot_step, slots_as_index)
 
 
 def _other_path(layout: KvCacheCfg, cache: torch.Tensor) -> str:
@@ -113,11 +116,8 @@ def _other_path(layout: KvCacheCfg, cache: torch.Tensor) -> str:
 def _native(route: _NativeRoute, tokens: torch.Tensor, cache: torch.Tensor, slots: list[int], block_size: int,
             stream_min_bytes: int) -> None:
     """One run of one item per token: from ``tokens[i]`` to the address of slot ``slots[i]`` (none for padding)."""
-    destination, index_step = _destinations(slots, block_size, route.block_step, route.slot_step)
-    native.copy_runs(tokens.data_ptr(), cache.data_ptr(), None, destination, None,
-                     index_steps=(route.row_step, index_step), item_bytes=route.item_bytes,
-                     steps=(route.row_step, route.slot_step), pieces=route.pieces, piece_steps=route.piece_steps,
-                     stream_min_bytes=stream_min_bytes)
+    destination = slots if route.slots_as_index else _offsets(slots, block_size, route)
+    native.copy_with(route.steps, tokens.data_ptr(), cache.data_ptr(), None, destination, None, stream_min_bytes)
 
 
 def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int]) -> None:
@@ -136,21 +136,16 @@ def _rows(tokens: torch.Tensor, cache: torch.Tensor, slots: list[int]) -> None:
     dst.index_copy_(0, index.to(cache.device), src)
 
 
-def _destinations(slots: list[int], block_size: int, block_step: int, slot_step: int) -> tuple[Sequence[int], int]:
-    """Each slot's byte offset in the cache as (index, bytes per index unit) for the copier.
-
-    Blocks back to back in slot steps (the usual case): the slots themselves, ``slot_step``
-    bytes apart. Otherwise (blocks strided apart, NZ): offsets computed whole-array, in units
-    of the steps' greatest common divisor (so that aligned steps keep streaming possible).
-    Padding stays negative either way, so the copier skips it.
-    """
-    if block_step == block_size * slot_step:
-        return slots, slot_step
-    unit = math.gcd(block_step, slot_step) or 1
+def _offsets(slots: list[int], block_size: int, route: _NativeRoute) -> list[int]:
+    """Each slot's byte offset in a cache whose blocks are strided apart (or NZ), in units of
+    ``route.steps.dst_index`` (the steps' greatest common divisor, so aligned steps keep streaming
+    possible), computed whole-array; padding stays negative, so the copier skips it."""
+    unit = route.steps.dst_index
     values = np.asarray(slots, dtype=np.int64)
     blocks, positions = np.divmod(values, block_size)
-    offsets = blocks * (block_step // unit) + positions * (slot_step // unit)
-    return np.where(values >= 0, offsets, -1).tolist(), unit
+    offsets = blocks * (route.block_step // unit) + positions * (route.slot_step // unit)
+    result: list[int] = np.where(values >= 0, offsets, -1).tolist()
+    return result
 
 
 def _row_numel(cache: torch.Tensor, nd: bool) -> int:

@@ -28,18 +28,20 @@ BeforeKernels = Optional[Callable[[Args], None]]
 
 def decision(args: Args) -> policy.Decision:
     """What runs a checked call, and why (the decision the implementations take)."""
-    return policy.decide(args.OPERATION, args.device, _outside_reason(args))
+    device = args.device
+    return policy.decide(args.OPERATION, device, _outside_reason(args, device))
 
 
 def _choose(args: Args) -> str:
     """The backend that runs a checked call (a fallback on an NPU warns once per reason)."""
-    return policy.choose(args.OPERATION, args.device, _outside_reason(args))
+    device = args.device
+    return policy.choose(args.OPERATION, device, _outside_reason(args, device))
 
 
-def _outside_reason(args: Args) -> str | None:
+def _outside_reason(args: Args, device: torch.device) -> str | None:
     """Why the kernels cannot take the call in place, or None; asked on an NPU only (elsewhere no
     kernel runs in place), and kept per call signature (``args.derived``)."""
-    if not runtime.is_npu(args.device):
+    if not runtime.is_npu(device):
         return None
     if "outside" not in args.derived:
         args.derived["outside"] = kernel_domain.outside_reason(args)

@@ -96,6 +96,8 @@ def plan(args: KvCacheArgs) -> KvCachePlan:
     if isinstance(args.layer_id, torch.Tensor):
         offsets, lengths, (layer,) = common.host_values([args.token_offset, args.seq_len, args.layer_id])
         require_layer_in_range(layer, args.past.shape[0])
+    elif args.token_offset.is_cpu and args.seq_len.is_cpu:  # the usual case, read directly (both 1-D)
+        offsets, lengths, layer = args.token_offset.tolist(), args.seq_len.tolist(), args.layer_id
     else:
         offsets, lengths = common.host_values([args.token_offset, args.seq_len])
         layer = args.layer_id

@@ -108,7 +108,7 @@ def _require_caches_apart(key: torch.Tensor, value: torch.Tensor | None, key_cac
 
 def plan(args: ReshapeAndCacheArgs) -> ReshapeAndCachePlan:
     """The rule of a ``reshape_and_cache`` call on its slots, read to the host (one transfer at most)."""
-    (slots,) = common.host_values([args.slot_mapping])
+    slots: list[int] = args.slot_mapping.tolist() if args.slot_mapping.is_cpu else common.host_values([args.slot_mapping])[0]
     capacity = args.geometry.capacity
     if max(slots, default=-1) >= capacity:
         i = next(i for i, s in enumerate(slots) if s >= capacity)
