@@ -25,6 +25,7 @@ import torch
 
 from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
+from ascend_kv.rules.geometry import CacheGeometry
 
 from . import native, on_device
 from .strides import merged_rows, rows_contiguous
@@ -53,7 +54,7 @@ def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
     if not slots or geometry.capacity == 0:                                      # no slot to write
         return
     routes = _native_routes(plan.args)
-    written = len(slots) * sum(_row_bytes(cache, geometry.nd) for _, cache in plan.args.written())  # a bound
+    written = len(slots) * sum(_row_bytes(row, cache) for row, (_, cache) in zip(_rows_of(geometry), plan.args.written()))
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
     args = plan.args if all(routes) else bit_views(plan.args)
     for route, (tokens, cache) in zip(routes, args.written()):
@@ -80,27 +81,30 @@ def _native_routes(args: ReshapeAndCacheArgs) -> tuple[_NativeRoute | None, ...]
     if not native.AVAILABLE:
         return (None,) * len(args.written())
     if "native" not in args.derived:
-        args.derived["native"] = tuple(_native_route(args.geometry.nd, args.geometry.block_size, tokens, cache)
-                                       for tokens, cache in args.written())
+        args.derived["native"] = tuple(_native_route(args.geometry, row, tokens, cache)
+                                       for row, (tokens, cache) in zip(_rows_of(args.geometry), args.written()))
     routes: tuple[_NativeRoute | None, ...] = args.derived["native"]
     return routes
 
 
-def _native_route(nd: bool, block_size: int, tokens: torch.Tensor, cache: torch.Tensor) -> _NativeRoute | None:
-    """The route when the copier's items are contiguous in ``tokens`` and ``cache``, and whole 32-byte blocks."""
+def _native_route(geometry: CacheGeometry, row: tuple[int, ...], tokens: torch.Tensor, cache: torch.Tensor
+                  ) -> _NativeRoute | None:
+    """The route when the copier's items are contiguous in ``tokens`` and ``cache`` (one token ``row``),
+    and whole 32-byte blocks."""
+    nd = geometry.nd
     if not (tokens.is_cpu and cache.is_cpu and rows_contiguous(tokens)):
         return None
-    if nd and not (_row_bytes(cache, nd) % 32 == 0 and rows_contiguous(cache[:, 0])):
+    if nd and not (_row_bytes(row, cache) % 32 == 0 and rows_contiguous(cache[:, 0])):
         return None
     if not nd and cache.stride(3) != 1:
         return None
     size = cache.element_size()
-    block_step, slot_step = cache.stride(0) * size, cache.stride(1 if nd else 2) * size
-    slots_as_index = block_step == block_size * slot_step
+    block_step, slot_step = cache.stride(0) * size, cache.stride(geometry.slot_dim) * size
+    slots_as_index = block_step == geometry.block_size * slot_step
     unit = slot_step if slots_as_index else math.gcd(block_step, slot_step) or 1
     row_step = tokens.stride(0) * size
     if nd:                                                                       # items: token rows
-        steps = native.Steps(row_step, unit, 0, _row_bytes(cache, nd), row_step, slot_step, 1, 0, 0)
+        steps = native.Steps(row_step, unit, 0, _row_bytes(row, cache), row_step, slot_step, 1, 0, 0)
     else:                                                                        # items: 32-byte fractal rows
         fractal = cache.shape[3] * size
         steps = native.Steps(row_step, unit, 0, fractal, row_step, slot_step, cache.shape[1], fractal,
@@ -148,10 +152,10 @@ def _offsets(slots: list[int], block_size: int, route: _NativeRoute) -> list[int
     return result
 
 
-def _row_numel(cache: torch.Tensor, nd: bool) -> int:
-    """Elements in one token row of ``cache``."""
-    return math.prod(cache.shape[2:]) if nd else cache.shape[1] * cache.shape[3]
+def _rows_of(geometry: CacheGeometry) -> tuple[tuple[int, ...], ...]:
+    """The token row of each cache written, as :meth:`ReshapeAndCacheArgs.written` orders them."""
+    return (geometry.key_row, geometry.value_row)
 
 
-def _row_bytes(cache: torch.Tensor, nd: bool) -> int:
-    return _row_numel(cache, nd) * cache.element_size()
+def _row_bytes(row: tuple[int, ...], cache: torch.Tensor) -> int:
+    return math.prod(row) * cache.element_size()
