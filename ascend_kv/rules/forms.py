@@ -115,8 +115,28 @@ class KvCachePlan:
 # ----------------------------------------------------------------------------- paged_cache_load
 
 
+class _OnCachePair:
+    """What the Args of the two operations on a paged key/value cache pair share."""
+
+    layout: KvCacheCfg
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor | None
+
+    @functools.cached_property
+    def geometry(self) -> CacheGeometry:
+        """Block count, block size and row shapes, read off the caches by their layout."""
+        return geometry_of(self.layout, self.key_cache, self.value_cache)
+
+    @property
+    def device(self) -> torch.device:
+        """The data's device."""
+        return self.key_cache.device
+
+
+
+
 @dataclass(eq=False)
-class PagedLoadArgs:
+class PagedLoadArgs(_OnCachePair):
     """A ``paged_cache_load`` call, structure checked.
 
     Attributes
@@ -143,8 +163,7 @@ class PagedLoadArgs:
         the table or whose block id is outside ``[0, num_blocks)`` gives a zero row (instead of an
         error on host values, or a skipped row on device values).
     derived : dict
-        What later stages derived from the call's structure alone, kept per call signature
-        (:data:`ascend_kv.rules.memo.Derived`); keys name the stage.
+        What later stages derived from the call's structure alone (as :class:`KvCacheArgs`'s).
     """
 
     OPERATION: ClassVar[str] = "PagedCacheLoadOperation"
@@ -162,16 +181,6 @@ class PagedLoadArgs:
     value: torch.Tensor | None
     zero_fill: bool = False
     derived: dict[str, Any] = field(default_factory=dict)
-
-    @functools.cached_property
-    def geometry(self) -> CacheGeometry:
-        """Block count, block size and row shapes, read off the caches by their layout."""
-        return geometry_of(self.layout, self.key_cache, self.value_cache)
-
-    @property
-    def device(self) -> torch.device:
-        """The data's device."""
-        return self.key_cache.device
 
     def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(key, value)``, once given or allocated."""
@@ -240,7 +249,7 @@ class PagedLoadPlan:
 
 
 @dataclass(eq=False)
-class ReshapeAndCacheArgs:
+class ReshapeAndCacheArgs(_OnCachePair):
     """A ``reshape_and_cache`` call, structure checked.
 
     Token ``i < len(slot_mapping)`` goes to slot ``slot_mapping[i]`` (block ``slot // block_size``,
@@ -262,8 +271,7 @@ class ReshapeAndCacheArgs:
     slot_mapping : torch.Tensor
         ``[n]`` int32/int64, ``n <= num_tokens``, on the host or on the caches' device.
     derived : dict
-        What later stages derived from the call's structure alone, kept per call signature
-        (:data:`ascend_kv.rules.memo.Derived`); keys name the stage.
+        What later stages derived from the call's structure alone (as :class:`KvCacheArgs`'s).
     """
 
     OPERATION: ClassVar[str] = "ReshapeAndCacheOperation"
@@ -277,16 +285,6 @@ class ReshapeAndCacheArgs:
     value_cache: torch.Tensor | None
     slot_mapping: torch.Tensor
     derived: dict[str, Any] = field(default_factory=dict)
-
-    @functools.cached_property
-    def geometry(self) -> CacheGeometry:
-        """Block count, block size and row shapes, read off the caches by their layout."""
-        return geometry_of(self.layout, self.key_cache, self.value_cache)
-
-    @property
-    def device(self) -> torch.device:
-        """The data's device."""
-        return self.key_cache.device
 
     def written(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(tokens, cache)`` per cache written: the key's, and the value's unless key-only."""

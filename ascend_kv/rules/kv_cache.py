@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -74,13 +73,10 @@ def args(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor,
     ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing rule
     is skipped, and meta tensors are allowed when ``past`` is one.
     """
-    derived: dict[str, Any] = {}
-    if shapes_only:
-        structure = _structure(new_kv, layer_id, past, token_offset, seq_len, True)
-    else:
-        derived, structure = _structures(new_kv, layer_id, past, token_offset, seq_len)
-        if memory.written_ranges_meet(((past, structure.past_extent),), ((new_kv, structure.new_kv_extent),)):
-            memory.require_apart("past", past, {"new_kv": new_kv})
+    derived, structure = _structures.checked((new_kv, layer_id, past, token_offset, seq_len), shapes_only)
+    past_and_new_kv = ((past, structure.past_extent),), ((new_kv, structure.new_kv_extent),)
+    if not shapes_only and memory.written_ranges_meet(*past_and_new_kv):
+        memory.require_apart("past", past, {"new_kv": new_kv})
     tokens = new_kv.reshape(-1, past.shape[3]) if structure.flat_new_kv else new_kv
     return KvCacheArgs(tokens, past, layer_id, token_offset, seq_len, derived)
 

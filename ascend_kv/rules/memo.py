@@ -69,6 +69,13 @@ class Memo(Generic[_Result]):
         self._results[key] = remembered
         return remembered
 
+    def checked(self, arguments: tuple[object, ...], shapes_only: bool) -> tuple[Derived, _Result]:
+        """As a call, or with ``shapes_only`` (fake or meta tensors, whose signatures are symbolic)
+        ``check(*arguments, True)`` afresh, its derived dict empty."""
+        if shapes_only:
+            return {}, self._check(*arguments, True)
+        return self(*arguments)
+
     def clear(self) -> None:
         """Forget every signature (for tests of the rules themselves)."""
         self._results.clear()

@@ -11,7 +11,6 @@ import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -113,11 +112,8 @@ def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.
     """
     arguments = (key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, key, value,
                  zero_fill)
-    derived: dict[str, Any] = {}
-    if shapes_only:
-        structure = _structure(*arguments, True)
-    else:
-        derived, structure = _structures(*arguments)
+    derived, structure = _structures.checked(arguments, shapes_only)
+    if not shapes_only:
         _require_outputs_apart(key_cache, value_cache, key, value, structure.extents)
     args = PagedLoadArgs(structure.geometry.layout, key_cache, value_cache, block_table, context_lens, seq_starts,
                          bool(cumsum), key, value, bool(zero_fill), derived)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -78,11 +77,8 @@ def args(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
     rules are skipped, and meta tensors are allowed when ``key_cache`` is one.
     """
     arguments = (key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
-    derived: dict[str, Any] = {}
-    if shapes_only:
-        structure = _structure(*arguments, True)
-    else:
-        derived, structure = _structures(*arguments)
+    derived, structure = _structures.checked(arguments, shapes_only)
+    if not shapes_only:
         _require_caches_apart(key, value, key_cache, value_cache, structure.extents)
     args = ReshapeAndCacheArgs(structure.geometry.layout, key, value, key_cache, value_cache, slot_mapping, derived)
     args.geometry = structure.geometry  # checked, so the Args need not read it again
