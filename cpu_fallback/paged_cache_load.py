@@ -45,17 +45,21 @@ SLICE_MIN_ROWS = {ND: 112, NZ: 8}
 
 def paths(plan: PagedLoadPlan) -> tuple[str, str]:
     """The names of the paths :func:`paged_cache_load` takes for the key and the value."""
+    return _paths(plan, _native_routes(plan.args))
+
+
+def _paths(plan: PagedLoadPlan, routes: tuple[native.Steps | None, native.Steps | None]) -> tuple[str, str]:
     args = plan.args
     key, value = args.outputs()
-    key_route, value_route = _native_routes(args)
-    return _path(plan, args.key_cache, key, key_route), _path(plan, args.value_cache, value, value_route)
+    return _path(plan, args.key_cache, key, routes[0]), _path(plan, args.value_cache, value, routes[1])
 
 
 def paged_cache_load(plan: PagedLoadPlan) -> None:
     """Gather every requested token of both caches into the outputs ``key`` and ``value``."""
     if plan.num_tokens == 0:
         return
-    ways = paths(plan)
+    routes = _native_routes(plan.args)
+    ways = _paths(plan, routes)
     args = plan.args if ways == ("native", "native") else bit_views(plan.args)  # the copier moves bytes
     layout, block_size = args.geometry.layout, args.geometry.block_size
     runs = block_runs(plan)
@@ -63,7 +67,7 @@ def paged_cache_load(plan: PagedLoadPlan) -> None:
     outputs = args.outputs()
     written = plan.num_tokens * sum(_row_bytes(out) for out in outputs)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
-    for way, route, cache, out in zip(ways, _native_routes(args), (args.key_cache, args.value_cache), outputs):
+    for way, route, cache, out in zip(ways, routes, (args.key_cache, args.value_cache), outputs):
         if way == "native":
             assert route is not None                                              # _path() checked
             _native(route, cache, out, runs, stream_min_bytes)

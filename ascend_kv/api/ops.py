@@ -65,9 +65,7 @@ def kv_cache(
     """
     if not _plain_tensors(new_kv, past, token_offset, seq_len):
         _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
-    if type(layer_id) is int and -(2**63) <= layer_id < 2**63:  # the common case, without the checks below
-        torch.ops.ascend_kv.kv_cache.default(new_kv, layer_id, past, token_offset, seq_len)
-    elif isinstance(layer_id, torch.Tensor):
+    if isinstance(layer_id, torch.Tensor):
         torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, common.tensor_argument("layer_id", layer_id), past,
                                                   token_offset, seq_len)
     else:

@@ -75,7 +75,3 @@ class Memo(Generic[_Result]):
         if shapes_only:
             return {}, self._check(*arguments, True)
         return self(*arguments)
-
-    def clear(self) -> None:
-        """Forget every signature (for tests of the rules themselves)."""
-        self._results.clear()
