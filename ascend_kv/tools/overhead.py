@@ -47,7 +47,7 @@ import torch
 
 import ascend_kv
 
-#: Per call measured, its target and goal as a multiple of the bare ``index_copy_`` of its set (issue 18).
+#: Per call measured, its target and goal as a multiple of the bare ``index_copy_`` of its set (docs/benchmarks.md, "The host cost of a call").
 TARGETS = {"kv_cache": (6.0, 2.0), "reshape_and_cache": (6.0, 2.0), "paged_cache_load": (8.0, 3.0),
            "decode kv_cache": (1.15, 1.0)}
 #: The goal for a fake-NPU row, as a multiple of the same call on the CPU.
