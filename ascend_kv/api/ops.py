@@ -162,14 +162,13 @@ def paged_cache_load(
     options = _load_options(kv_cache_cfg, cumsum, seq_starts)
     if key is None and value is None:
         loaded: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv.paged_cache_load.default(
-            key_cache, value_cache, block_table, context_lens, **options
+            key_cache, value_cache, block_table, context_lens, *options
         )
         return loaded
     if key is None or value is None:
         given, missing = ("key", "value") if value is None else ("value", "key")
         raise ValueError(f"{missing} is None but {given} is given: pass both outputs, or neither to allocate them")
-    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_table, context_lens, **options,
-                                              key=key, value=value)
+    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_table, context_lens, key, value, *options)
     return key, value
 
 
@@ -234,7 +233,7 @@ def reshape_and_cache(
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
     layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
-    torch.ops.ascend_kv.reshape_and_cache.default(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
+    torch.ops.ascend_kv.reshape_and_cache.default(key, value, key_cache, value_cache, slot_mapping, layout)
     return key_cache, value_cache
 
 
@@ -248,18 +247,16 @@ def _plain_tensors(*values: object, optional: bool = False) -> bool:
     return set(map(type, values)) <= (_PLAIN_OR_NONE if optional else _PLAIN)
 
 
-def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> dict[str, object]:
-    """The operator's keyword arguments for the public ones, those at their defaults left out
-    (each keyword costs the dispatcher a conversion)."""
-    options: dict[str, object] = {}
-    layout = geometry.kv_cache_cfg_argument(kv_cache_cfg)
-    if layout != KvCacheCfg.K_CACHE_V_CACHE_NZ:
-        options["kv_cache_cfg"] = int(layout)
-    if common.bool_argument("cumsum", cumsum):
-        options["cumsum"] = True
+def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:
+    """The operator's options (``kv_cache_cfg, cumsum, seq_starts``) for the public ones, trailing
+    defaults left out (the dispatcher converts each argument given)."""
+    layout = int(geometry.kv_cache_cfg_argument(kv_cache_cfg))
+    cumsum = common.bool_argument("cumsum", cumsum)
     if seq_starts is not None:
-        options["seq_starts"] = seq_starts
-    return options
+        return layout, cumsum, seq_starts
+    if cumsum:
+        return layout, cumsum
+    return () if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ else (layout,)
 
 
 def _tensors(*, optional: bool = False, **arguments: object) -> None:

@@ -306,11 +306,9 @@ def npu_gather_pa_kv_cache(
     key, value = common.tensor_argument("key", key), common.tensor_argument("value", value)
     if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ:
         key, value = _token_rows("key", key), _token_rows("value", value)
-    torch.ops.ascend_kv.paged_cache_load.into(
-        key_cache, value_cache, block_tables, seq_lens, kv_cache_cfg=int(layout),
-        cumsum=common.bool_argument("is_seq_lens_cumsum", is_seq_lens_cumsum), seq_starts=seq_offset,
-        zero_fill=True, key=key, value=value,
-    )
+    cumsum = common.bool_argument("is_seq_lens_cumsum", is_seq_lens_cumsum)
+    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_tables, seq_lens, key, value, int(layout),
+                                              cumsum, seq_offset, True)  # zero_fill=True
 
 
 def _token_rows(name: str, out: torch.Tensor) -> torch.Tensor:

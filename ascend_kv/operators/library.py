@@ -40,17 +40,18 @@ from . import run
 from .registration import NAMESPACE, Implementations, register
 
 _KV_ARGS = "Tensor(a!) past, Tensor token_offset, Tensor seq_len"
-_LOAD_ARGS = (
-    "Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, *, "
-    "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False"
-)
+_LOAD_INPUTS = "Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens"
+# The options are positional (with defaults): the dispatcher converts keyword arguments at a
+# measured several microseconds per call (docs/benchmarks.md); callers may still name them.
+_LOAD_OPTIONS = "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False"
 SCHEMAS = {
     "kv_cache": f"kv_cache(Tensor new_kv, int layer_id, {_KV_ARGS}) -> ()",
     "kv_cache.layer_tensor": f"kv_cache.layer_tensor(Tensor new_kv, Tensor layer_id, {_KV_ARGS}) -> ()",
-    "paged_cache_load": f"paged_cache_load({_LOAD_ARGS}) -> (Tensor, Tensor)",
-    "paged_cache_load.into": f"paged_cache_load.into({_LOAD_ARGS}, Tensor(a!) key, Tensor(b!) value) -> ()",
+    "paged_cache_load": f"paged_cache_load({_LOAD_INPUTS}, {_LOAD_OPTIONS}) -> (Tensor, Tensor)",
+    "paged_cache_load.into": f"paged_cache_load.into({_LOAD_INPUTS}, Tensor(a!) key, Tensor(b!) value, "
+                             f"{_LOAD_OPTIONS}) -> ()",
     "reshape_and_cache": "reshape_and_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, "
-                         "Tensor slot_mapping, *, str kv_cache_cfg='nd') -> ()",
+                         "Tensor slot_mapping, str kv_cache_cfg='nd') -> ()",
 }
 
 _LIB = torch.library.Library(NAMESPACE, "DEF")
@@ -105,8 +106,9 @@ def _zero_loaded_rows(args: run.Args) -> None:
         on_device.clear_loaded_rows(args)
 
 
-def _paged_load_cpu(*arguments: Any, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = load_rules.plan(args := load_rules.args(*arguments, **options))
+def _paged_load_cpu(*arguments: Any, key: torch.Tensor | None = None,
+                    value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = load_rules.plan(args := load_rules.args(*arguments, key=key, value=value))
     allocate_outputs(args, plan.end_row)
     if args.zero_fill:  # the block table is the backends' to screen, as on the device
         run.on_host(args, lambda: on_device.paged_cache_load(args), _zero_loaded_rows)
@@ -115,12 +117,14 @@ def _paged_load_cpu(*arguments: Any, **options: Any) -> tuple[torch.Tensor, torc
     return args.key, args.value  # type: ignore[return-value]
 
 
-def _paged_load_device(*arguments: Any, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    nz = options.get("kv_cache_cfg", 0) == 0  # the schema's int: 0 is NZ, ATB's default
-    formats.require_base_formats({"key_cache": arguments[0], "value_cache": arguments[1],
-                                  "key": options.get("key"), "value": options.get("value")},
+def _paged_load_device(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
+                       context_lens: torch.Tensor, kv_cache_cfg: int = 0, *options: Any, key: torch.Tensor | None = None,
+                       value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    nz = kv_cache_cfg == 0  # the schema's int: 0 is NZ, ATB's default
+    formats.require_base_formats({"key_cache": key_cache, "value_cache": value_cache, "key": key, "value": value},
                                  nz_caches=("key_cache", "value_cache") if nz else ())
-    args = load_rules.args(*arguments, **options)
+    args = load_rules.args(key_cache, value_cache, block_table, context_lens, kv_cache_cfg, *options, key=key,
+                           value=value)
     if run.reads_values(args):
         allocate_outputs(args, load_rules.plan(args).end_row)
     elif args.key is None:  # the one synchronisation of the allocating form: its row count
@@ -129,23 +133,26 @@ def _paged_load_device(*arguments: Any, **options: Any) -> tuple[torch.Tensor, t
     return args.key, args.value  # type: ignore[return-value]
 
 
-def _paged_load_fake(*arguments: Any, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_load_fake(*arguments: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``)."""
-    args = load_rules.args(*arguments, **options, shapes_only=True)
+    args = load_rules.args(*arguments, shapes_only=True)
     allocate_outputs(args, torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX))
     return args.key, args.value  # type: ignore[return-value]
 
 
-def _paged_load_into_fake(*arguments: Any, **options: Any) -> None:
+def _paged_load_into_fake(*arguments: Any) -> None:
     """Shapes only: the rules that need neither values nor memory."""
-    load_rules.args(*arguments, **options, shapes_only=True)
+    _into(load_rules.args)(*arguments, shapes_only=True)
 
 
 def _into(impl: Any) -> Any:
-    """The ``.into`` overload of a ``paged_cache_load`` implementation: the same, returning nothing."""
+    """The ``.into`` overload of a ``paged_cache_load`` implementation: the outputs follow the four
+    inputs in its schema; the same call, returning nothing."""
 
-    def into(*arguments: Any, **options: Any) -> None:
-        impl(*arguments, **options)
+    def into(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
+             context_lens: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *options: Any,
+             **flags: Any) -> None:
+        impl(key_cache, value_cache, block_table, context_lens, *options, key=key, value=value, **flags)
 
     into.__name__ = impl.__name__ + "_into"
     return into
@@ -154,24 +161,25 @@ def _into(impl: Any) -> Any:
 # ----------------------------------------------------------------------------- reshape_and_cache
 
 
-def _reshape_and_cache_cpu(*arguments: Any, **options: Any) -> None:
-    plan = write_rules.plan(write_rules.args(*arguments, **options))
+def _reshape_and_cache_cpu(*arguments: Any) -> None:
+    plan = write_rules.plan(write_rules.args(*arguments))
     run.on_host(plan.args, lambda: cpu_fallback.reshape_and_cache(plan))
 
 
-def _reshape_and_cache_device(*arguments: Any, **options: Any) -> None:
-    key, value, key_cache, value_cache, _ = arguments
+def _reshape_and_cache_device(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
+                              value_cache: torch.Tensor | None, slot_mapping: torch.Tensor,
+                              kv_cache_cfg: str = "nd") -> None:
     formats.require_base_formats({"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache},
-                                 nz_caches=("key_cache", "value_cache") if options.get("kv_cache_cfg") == "nz" else ())
-    args = write_rules.args(*arguments, **options)
+                                 nz_caches=("key_cache", "value_cache") if kv_cache_cfg == "nz" else ())
+    args = write_rules.args(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
     if run.reads_values(args):
         write_rules.plan(args)
     run.on_device(args)
 
 
-def _reshape_and_cache_fake(*arguments: Any, **options: Any) -> None:
+def _reshape_and_cache_fake(*arguments: Any) -> None:
     """Shapes only: the rules that need neither values nor memory."""
-    write_rules.args(*arguments, **options, shapes_only=True)
+    write_rules.args(*arguments, shapes_only=True)
 
 
 # ----------------------------------------------------------------------------- registration

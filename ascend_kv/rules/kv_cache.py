@@ -63,7 +63,7 @@ def _structure(new_kv: object, layer_id: object, past: object, token_offset: obj
     return _Structure(new_kv.dim() == 4, memory.extent(new_kv), memory.extent(past))
 
 
-_structures = Memo(_structure)
+_structures = Memo(_structure, written=(2,))  # past
 
 
 def args(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,

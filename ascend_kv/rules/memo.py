@@ -23,17 +23,24 @@ LIMIT = 4096
 _Result = TypeVar("_Result")
 
 
-def signature(arguments: tuple[object, ...]) -> Hashable:
-    """What the structure rules of a call with these arguments depend on.
+def signature(arguments: tuple[object, ...], written: tuple[int, ...]) -> Hashable:
+    """What the structure rules of a call with these arguments depend on; ``written``: the positions
+    of the tensors the call writes.
 
-    A host tensor's device is ``True`` (``is_cpu``, cheaper than a device object); inside
-    inference mode, whether a tensor is an inference tensor makes no difference to the rules.
+    Per tensor its dtype, sizes, strides and device (``True`` for the host: ``is_cpu`` is cheaper
+    than a device object); for a written tensor also ``requires_grad`` and whether it is an
+    inference tensor (only the written ones' matter to the rules; inside inference mode the latter
+    makes no difference).
     """
-    if torch.is_inference_mode_enabled():
-        return (True, *[(a.dtype, a.shape, a.stride(), a.is_cpu or a.device, a.requires_grad)
-                        if isinstance(a, torch.Tensor) else a for a in arguments])
-    return (False, *[(a.dtype, a.shape, a.stride(), a.is_cpu or a.device, a.requires_grad, a.is_inference())
-                     if isinstance(a, torch.Tensor) else a for a in arguments])
+    key = [(a.dtype, a.shape, a.stride(), a.is_cpu or a.device) if isinstance(a, torch.Tensor) else a
+           for a in arguments]
+    inference = torch.is_inference_mode_enabled()
+    for i in written:
+        tensor = arguments[i]
+        if isinstance(tensor, torch.Tensor):
+            key.append((tensor.requires_grad, inference or tensor.is_inference()))
+    key.append(inference)
+    return tuple(key)
 
 
 #: What later stages derive from a call's structure alone, kept beside its structure per signature
@@ -43,20 +50,22 @@ Derived = dict[str, Any]
 
 class Memo(Generic[_Result]):
     """``check(*arguments)`` remembered by :func:`signature`; ``check`` must depend on nothing else.
+    ``written``: the positions of the arguments the call writes.
 
     Arguments a signature cannot hold (sparse tensors, which have no strides; unhashable values)
     are checked afresh every time, so ``check`` gives its error.
     """
 
-    def __init__(self, check: Callable[..., _Result]) -> None:
+    def __init__(self, check: Callable[..., _Result], written: tuple[int, ...]) -> None:
         self._check = check
+        self._written = written
         self._results: dict[Hashable, tuple[Derived, _Result]] = {}
 
     def __call__(self, *arguments: object) -> tuple[Derived, _Result]:
         """``(derived, check(*arguments))``: ``derived`` is the signature's dict for later stages (a
         fresh one when the arguments have no signature)."""
         try:
-            key = signature(arguments)
+            key = signature(arguments, self._written)
             return self._results[key]
         except KeyError:
             pass

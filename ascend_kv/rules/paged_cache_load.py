@@ -97,15 +97,16 @@ def _output_shape_doc(row: tuple[int, ...], rows: int | None) -> str:
     return f"[rows{'' if rows is None else f' >= {rows}'}, {', '.join(map(str, row))}]"
 
 
-_structures = Memo(_structure)
+_structures = Memo(_structure, written=(7, 8))  # key, value
 
 
 def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
-         *, kv_cache_cfg: object = NZ, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
-         key: torch.Tensor | None = None, value: torch.Tensor | None = None, zero_fill: bool = False,
+         kv_cache_cfg: object = NZ, cumsum: bool = False, seq_starts: torch.Tensor | None = None,
+         zero_fill: bool = False, *, key: torch.Tensor | None = None, value: torch.Tensor | None = None,
          shapes_only: bool = False) -> PagedLoadArgs:
     """The rules of a ``paged_cache_load`` call that need no index values; see
-    :func:`ascend_kv.paged_cache_load`. ``key``/``value``: the outputs, or None to allocate.
+    :func:`ascend_kv.paged_cache_load`. The options in the operator's order; ``key``/``value``:
+    the outputs, or None to allocate.
 
     ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing
     rules are skipped, and meta tensors are allowed when ``key_cache`` is one.
@@ -186,7 +187,11 @@ def _needed_block_table(table: torch.Tensor, table_values: list[int] | None, len
         rows = table.tolist()
         if columns < max_blocks:
             rows = [row[:columns] for row in rows]
-    needed = list(itertools.chain.from_iterable(map(operator.getitem, rows, map(slice, first_column, last_column))))
+    if columns == 1 and min(last_column) == 1 and min(lens) > 0:                  # decode: each entry block 0 only
+        needed = [row[0] for row in rows]
+    else:
+        needed = list(itertools.chain.from_iterable(map(operator.getitem, rows,
+                                                        map(slice, first_column, last_column))))
     if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
         b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
                     for c in range(first, last) if not 0 <= rows[b][c] < num_blocks)

@@ -66,11 +66,11 @@ def _structure(key: object, value: object, key_cache: object, value_cache: objec
     return _Structure(geometry, tuple(memory.extent(t) for _, tokens, cache in written for t in (tokens, cache)))
 
 
-_structures = Memo(_structure)
+_structures = Memo(_structure, written=(2, 3))  # key_cache, value_cache
 
 
 def args(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
-         slot_mapping: torch.Tensor, *, kv_cache_cfg: object = "nd", shapes_only: bool = False) -> ReshapeAndCacheArgs:
+         slot_mapping: torch.Tensor, kv_cache_cfg: object = "nd", *, shapes_only: bool = False) -> ReshapeAndCacheArgs:
     """The rules of a ``reshape_and_cache`` call that need no index values; see :func:`ascend_kv.reshape_and_cache`.
 
     ``shapes_only``: the call only computes shapes (fake or meta tensors): the memory-sharing

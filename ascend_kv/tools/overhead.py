@@ -207,7 +207,7 @@ def _paged_cache_load(set_name: str, device: torch.device) -> list[Timed]:
                   lambda: ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=nd,
                                                      key=key, value=value), "paged_cache_load"),
             Timed(set_name, "torch.ops.ascend_kv.paged_cache_load.into", kind,
-                  lambda: op(key_cache, value_cache, table, lens, kv_cache_cfg=nd, key=key, value=value),
+                  lambda: op(key_cache, value_cache, table, lens, key, value, nd),
                   "paged_cache_load")]
 
 
