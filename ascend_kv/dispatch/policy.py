@@ -39,6 +39,7 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 
 _warned: set[str] = set()
 _off_npu_choices: dict[tuple[str, torch.device, str], str] = {}
+_HOST = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,13 @@ def choose(op: str, dev: torch.device, outside: str | None) -> str:
     if off_npu:
         _off_npu_choices[op, dev, requested] = decision.backend
     return decision.backend
+
+
+def choose_on_host(op: str) -> str:
+    """:func:`choose` for host tensors, from the operation and the requested backend alone (the
+    call's host path asks it every call)."""
+    known = _off_npu_choices.get((op, _HOST, requested_backend()))
+    return known if known is not None else choose(op, _HOST, None)
 
 
 def _warn_once(decision: Decision) -> None:

@@ -57,7 +57,7 @@ def reads_values(args: Args) -> bool:
 
 def on_host(args: Args, host_fallback: Callable[[], None], before_kernels: BeforeKernels = None) -> None:
     """Run a call on host tensors: the host build when ``sim`` is chosen, else ``host_fallback()``."""
-    if _choose(args) == "sim":
+    if policy.choose_on_host(args.OPERATION) == "sim":
         if before_kernels is not None:
             before_kernels(args)
         getattr(importlib.import_module("ascend_kv.backends.sim"), args.FUNCTION)(args)  # may compile on first use
