@@ -1,7 +1,7 @@
 /* Strided run copies for the CPU fallback: one C call instead of one torch call per run.
  *
- * copy_runs(src, dst, src_index, dst_index, items, src_index_step, dst_index_step, dst_run_step,
- *           item, src_step, dst_step, pieces, src_piece, dst_piece[, stream_min_bytes])
+ * copy_runs(src, dst, src_index, dst_index, items, steps, stream_min_bytes)
+ *   steps = (src_index_step, dst_index_step, dst_run_step, item, src_step, dst_step, pieces, src_piece, dst_piece)
  *
  * src, dst                       data addresses (torch.Tensor.data_ptr(), plus any offset).
  * src_index, dst_index, items    sequences of n ints (lists, as the fallback holds them), one per run;
@@ -21,7 +21,7 @@
  * stretch of chunks. Runs with 0 items or a negative dst_index copy nothing (their addresses are not
  * touched).
  *
- * Streaming (x86-64 only): when the call writes at least stream_min_bytes in total (default: never)
+ * Streaming (x86-64 only): when the call writes at least stream_min_bytes in total
  * and the destination address and every destination byte step are multiples of 16, the bytes go
  * out through 16-byte non-temporal stores, and one store fence ends the call. Why: a large KV
  * cache write or paged load fills the caches with lines this thread does not read again soon,
@@ -128,15 +128,32 @@ done:
     return runs;
 }
 
-static PyObject *copy_runs(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr;
-    PyObject *sequences[3];
-    long long si_step, di_step, run_step, item, s_step, d_step, pieces, s_piece, d_piece, stream_min = LLONG_MAX;
+/* The nine byte steps (cpu_fallback/native.py's Steps, a tuple of ints) in their order, or -1 with an exception set. */
+static int read_steps(PyObject *steps, long long out[9]) {
+    if (!PyTuple_Check(steps) || PyTuple_GET_SIZE(steps) != 9) {
+        PyErr_SetString(PyExc_TypeError, "copy_runs: steps must be a tuple of 9 ints");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < 9; ++k) {
+        out[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(steps, k));
+        if (out[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+static PyObject *copy_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKOOOLLLLLLLLL|L", &src_addr, &dst_addr, &sequences[0], &sequences[1], &sequences[2],
-                          &si_step, &di_step, &run_step, &item, &s_step, &d_step, &pieces, &s_piece, &d_piece,
-                          &stream_min))
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "copy_runs takes 7 arguments");
         return NULL;
+    }
+    const unsigned long long src_addr = PyLong_AsUnsignedLongLong(args[0]), dst_addr = PyLong_AsUnsignedLongLong(args[1]);
+    const long long stream_min = PyLong_AsLongLong(args[6]);
+    long long fixed[9];
+    if (PyErr_Occurred() || read_steps(args[5], fixed) != 0) return NULL;
+    PyObject *sequences[3] = {args[2], args[3], args[4]};
+    const long long si_step = fixed[0], di_step = fixed[1], run_step = fixed[2], item = fixed[3], s_step = fixed[4],
+                    d_step = fixed[5], pieces = fixed[6], s_piece = fixed[7], d_piece = fixed[8];
     if (item <= 0 || item % 32 != 0 || pieces <= 0) {
         PyErr_SetString(PyExc_ValueError, "copy_runs: item must be a positive multiple of 32 and pieces positive");
         return NULL;
@@ -176,7 +193,8 @@ static PyObject *copy_runs(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"copy_runs", copy_runs, METH_VARARGS, "Copy strided runs of fixed-size items (see the source header)."},
+    {"copy_runs", (PyCFunction)(void (*)(void))copy_runs, METH_FASTCALL,
+     "Copy strided runs of fixed-size items (see the source header)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -103,5 +103,5 @@ class Steps(NamedTuple):
 def copy_with(fixed: Steps, src: int, dst: int, src_index: Sequence[int] | None, dst_index: Sequence[int],
               items: Sequence[int] | None, stream_min_bytes: int) -> bool:
     """:func:`copy_runs` with its byte steps given as one :class:`Steps`."""
-    return _copy_runs(src, dst, src_index, dst_index, items, *fixed, stream_min_bytes)
+    return _copy_runs(src, dst, src_index, dst_index, items, fixed, stream_min_bytes)
 

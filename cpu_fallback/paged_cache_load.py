@@ -56,16 +56,18 @@ def _paths(plan: PagedLoadPlan, routes: tuple[native.Steps | None, native.Steps 
 
 def paged_cache_load(plan: PagedLoadPlan) -> None:
     """Gather every requested token of both caches into the outputs ``key`` and ``value``."""
-    if plan.num_tokens == 0:
+    num_tokens = plan.num_tokens
+    if num_tokens == 0:
         return
     routes = _native_routes(plan.args)
-    ways = _paths(plan, routes)
-    args = plan.args if ways == ("native", "native") else bit_views(plan.args)  # the copier moves bytes
+    native_only = None not in routes                                              # the usual case on the host
+    ways = ("native", "native") if native_only else _paths(plan, routes)
+    args = plan.args if native_only else bit_views(plan.args)                     # the copier moves bytes
     layout, block_size = args.geometry.layout, args.geometry.block_size
     runs = block_runs(plan)
-    rows = slice(plan.first_row, plan.first_row + plan.num_tokens)
+    rows = slice(plan.first_row, plan.first_row + num_tokens)
     outputs = args.outputs()
-    written = plan.num_tokens * sum(_row_bytes(out) for out in outputs)
+    written = num_tokens * sum(map(_row_bytes, outputs))
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
     for way, route, cache, out in zip(ways, routes, (args.key_cache, args.value_cache), outputs):
         if way == "native":

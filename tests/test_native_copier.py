@@ -204,12 +204,12 @@ def test_threshold_counts_every_byte_written(tokens: int, streamed: bool) -> Non
     assert result == (CAN_STREAM and streamed)
 
 
-def test_the_c_function_does_not_stream_without_a_threshold() -> None:
-    """Callers that pass no ``stream_min_bytes`` get the cached stores."""
+def test_the_c_function_does_not_stream_below_its_threshold() -> None:
+    """A call writing fewer bytes than ``stream_min_bytes`` gets the cached stores."""
     src, dst = random_bits((64,), torch.uint8, 0), torch.zeros(64, dtype=torch.uint8)
     one = np.ones(1, dtype=np.int64)
-    assert native._copy_runs(src.data_ptr(), dst.data_ptr(), one * 0, one * 0, one * 2, 0, 0, 0, 32, 32, 32, 1, 0,
-                             0) is False
+    assert native._copy_runs(src.data_ptr(), dst.data_ptr(), one * 0, one * 0, one * 2,
+                             native.Steps(0, 0, 0, 32, 32, 32, 1, 0, 0), 65) is False
     assert torch.equal(dst, src)
 
 
