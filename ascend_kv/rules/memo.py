@@ -23,24 +23,30 @@ LIMIT = 4096
 _Result = TypeVar("_Result")
 
 
-def signature(arguments: tuple[object, ...], written: tuple[int, ...]) -> Hashable:
+def python_signature(arguments: tuple[object, ...], written: tuple[int, ...]) -> Hashable:
     """What the structure rules of a call with these arguments depend on; ``written``: the positions
     of the tensors the call writes.
 
     Per tensor its dtype, sizes, strides and device (``True`` for the host: ``is_cpu`` is cheaper
     than a device object); for a written tensor also ``requires_grad`` and whether it is an
     inference tensor (only the written ones' matter to the rules; inside inference mode the latter
-    makes no difference).
+    makes no difference), None for a written argument that is None; last, whether inference mode is on.
     """
     key = [(a.dtype, a.shape, a.stride(), a.is_cpu or a.device) if isinstance(a, torch.Tensor) else a
            for a in arguments]
     inference = torch.is_inference_mode_enabled()
     for i in written:
         tensor = arguments[i]
-        if isinstance(tensor, torch.Tensor):
-            key.append((tensor.requires_grad, inference or tensor.is_inference()))
+        key.append((tensor.requires_grad, inference or tensor.is_inference()) if isinstance(tensor, torch.Tensor)
+                   else None)
     key.append(inference)
     return tuple(key)
+
+
+try:  # the same key at C speed, compiled at install (``_signature.c``); without a compiler, the above
+    from ._signature import signature
+except ImportError:
+    signature = python_signature
 
 
 #: What later stages derive from a call's structure alone, kept beside its structure per signature
