@@ -6,15 +6,11 @@ host copier's routes) follows the tensors' structure."""
 from __future__ import annotations
 
 import re
-import shutil
-import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
 from cases import bits_equal, random_bits
-from hypothesis import given
-from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv.rules import memo
@@ -55,51 +51,8 @@ STRUCTURAL_CHANGES: dict[str, tuple[Callable[[], object], Callable[[], object], 
 }
 
 
-@pytest.fixture(params=["compiled", "python"])
-def signature_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each memo test with the signature the install compiled, and with its Python twin."""
-    if request.param == "python":
-        monkeypatch.setattr(memo, "signature", memo.python_signature)
-    yield request.param
-
-
-def test_the_compiled_signature_is_built_where_a_compiler_is() -> None:
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    assert (memo.signature is not memo.python_signature) == (shutil.which(compiler) is not None)
-
-
-def _tensors(draw: st.DrawFn) -> torch.Tensor:
-    """A tensor of a drawn dtype and shape, maybe a transposed or sliced view, maybe needing grad."""
-    dtype = draw(st.sampled_from([torch.float16, torch.float32, torch.int32, torch.int64]))
-    shape = draw(st.lists(st.integers(0, 3), min_size=0, max_size=3))
-    tensor = torch.zeros(shape, dtype=dtype)
-    if tensor.dim() >= 2 and draw(st.booleans()):
-        tensor = tensor.transpose(0, 1)
-    if tensor.dim() >= 1 and draw(st.booleans()):
-        tensor = tensor[::2]
-    if dtype.is_floating_point and draw(st.booleans()):
-        tensor.requires_grad_(True)
-    return tensor
-
-
-@given(data=st.data(), inference=st.booleans())
-def test_the_compiled_signature_equals_its_python_twin(data: st.DataObject, inference: bool) -> None:
-    """The same key, element for element, for tensors of any dtype, shape and strides, needing grad or
-    not, made in inference mode or not, and other arguments, written or read, in inference mode or out."""
-    if memo.signature is memo.python_signature:
-        pytest.fail("the compiled signature is not built (test_the_compiled_signature_is_built_where_a_compiler_is)")
-    with torch.inference_mode(data.draw(st.booleans(), label="made in inference mode")):
-        arguments = tuple(data.draw(st.lists(st.one_of(st.composite(_tensors)(), st.integers(), st.none(),
-                                                       st.booleans(), st.sampled_from(["nd", "nz"])), max_size=5),
-                                    label="arguments"))
-    written = tuple(data.draw(st.lists(st.integers(0, len(arguments) - 1), max_size=2), label="written")
-                    ) if arguments else ()
-    with torch.inference_mode(inference):
-        assert memo.signature(arguments, written) == memo.python_signature(arguments, written)
-
-
 @pytest.mark.parametrize("change", STRUCTURAL_CHANGES)
-def test_a_remembered_call_lets_no_structurally_different_call_through(change: str, signature_kind: str) -> None:
+def test_a_remembered_call_lets_no_structurally_different_call_through(change: str) -> None:
     accepted, rejected, error, fragment = STRUCTURAL_CHANGES[change]
     accepted()
     accepted()                                                   # now remembered
@@ -107,8 +60,7 @@ def test_a_remembered_call_lets_no_structurally_different_call_through(change: s
         rejected()
 
 
-def test_an_inference_tensor_written_outside_inference_mode_is_refused_after_the_same_call_inside(
-        signature_kind: str) -> None:
+def test_an_inference_tensor_written_outside_inference_mode_is_refused_after_the_same_call_inside() -> None:
     """Inside inference mode inference-ness is no part of the signature; outside it is."""
     with torch.inference_mode():
         past = torch.zeros(2, 2, 8, 16, dtype=F16)

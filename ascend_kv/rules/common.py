@@ -166,6 +166,19 @@ def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
     return [(t if t.dim() == 1 else t.reshape(-1)).tolist() if t.is_cpu else next(fetched) for t in tensors]
 
 
+def host_tensors(tensors: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """Each index tensor in host memory (None stays None): host tensors as they are, the
+    device-resident ones gathered on their device as int64 and read back in one transfer (the one
+    synchronisation of full validation)."""
+    on_device = [t for t in tensors if t is not None and not t.is_cpu]
+    if not on_device:  # the usual case
+        return list(tensors)
+    flat = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).cpu()
+    ends = itertools.accumulate(t.numel() for t in on_device)
+    fetched = iter([flat[end - t.numel() : end].view(t.shape) for t, end in zip(on_device, ends)])
+    return [t if t is None or t.is_cpu else next(fetched) for t in tensors]
+
+
 def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None:
     """``ValueError`` naming the first entry of ``values`` where ``ok`` is False."""
     if not all(ok):

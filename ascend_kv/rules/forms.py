@@ -209,9 +209,6 @@ class PagedLoadPlan:
     ----------
     args : PagedLoadArgs
         The call (its outputs given or allocated).
-    block_table : list of list of int
-        ``[batch][columns]``: the block table's leading columns, as many as the furthest-reaching
-        entry needs (columns no token needs are not read); empty with ``zero_fill``.
     blocks : list of int
         ``[blocks read]``: the entries tokens need, in output order, each in ``[0, num_blocks)``;
         for each batch entry ``b`` in turn,
@@ -227,7 +224,6 @@ class PagedLoadPlan:
     """
 
     args: PagedLoadArgs
-    block_table: list[list[int]]
     blocks: list[int]
     lens: list[int]
     out_start: list[int]
@@ -243,6 +239,17 @@ class PagedLoadPlan:
     def first_row(self) -> int:
         """The first output row written (0, or ``context_lens[0]`` in cumsum mode)."""
         return self.out_start[0] if self.out_start else 0
+
+    @property
+    def block_table(self) -> list[list[int]]:
+        """``[batch][columns]``: the block table's leading columns, as many as the furthest-reaching
+        entry needs; empty with ``zero_fill``. Read afresh, for inspection: no backend needs it."""
+        if self.args.zero_fill:
+            return []
+        size = self.args.geometry.block_size
+        columns = max((first + -(-n // size) for first, n in zip(self.first_column, self.lens)), default=0)
+        rows: list[list[int]] = self.args.block_table[:, :columns].tolist()
+        return rows
 
 
 # ----------------------------------------------------------------------------- reshape_and_cache

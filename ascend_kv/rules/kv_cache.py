@@ -3,12 +3,11 @@ index values -> :class:`KvCachePlan`."""
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
 
-from . import common, memory
+from . import _values, common, memory
 from .dtypes import CACHE_DTYPES
 from .forms import KvCacheArgs, KvCachePlan
 from .geometry import require_row_alignment
@@ -89,30 +88,14 @@ def require_layer_in_range(layer: int, layers: int) -> None:
 
 def plan(args: KvCacheArgs) -> KvCachePlan:
     """The rules of a ``kv_cache`` call on its index values, read to the host (one transfer at most)."""
-    if isinstance(args.layer_id, torch.Tensor):
-        offsets, lengths, (layer,) = common.host_values([args.token_offset, args.seq_len, args.layer_id])
+    offsets, lengths, layer = args.token_offset, args.seq_len, args.layer_id
+    if isinstance(layer, torch.Tensor) or not (offsets.is_cpu and lengths.is_cpu):
+        offsets, lengths, layer = common.host_tensors([offsets, lengths, layer])  # type: ignore[list-item]
+    if isinstance(layer, torch.Tensor):
+        layer = int(layer.item())  # a host tensor now: no transfer
         require_layer_in_range(layer, args.past.shape[0])
-    elif args.token_offset.is_cpu and args.seq_len.is_cpu:  # the usual case, read directly (both 1-D)
-        offsets, lengths, layer = args.token_offset.tolist(), args.seq_len.tolist(), args.layer_id
-    else:
-        offsets, lengths = common.host_values([args.token_offset, args.seq_len])
-        layer = args.layer_id
-    max_seq_len = args.past.shape[2]
-    if min(lengths, default=0) < 0:  # each rule screens at C speed, then finds the first offender
-        common.require_all("seq_len", [n >= 0 for n in lengths], lengths, "is negative")
-    total = sum(lengths)
-    if total != args.new_kv.shape[0]:
-        raise ValueError(f"sum(seq_len) = {total} must equal ntokens = {args.new_kv.shape[0]} (rows of new_kv)")
-    write_start = list(map(operator.sub, offsets, lengths))
-    if min(write_start, default=0) < 0:
-        common.require_all("token_offset", list(map(operator.ge, offsets, lengths)), offsets,
-                           "is smaller than seq_len at that index")
-    if max(offsets, default=0) > max_seq_len:
-        common.require_all(
-            "token_offset", [o <= max_seq_len for o in offsets], offsets,
-            f"exceeds max_seq_len = {max_seq_len} (past.shape[2])",
-        )
-    return KvCachePlan(args, layer, lengths, common.exclusive_prefix_sum(lengths), write_start)
+    seq_len, read_start, write_start = _values.kv_cache(offsets, lengths, args.new_kv.shape[0], args.past.shape[2])
+    return KvCachePlan(args, layer, seq_len, read_start, write_start)
 
 
 def check(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor, token_offset: torch.Tensor,

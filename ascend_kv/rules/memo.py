@@ -1,8 +1,8 @@
 """Structure checks remembered per call signature: a repeated call pays one dictionary look-up.
 
 The structure rules of a call depend only on what its signature holds: per tensor its dtype,
-sizes, strides, device, ``requires_grad`` and whether it is an inference tensor; the non-tensor
-arguments; and whether inference mode is on. In a serving loop the signatures repeat every step
+sizes, strides and device, and for a tensor the call writes ``requires_grad`` and whether it is
+an inference tensor; the non-tensor arguments; and whether inference mode is on. In a serving loop the signatures repeat every step
 (per layer, per phase), so :class:`Memo` keeps what the rules derived from each (never a tensor)
 and runs them again only for a signature it has not seen. A call that raises is not remembered.
 Addresses are not in the signature: the aliasing rules run on every call (:mod:`.memory`). Later
@@ -15,38 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-import torch
+import torch  # noqa: F401  (before _signature, which reads torch.Tensor when it loads)
+
+from ._signature import signature  # compiled at install; _signature.c says what the key holds
 
 #: Signatures remembered per operation before the memo starts afresh (a serving loop has a few dozen).
 LIMIT = 4096
 
 _Result = TypeVar("_Result")
-
-
-def python_signature(arguments: tuple[object, ...], written: tuple[int, ...]) -> Hashable:
-    """What the structure rules of a call with these arguments depend on; ``written``: the positions
-    of the tensors the call writes.
-
-    Per tensor its dtype, sizes, strides and device (``True`` for the host: ``is_cpu`` is cheaper
-    than a device object); for a written tensor also ``requires_grad`` and whether it is an
-    inference tensor (only the written ones' matter to the rules; inside inference mode the latter
-    makes no difference), None for a written argument that is None; last, whether inference mode is on.
-    """
-    key = [(a.dtype, a.shape, a.stride(), a.is_cpu or a.device) if isinstance(a, torch.Tensor) else a
-           for a in arguments]
-    inference = torch.is_inference_mode_enabled()
-    for i in written:
-        tensor = arguments[i]
-        key.append((tensor.requires_grad, inference or tensor.is_inference()) if isinstance(tensor, torch.Tensor)
-                   else None)
-    key.append(inference)
-    return tuple(key)
-
-
-try:  # the same key at C speed, compiled at install (``_signature.c``); without a compiler, the above
-    from ._signature import signature
-except ImportError:
-    signature = python_signature
 
 
 #: What later stages derive from a call's structure alone, kept beside its structure per signature

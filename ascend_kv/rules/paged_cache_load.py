@@ -7,14 +7,12 @@ rule has passed: :func:`args` takes them given or None, :func:`plan` says how ma
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from . import common, memory
+from . import _values, common, memory
 from .dtypes import CACHE_DTYPES
 from .forms import PagedLoadArgs, PagedLoadPlan
 from .geometry import NZ, CacheGeometry, kv_cache_cfg_argument, read_geometry
@@ -138,102 +136,20 @@ def _require_outputs_apart(key_cache: torch.Tensor, value_cache: torch.Tensor, k
         memory.require_separate_outputs("key", key, "value", value)
 
 
-def _lengths_and_starts(context_lens: list[int], batch: int, cumsum: bool) -> tuple[list[int], list[int]]:
-    """``(lens, out_start)`` per batch entry from ``context_lens`` in either mode (entry counts checked)."""
-    if min(context_lens, default=0) < 0:  # each rule screens at C speed, then finds the first offender
-        common.require_all("context_lens", [n >= 0 for n in context_lens], context_lens, "is negative")
-    if cumsum:
-        lens = list(map(operator.sub, context_lens[1:], context_lens[:-1]))
-        if min(lens, default=0) < 0:
-            i = [n < 0 for n in lens].index(True) + 1
-            raise ValueError(
-                f"context_lens[{i}] = {context_lens[i]} is smaller than context_lens[{i - 1}] = "
-                f"{context_lens[i - 1]}: cumulative lengths must be non-decreasing"
-            )
-        return lens, context_lens[:-1]
-    return context_lens, common.exclusive_prefix_sum(context_lens)
-
-
-#: Block-table entries no token needs from which a host table is read only up to the furthest column
-#: needed (a view of the table costs more than reading a few entries more).
-_NARROW_FROM = 4096
-
-
-def _needed_block_table(table: torch.Tensor, table_values: list[int] | None, lens: list[int], first_column: list[int],
-                        geometry: CacheGeometry) -> tuple[list[list[int]], list[int]]:
-    """The block table's columns up to the furthest one a token needs ``[batch][columns]``, and the
-    entries tokens need, in output order ``[blocks read]``.
-
-    ``table_values``: the table's values, already read (a device table), or None to read a host
-    table (only the needed columns of a wide one). ``ValueError`` unless every entry a token needs exists
-    and is a valid block id; entries no token needs are ignored (``-1`` padding is fine).
-    """
-    batch, max_blocks = table.shape
-    block_size, num_blocks = geometry.block_size, geometry.num_blocks
-    last_column = [first + -(-n // block_size) for first, n in zip(first_column, lens)]  # one past the last needed
-    if max(last_column, default=0) > max_blocks:
-        b = next(b for b, last in enumerate(last_column) if last > max_blocks)
-        raise ValueError(
-            f"block_table has {max_blocks} columns, but batch entry {b} needs columns "
-            f"{first_column[b]}..{last_column[b] - 1} ({lens[b]} tokens from column "
-            f"{first_column[b]}, block_size {block_size})"
-        )
-    columns = max(last_column, default=0)
-    if table_values is not None:
-        rows = [table_values[b * max_blocks : b * max_blocks + columns] for b in range(batch)]
-    elif batch * (max_blocks - columns) > _NARROW_FROM:
-        rows = table.narrow(1, 0, columns).tolist()
-    else:
-        rows = table.tolist()
-        if columns < max_blocks:
-            rows = [row[:columns] for row in rows]
-    if columns == 1 and min(last_column) == 1 and min(lens) > 0:                  # decode: each entry block 0 only
-        needed = [row[0] for row in rows]
-    else:
-        needed = list(itertools.chain.from_iterable(map(operator.getitem, rows,
-                                                        map(slice, first_column, last_column))))
-    if needed and (min(needed) < 0 or max(needed) >= num_blocks):  # the screen runs at C speed; then find the first
-        b, c = next((b, c) for b, (first, last) in enumerate(zip(first_column, last_column))
-                    for c in range(first, last) if not 0 <= rows[b][c] < num_blocks)
-        raise ValueError(
-            f"block_table[{b}, {c}] = {rows[b][c]} is outside [0, {num_blocks}) (num_blocks = key_cache.shape[0])"
-        )
-    return rows, needed
-
-
 def plan(args: PagedLoadArgs) -> PagedLoadPlan:
     """The rules of a ``paged_cache_load`` call on its index values, read to the host (one transfer at
     most), and the rows its outputs need. With ``zero_fill`` block-table entries are not checked
-    (tokens with a missing column or an invalid block id load zeros): the plan's ``block_table``
-    and ``blocks`` are then empty, and only the backends that take the Args run it."""
-    table = args.block_table
-    batch = table.shape[0]
-    read_table = not table.is_cpu and not args.zero_fill  # a host table is read column by column, as needed
-    optional = [t for t in (args.seq_starts, table if read_table else None) if t is not None]
-    lens_given, *read = common.host_values([args.context_lens, *optional])
-    starts = read.pop(0) if args.seq_starts is not None else None
-    table_values = read.pop(0) if read_table else None
-    lens, out_start = _lengths_and_starts(lens_given, batch, args.cumsum)
-    if starts is None:
-        first_column = [0] * batch
-    else:
-        if min(starts, default=0) < 0:
-            common.require_all("seq_starts", [s >= 0 for s in starts], starts, "is negative")
-        first_column = [s // args.geometry.block_size for s in starts]
-    end_row = lens_given[-1] if args.cumsum else sum(lens)  # cumsum: context_lens[-1] rows, even with batch 0
-    if end_row > common.INT32_MAX:
-        raise ValueError(
-            f"the output would have {end_row} rows (from context_lens), more than the kernels' int32 limit "
-            f"{common.INT32_MAX}"
-        )
-    rows: list[list[int]] = []
-    blocks: list[int] = []
-    if not args.zero_fill:
-        rows, blocks = _needed_block_table(table, table_values, lens, first_column, args.geometry)
-    for name, out, row in (("key", args.key, args.geometry.key_row), ("value", args.value, args.geometry.value_row)):
+    (tokens with a missing column or an invalid block id load zeros): the plan's ``blocks`` are then
+    empty, and only the backends that take the Args run it."""
+    table = None if args.zero_fill else args.block_table
+    lens, starts, table = common.host_tensors([args.context_lens, args.seq_starts, table])
+    geometry = args.geometry
+    blocks, lens_read, out_start, first_column, end_row = _values.paged_cache_load(
+        lens, starts, table, args.cumsum, geometry.block_size, geometry.num_blocks)
+    for name, out, row in (("key", args.key, geometry.key_row), ("value", args.value, geometry.value_row)):
         if out is not None and out.shape[0] < end_row:
             raise ValueError(f"{name} must have shape {_output_shape_doc(row, end_row)}, got {tuple(out.shape)}")
-    return PagedLoadPlan(args, rows, blocks, lens, out_start, first_column, end_row)
+    return PagedLoadPlan(args, blocks, lens_read, out_start, first_column, end_row)
 
 
 def check(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor,
