@@ -67,7 +67,7 @@ def paged_cache_load(plan: PagedLoadPlan) -> None:
     runs = block_runs(plan)
     rows = slice(plan.first_row, plan.first_row + num_tokens)
     outputs = args.outputs()
-    written = num_tokens * sum(map(_row_bytes, outputs))
+    written = num_tokens * _token_bytes(args)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
     for way, route, cache, out in zip(ways, routes, (args.key_cache, args.value_cache), outputs):
         if way == "native":
@@ -138,6 +138,14 @@ def _slices(layout: KvCacheCfg, cache: torch.Tensor, out: torch.Tensor, runs: Bl
             out[start : start + rows].copy_(cache[block, :rows])
         else:                                                                    # [rows, T//E, E] <- [T//E, rows, E]
             out[start : start + rows].unflatten(1, (cache.shape[1], cache.shape[3])).copy_(cache[block, :, :rows].transpose(0, 1))
+
+
+def _token_bytes(args: PagedLoadArgs) -> int:
+    """Bytes one token writes into the outputs together; kept per call signature (``args.derived``)."""
+    if "token_bytes" not in args.derived:
+        args.derived["token_bytes"] = sum(map(_row_bytes, args.outputs()))
+    token_bytes: int = args.derived["token_bytes"]
+    return token_bytes
 
 
 def _row_numel(out: torch.Tensor) -> int:

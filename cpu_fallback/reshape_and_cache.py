@@ -54,7 +54,7 @@ def reshape_and_cache(plan: ReshapeAndCachePlan) -> None:
     if not slots or geometry.capacity == 0:                                      # no slot to write
         return
     routes = _native_routes(plan.args)
-    written = len(slots) * sum(_row_bytes(row, cache) for row, (_, cache) in zip(_rows_of(geometry), plan.args.written()))
+    written = len(slots) * _token_bytes(plan.args)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES    # both caches, or neither
     args = plan.args if all(routes) else bit_views(plan.args)
     for route, (tokens, cache) in zip(routes, args.written()):
@@ -150,6 +150,15 @@ def _offsets(slots: list[int], block_size: int, route: _NativeRoute) -> list[int
     offsets = blocks * (route.block_step // unit) + positions * (route.slot_step // unit)
     result: list[int] = np.where(values >= 0, offsets, -1).tolist()
     return result
+
+
+def _token_bytes(args: ReshapeAndCacheArgs) -> int:
+    """Bytes one token writes into the caches together; kept per call signature (``args.derived``)."""
+    if "token_bytes" not in args.derived:
+        args.derived["token_bytes"] = sum(_row_bytes(row, cache)
+                                          for row, (_, cache) in zip(_rows_of(args.geometry), args.written()))
+    token_bytes: int = args.derived["token_bytes"]
+    return token_bytes
 
 
 def _rows_of(geometry: CacheGeometry) -> tuple[tuple[int, ...], ...]:

@@ -19,8 +19,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     flat_new_kv: bool      #: ``new_kv`` is 4-D, passed on as its ``[ntokens, hidden]`` view
-    new_kv_extent: int     #: :func:`.memory.extent` of ``new_kv``
-    past_extent: int
+    new_kv_extent: tuple[int]  #: ``(``:func:`.memory.extent` of ``new_kv``\ ``,)``
+    past_extent: tuple[int]
 
 
 def _structure(new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object,
@@ -58,8 +58,8 @@ def _structure(new_kv: object, layer_id: object, past: object, token_offset: obj
     common.require_entries("token_offset", token_offset, batch, "batch = past.shape[1]")
     common.require_entries("seq_len", seq_len, batch, "batch = past.shape[1]")
     if shapes_only:
-        return _Structure(new_kv.dim() == 4, 0, 0)
-    return _Structure(new_kv.dim() == 4, memory.extent(new_kv), memory.extent(past))
+        return _Structure(new_kv.dim() == 4, (0,), (0,))
+    return _Structure(new_kv.dim() == 4, (memory.extent(new_kv),), (memory.extent(past),))
 
 
 _structures = Memo(_structure, written=(2,))  # past
@@ -73,8 +73,8 @@ def args(new_kv: torch.Tensor, layer_id: int | torch.Tensor, past: torch.Tensor,
     is skipped, and meta tensors are allowed when ``past`` is one.
     """
     derived, structure = _structures.checked((new_kv, layer_id, past, token_offset, seq_len), shapes_only)
-    past_and_new_kv = ((past, structure.past_extent),), ((new_kv, structure.new_kv_extent),)
-    if not shapes_only and memory.written_ranges_meet(*past_and_new_kv):
+    if not shapes_only and memory.written_ranges_meet((past,), structure.past_extent, (new_kv,),
+                                                      structure.new_kv_extent):
         memory.require_apart("past", past, {"new_kv": new_kv})
     tokens = new_kv.reshape(-1, past.shape[3]) if structure.flat_new_kv else new_kv
     return KvCacheArgs(tokens, past, layer_id, token_offset, seq_len, derived)

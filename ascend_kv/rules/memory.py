@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import torch
 
+#: ``written_ranges_meet(written, written_extents, others, other_extents) -> bool``: whether the
+#: address range of a written tensor (``data_ptr()`` plus its :func:`extent`) meets another written
+#: one's or one of ``others``' (tuples, None entries skipped): only then do the full rules run.
+#: Compiled at install (``_ranges.c``), as it runs on every call.
+from ._ranges import written_ranges_meet  # noqa: F401
+
 
 def memory_span(tensor: torch.Tensor) -> tuple[int, int]:
     """``[first, last)`` byte addresses a non-empty tensor may touch (strides are never negative)."""
@@ -94,18 +100,3 @@ def extent(tensor: torch.Tensor) -> int:
         return 0
     first, end = memory_span(tensor)
     return end - first
-
-
-def written_ranges_meet(written: tuple[tuple[torch.Tensor, int], ...], others: tuple[tuple[torch.Tensor, int], ...]) -> bool:
-    """Whether the address range of a written tensor meets another written one's or one of ``others``
-    (``(tensor, extent)`` pairs, one device): only then do the full aliasing rules need to run."""
-    spans = [(t.data_ptr(), extent) for t, extent in written]
-    for i, (first, extent) in enumerate(spans):
-        for other_first, other_extent in spans[i + 1:]:
-            if first < other_first + other_extent and other_first < first + extent:
-                return True
-        for tensor, other_extent in others:
-            other_first = tensor.data_ptr()
-            if first < other_first + other_extent and other_first < first + extent:
-                return True
-    return False

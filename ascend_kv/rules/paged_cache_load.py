@@ -24,7 +24,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     geometry: CacheGeometry
-    extents: tuple[int, int, int, int]  #: :func:`.memory.extent` of key_cache, value_cache, key, value (0: absent)
+    cache_extents: tuple[int, int]   #: :func:`.memory.extent` of key_cache, value_cache
+    output_extents: tuple[int, int]  #: of key, value (0: absent)
 
 
 def _structure(key_cache: object, value_cache: object, block_table: object, context_lens: object,
@@ -64,10 +65,9 @@ def _structure(key_cache: object, value_cache: object, block_table: object, cont
             out = common.require_tensor(name, out, allow_meta=meta)
             _require_output(name, out, cache, row, lambda: None if shapes_only else _rows_on_host(lens, cumsum))
     if shapes_only:
-        return _Structure(geometry, (0, 0, 0, 0))
-    extents = [memory.extent(t) for t in (key_cache, value_cache)]
-    extents += [memory.extent(t) if isinstance(t, torch.Tensor) else 0 for t in (key, value)]
-    return _Structure(geometry, tuple(extents))  # type: ignore[arg-type]
+        return _Structure(geometry, (0, 0), (0, 0))
+    key_extent, value_extent = (memory.extent(t) if isinstance(t, torch.Tensor) else 0 for t in (key, value))
+    return _Structure(geometry, (memory.extent(key_cache), memory.extent(value_cache)), (key_extent, value_extent))
 
 
 def _require_output(name: str, out: torch.Tensor, cache: torch.Tensor, row: tuple[int, ...],
@@ -113,7 +113,7 @@ def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.
                  zero_fill)
     derived, structure = _structures.checked(arguments, shapes_only)
     if not shapes_only:
-        _require_outputs_apart(key_cache, value_cache, key, value, structure.extents)
+        _require_outputs_apart(key_cache, value_cache, key, value, structure)
     args = PagedLoadArgs(structure.geometry.layout, key_cache, value_cache, block_table, context_lens, seq_starts,
                          bool(cumsum), key, value, bool(zero_fill), derived)
     args.geometry = structure.geometry  # checked, so the Args need not read it again
@@ -121,12 +121,11 @@ def args(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.
 
 
 def _require_outputs_apart(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor | None,
-                           value: torch.Tensor | None, extents: tuple[int, int, int, int]) -> None:
+                           value: torch.Tensor | None, structure: _Structure) -> None:
     """Each given output apart from both caches, and the two outputs apart (the full rules only
     where address ranges meet)."""
-    key_cache_extent, value_cache_extent, key_extent, value_extent = extents
-    outputs = tuple((out, extent) for out, extent in ((key, key_extent), (value, value_extent)) if out is not None)
-    if not memory.written_ranges_meet(outputs, ((key_cache, key_cache_extent), (value_cache, value_cache_extent))):
+    if not memory.written_ranges_meet((key, value), structure.output_extents, (key_cache, value_cache),
+                                      structure.cache_extents):
         return
     caches = {"key_cache": key_cache, "value_cache": value_cache}
     for name, out in (("key", key), ("value", value)):

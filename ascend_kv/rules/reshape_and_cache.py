@@ -19,7 +19,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     geometry: CacheGeometry
-    extents: tuple[int, ...]  #: :func:`.memory.extent` of key, key_cache and, unless key-only, value, value_cache
+    cache_extents: tuple[int, int]  #: :func:`.memory.extent` of key_cache, value_cache (0: key-only)
+    token_extents: tuple[int, int]  #: of key, value (0: key-only)
 
 
 def _structure(key: object, value: object, key_cache: object, value_cache: object, slot_mapping: object,
@@ -62,8 +63,9 @@ def _structure(key: object, value: object, key_cache: object, value_cache: objec
     for name, _, cache in written:
         common.require_writable(f"{name}_cache", cache)
     if shapes_only:
-        return _Structure(geometry, ())
-    return _Structure(geometry, tuple(memory.extent(t) for _, tokens, cache in written for t in (tokens, cache)))
+        return _Structure(geometry, (0, 0), (0, 0))
+    extents = [(memory.extent(cache), memory.extent(tokens)) for _, tokens, cache in written] + [(0, 0)]
+    return _Structure(geometry, (extents[0][0], extents[1][0]), (extents[0][1], extents[1][1]))
 
 
 _structures = Memo(_structure, written=(2, 3))  # key_cache, value_cache
@@ -79,27 +81,25 @@ def args(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
     arguments = (key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg)
     derived, structure = _structures.checked(arguments, shapes_only)
     if not shapes_only:
-        _require_caches_apart(key, value, key_cache, value_cache, structure.extents)
+        _require_caches_apart(key, value, key_cache, value_cache, structure)
     args = ReshapeAndCacheArgs(structure.geometry.layout, key, value, key_cache, value_cache, slot_mapping, derived)
     args.geometry = structure.geometry  # checked, so the Args need not read it again
     return args
 
 
 def _require_caches_apart(key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor,
-                          value_cache: torch.Tensor | None, extents: tuple[int, ...]) -> None:
+                          value_cache: torch.Tensor | None, structure: _Structure) -> None:
     """Each cache apart from the tokens the call reads, and the two caches apart (the full rules
     only where address ranges meet)."""
-    if value is None or value_cache is None:
-        key_extent, key_cache_extent = extents
-        if memory.written_ranges_meet(((key_cache, key_cache_extent),), ((key, key_extent),)):
-            memory.require_apart("key_cache", key_cache, {"key": key})
+    if not memory.written_ranges_meet((key_cache, value_cache), structure.cache_extents, (key, value),
+                                      structure.token_extents):
         return
-    key_extent, key_cache_extent, value_extent, value_cache_extent = extents
-    if memory.written_ranges_meet(((key_cache, key_cache_extent), (value_cache, value_cache_extent)),
-                                  ((key, key_extent), (value, value_extent))):
-        memory.require_apart("key_cache", key_cache, {"key": key, "value": value})
-        memory.require_apart("value_cache", value_cache, {"key": key, "value": value})
-        memory.require_separate_outputs("key_cache", key_cache, "value_cache", value_cache)
+    if value is None or value_cache is None:
+        memory.require_apart("key_cache", key_cache, {"key": key})
+        return
+    memory.require_apart("key_cache", key_cache, {"key": key, "value": value})
+    memory.require_apart("value_cache", value_cache, {"key": key, "value": value})
+    memory.require_separate_outputs("key_cache", key_cache, "value_cache", value_cache)
 
 
 def plan(args: ReshapeAndCacheArgs) -> ReshapeAndCachePlan:
