@@ -1,6 +1,6 @@
 /* Strided run copies for the CPU fallback: one C call instead of one torch call per run.
  *
- * copy_runs(src, dst, src_index, dst_index, items, steps, stream_min_bytes)
+ * copy_runs(steps, src, dst, src_index, dst_index, items, stream_min_bytes)
  *   steps = (src_index_step, dst_index_step, dst_run_step, item, src_step, dst_step, pieces, src_piece, dst_piece)
  *
  * src, dst                       data addresses (torch.Tensor.data_ptr(), plus any offset).
@@ -147,11 +147,11 @@ static PyObject *copy_runs(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "copy_runs takes 7 arguments");
         return NULL;
     }
-    const unsigned long long src_addr = PyLong_AsUnsignedLongLong(args[0]), dst_addr = PyLong_AsUnsignedLongLong(args[1]);
+    const unsigned long long src_addr = PyLong_AsUnsignedLongLong(args[1]), dst_addr = PyLong_AsUnsignedLongLong(args[2]);
     const long long stream_min = PyLong_AsLongLong(args[6]);
     long long fixed[9];
-    if (PyErr_Occurred() || read_steps(args[5], fixed) != 0) return NULL;
-    PyObject *sequences[3] = {args[2], args[3], args[4]};
+    if (PyErr_Occurred() || read_steps(args[0], fixed) != 0) return NULL;
+    PyObject *sequences[3] = {args[3], args[4], args[5]};
     const long long si_step = fixed[0], di_step = fixed[1], run_step = fixed[2], item = fixed[3], s_step = fixed[4],
                     d_step = fixed[5], pieces = fixed[6], s_piece = fixed[7], d_piece = fixed[8];
     if (item <= 0 || item % 32 != 0 || pieces <= 0) {

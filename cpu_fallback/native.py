@@ -14,12 +14,14 @@ from typing import NamedTuple
 import torch
 
 try:
-    from ._rowcopy import copy_runs as _copy_runs
+    # copy_with(steps, src, dst, src_index, dst_index, items, stream_min_bytes) -> bool: copy_runs() with
+    # its byte steps given as one Steps, the compiled function itself (a host path calls it per call).
+    from ._rowcopy import copy_runs as copy_with
 except ImportError:  # no compiler at install time: the pure-torch paths run instead
-    _copy_runs = None
+    copy_with = None
 
 #: Whether the compiled copier was built and imported.
-AVAILABLE: bool = _copy_runs is not None
+AVAILABLE: bool = copy_with is not None
 
 
 def usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
@@ -82,12 +84,13 @@ def copy_runs(
         Whether the bytes were streamed past the caches.
     """
     fixed = Steps(index_steps[0], index_steps[1], run_step, item_bytes, steps[0], steps[1], pieces, *piece_steps)
-    return copy_with(fixed, src, dst, src_index, dst_index, items, stream_min_bytes)
+    streamed: bool = copy_with(fixed, src, dst, src_index, dst_index, items, stream_min_bytes)
+    return streamed
 
 
 class Steps(NamedTuple):
     """The byte steps of :func:`copy_runs`, fixed by a call's structure: a host path works them out
-    once per call signature and passes them with each call's runs to :func:`copy_with`."""
+    once per call signature and passes them with each call's runs to ``copy_with``."""
 
     src_index: int    #: bytes per unit of ``src_index``
     dst_index: int    #: bytes per unit of ``dst_index``
@@ -98,10 +101,3 @@ class Steps(NamedTuple):
     pieces: int       #: pieces per item
     src_piece: int    #: between consecutive pieces in ``src``
     dst_piece: int    #: between consecutive pieces in ``dst``
-
-
-def copy_with(fixed: Steps, src: int, dst: int, src_index: Sequence[int] | None, dst_index: Sequence[int],
-              items: Sequence[int] | None, stream_min_bytes: int) -> bool:
-    """:func:`copy_runs` with its byte steps given as one :class:`Steps`."""
-    return _copy_runs(src, dst, src_index, dst_index, items, fixed, stream_min_bytes)
-

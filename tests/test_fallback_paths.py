@@ -64,7 +64,7 @@ def test_native_copier_rejects_inconsistent_runs(
 ) -> None:
     src, dst = torch.zeros(64, dtype=torch.int8), torch.zeros(64, dtype=torch.int8)
     with pytest.raises(error, match=message):
-        native._copy_runs(src.data_ptr(), dst.data_ptr(), *runs, native.Steps(0, 0, 0, item, 32, 32, 1, 0, 0), 0)
+        native.copy_with(native.Steps(0, 0, 0, item, 32, 32, 1, 0, 0), src.data_ptr(), dst.data_ptr(), *runs, 0)
     assert not dst.any()
 
 

@@ -31,10 +31,10 @@ def test_a_signature_is_remembered_once_and_asked_again_for_the_next_call() -> N
     """The memo answers a repeated signature from what it kept (the kept dict is the same object)."""
     checked = memo.Memo(lambda *arguments: object(), written=(0,))
     t = torch.zeros(2, 16)
-    first = checked(t, 1)
-    assert checked(torch.zeros(2, 16), 1) is first               # another tensor, the same signature
-    assert checked(torch.zeros(3, 16), 1) is not first           # another shape
-    assert checked(t, 2) is not first                            # another non-tensor argument
+    first = checked.checked((t, 1))
+    assert checked.checked((torch.zeros(2, 16), 1)) is first     # another tensor, the same signature
+    assert checked.checked((torch.zeros(3, 16), 1)) is not first  # another shape
+    assert checked.checked((t, 2)) is not first                  # another non-tensor argument
 
 
 # Each pair: a call the rules accept, then one whose signature differs from it in one thing the

@@ -208,8 +208,8 @@ def test_the_c_function_does_not_stream_below_its_threshold() -> None:
     """A call writing fewer bytes than ``stream_min_bytes`` gets the cached stores."""
     src, dst = random_bits((64,), torch.uint8, 0), torch.zeros(64, dtype=torch.uint8)
     one = np.ones(1, dtype=np.int64)
-    assert native._copy_runs(src.data_ptr(), dst.data_ptr(), one * 0, one * 0, one * 2,
-                             native.Steps(0, 0, 0, 32, 32, 32, 1, 0, 0), 65) is False
+    assert native.copy_with(native.Steps(0, 0, 0, 32, 32, 32, 1, 0, 0), src.data_ptr(), dst.data_ptr(), one * 0,
+                             one * 0, one * 2, 65) is False
     assert torch.equal(dst, src)
 
 
@@ -220,14 +220,14 @@ def test_the_c_function_does_not_stream_below_its_threshold() -> None:
 def forced_streaming(copy_runs: object = None, can_stream: bool = CAN_STREAM) -> Iterator[None]:
     """The fallback with both operations' ``STREAM_MIN_BYTES = 0``, on the built copier or ``copy_runs``;
     asserts that every copier call streamed exactly when ``can_stream``."""
-    copy, calls = copy_runs or native._copy_runs, []
+    copy, calls = copy_runs or native.copy_with, []
 
     def spy(*args: object) -> bool:
         calls.append(copy(*args))
         return calls[-1]
 
     with ascend_kv.use_backend("fallback"), mock.patch.object(kv_cache_module, "STREAM_MIN_BYTES", ALWAYS), \
-            mock.patch.object(paged_module, "STREAM_MIN_BYTES", ALWAYS), mock.patch.object(native, "_copy_runs", spy):
+            mock.patch.object(paged_module, "STREAM_MIN_BYTES", ALWAYS), mock.patch.object(native, "copy_with", spy):
         yield
     assert calls == [can_stream] * len(calls)                          # torch allocations are 64-byte aligned
 
@@ -285,7 +285,7 @@ def test_paged_cache_load_streamed_with_the_layout_by_name(case: Case) -> None:
 def test_each_operation_streams_from_its_own_threshold() -> None:
     """kv_cache streams a 1 MB write (its rows are read back much later); a paged load writing 4 MB
     in all does not (attention reads it next); one writing 8 MB streams both of its 4 MB outputs."""
-    copy, streamed = native._copy_runs, []
+    copy, streamed = native.copy_with, []
 
     def spy(*args: object) -> bool:
         streamed.append(copy(*args))
@@ -294,7 +294,7 @@ def test_each_operation_streams_from_its_own_threshold() -> None:
     rows = torch.zeros((1024, 512), dtype=torch.float16)                            # 1 MB
     past = torch.zeros((1, 1, 1024, 512), dtype=torch.float16)
     one = torch.tensor([1024])
-    with ascend_kv.use_backend("fallback"), mock.patch.object(native, "_copy_runs", spy):
+    with ascend_kv.use_backend("fallback"), mock.patch.object(native, "copy_with", spy):
         ascend_kv.kv_cache(rows, 0, past, one, one)
         for tokens in (1024, 2048):                                                  # 2 MB and 4 MB per output
             cache = torch.zeros((tokens // 16, 16, 8, 128), dtype=torch.float16)

@@ -235,11 +235,11 @@ def test_host_streams_large_writes_and_matches_reference() -> None:
         streamed.append(native_copy(*args))
         return streamed[-1]
 
-    native_copy = native._copy_runs
+    native_copy = native.copy_with
     case = reshape_and_cache_case("nd", list(range(0, 512, 2)), num_heads=8, head_size_k=128, head_size_v=128,
                                   block_size=128, num_blocks=4)                   # 256 x 2 KB per cache
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native, "_copy_runs", spy)
+        patch.setattr(native, "copy_with", spy)
         patch.setattr(host, "STREAM_MIN_BYTES", 1 << 20)
         check_against_reference(case, run_host)
     assert len(streamed) == 2 and (all(streamed) or not any(streamed))          # both or neither (x86-64: both)

@@ -100,10 +100,15 @@ def _same_layout(member: enum.Enum) -> str:
     return "K_CACHE_V_CACHE_NZ" if nz else "K_CACHE_V_CACHE_ND"
 
 
+_BY_NUMBER = {int(member): member for member in KvCacheCfg}
+
+
 def kv_cache_cfg_argument(value: object) -> KvCacheCfg:
     """``KvCacheCfg`` from the enum, its int value (0, 1) or the string ``"nz"`` / ``"nd"``."""
     if type(value) is KvCacheCfg:  # the common cases, without the ABC test below
         return value
+    if type(value) is int and value in _BY_NUMBER:
+        return _BY_NUMBER[value]
     if type(value) is str and value in LAYOUT_NAMES:
         return LAYOUT_NAMES[value]
     if isinstance(value, enum.Enum):

@@ -2,12 +2,12 @@
 
 The structure rules of a call depend only on what its signature holds: per tensor its dtype,
 sizes, strides and device, and for a tensor the call writes ``requires_grad`` and whether it is
-an inference tensor; the non-tensor arguments; and whether inference mode is on. In a serving loop the signatures repeat every step
-(per layer, per phase), so :class:`Memo` keeps what the rules derived from each (never a tensor)
-and runs them again only for a signature it has not seen. A call that raises is not remembered.
-Addresses are not in the signature: the aliasing rules run on every call (:mod:`.memory`). Later
-stages keep what they derive from the structure alone in the signature's :data:`Derived` dict,
-which the call's Args carry.
+an inference tensor; the non-tensor arguments; and whether inference mode is on. In a serving
+loop the signatures repeat every step (per layer, per phase), so :class:`Memo` keeps what the
+rules derived from each (never a tensor) and runs them again only for a signature it has not
+seen. A call that raises is not remembered. Addresses are not in the signature: the aliasing
+rules run on every call (:mod:`.memory`). Later stages keep what they derive from the structure
+alone in the signature's :data:`Derived` dict, which the call's Args carry.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ Derived = dict[str, Any]
 
 
 class Memo(Generic[_Result]):
-    """``check(*arguments)`` remembered by :func:`signature`; ``check`` must depend on nothing else.
+    """``check(*arguments)`` remembered by ``signature``; ``check`` must depend on nothing else.
     ``written``: the positions of the arguments the call writes.
 
     Arguments a signature cannot hold (sparse tensors, which have no strides; unhashable values)
@@ -43,9 +43,12 @@ class Memo(Generic[_Result]):
         self._written = written
         self._results: dict[Hashable, tuple[Derived, _Result]] = {}
 
-    def __call__(self, *arguments: object) -> tuple[Derived, _Result]:
+    def checked(self, arguments: tuple[object, ...], shapes_only: bool = False) -> tuple[Derived, _Result]:
         """``(derived, check(*arguments))``: ``derived`` is the signature's dict for later stages (a
-        fresh one when the arguments have no signature)."""
+        fresh one when the arguments have no signature). With ``shapes_only`` (fake or meta tensors,
+        whose signatures are symbolic) ``check(*arguments, True)`` afresh, its derived dict empty."""
+        if shapes_only:
+            return {}, self._check(*arguments, True)
         try:
             key = signature(arguments, self._written)
             return self._results[key]
@@ -59,10 +62,3 @@ class Memo(Generic[_Result]):
         remembered: tuple[Derived, _Result] = ({}, result)
         self._results[key] = remembered
         return remembered
-
-    def checked(self, arguments: tuple[object, ...], shapes_only: bool) -> tuple[Derived, _Result]:
-        """As a call, or with ``shapes_only`` (fake or meta tensors, whose signatures are symbolic)
-        ``check(*arguments, True)`` afresh, its derived dict empty."""
-        if shapes_only:
-            return {}, self._check(*arguments, True)
-        return self(*arguments)
