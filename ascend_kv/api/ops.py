@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import torch
 
+from ..operators import library  # noqa: F401  (defines the operators called below)
 from ..rules import common, geometry
 from ..rules import kv_cache as kv_rules
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
+
+# The overloads each public function calls, looked up once.
+_KV_CACHE = torch.ops.ascend_kv.kv_cache.default
+_KV_CACHE_LAYER_TENSOR = torch.ops.ascend_kv.kv_cache.layer_tensor
+_PAGED_CACHE_LOAD = torch.ops.ascend_kv.paged_cache_load.default
+_PAGED_CACHE_LOAD_INTO = torch.ops.ascend_kv.paged_cache_load.into
+_RESHAPE_AND_CACHE = torch.ops.ascend_kv.reshape_and_cache.default
 
 
 def kv_cache(
@@ -63,13 +71,12 @@ def kv_cache(
     >>> out is past, past[1, 0, 3].sum().item(), past[1, 1, :2].sum().item()
     (True, 16.0, 32.0)
     """
-    if not _plain_tensors(new_kv, past, token_offset, seq_len):
+    if not type(new_kv) is type(past) is type(token_offset) is type(seq_len) is torch.Tensor:
         _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
     if isinstance(layer_id, torch.Tensor):
-        torch.ops.ascend_kv.kv_cache.layer_tensor(new_kv, common.tensor_argument("layer_id", layer_id), past,
-                                                  token_offset, seq_len)
+        _KV_CACHE_LAYER_TENSOR(new_kv, common.tensor_argument("layer_id", layer_id), past, token_offset, seq_len)
     else:
-        torch.ops.ascend_kv.kv_cache.default(new_kv, _layer_int(layer_id, past), past, token_offset, seq_len)
+        _KV_CACHE(new_kv, _layer_int(layer_id, past), past, token_offset, seq_len)
     return past
 
 
@@ -155,20 +162,19 @@ def paged_cache_load(
     >>> key.shape, bool((key[16] == cache[0, 0]).all())
     (torch.Size([23, 1, 16]), True)
     """
-    if not _plain_tensors(key_cache, value_cache, block_table, context_lens):
+    if not type(key_cache) is type(value_cache) is type(block_table) is type(context_lens) is torch.Tensor:
         _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
-    if not _plain_tensors(seq_starts, key, value, optional=True):
+    if not {type(seq_starts), type(key), type(value)} <= _TENSOR_OR_NONE:
         _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
     options = _load_options(kv_cache_cfg, cumsum, seq_starts)
     if key is None and value is None:
-        loaded: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv.paged_cache_load.default(
-            key_cache, value_cache, block_table, context_lens, *options
-        )
+        loaded: tuple[torch.Tensor, torch.Tensor] = _PAGED_CACHE_LOAD(key_cache, value_cache, block_table,
+                                                                      context_lens, *options)
         return loaded
     if key is None or value is None:
         given, missing = ("key", "value") if value is None else ("value", "key")
         raise ValueError(f"{missing} is None but {given} is given: pass both outputs, or neither to allocate them")
-    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_table, context_lens, key, value, *options)
+    _PAGED_CACHE_LOAD_INTO(key_cache, value_cache, block_table, context_lens, key, value, *options)
     return key, value
 
 
@@ -229,22 +235,16 @@ def reshape_and_cache(
     >>> ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([17, -1, 5]))[0][1, 1].sum().item()
     16.0
     """
-    if not (_plain_tensors(key, key_cache, slot_mapping) and _plain_tensors(value, value_cache, optional=True)):
+    if not (type(key) is type(key_cache) is type(slot_mapping) is torch.Tensor
+            and {type(value), type(value_cache)} <= _TENSOR_OR_NONE):
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
     layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
-    torch.ops.ascend_kv.reshape_and_cache.default(key, value, key_cache, value_cache, slot_mapping, layout)
+    _RESHAPE_AND_CACHE(key, value, key_cache, value_cache, slot_mapping, layout)
     return key_cache, value_cache
 
 
-_PLAIN = frozenset({torch.Tensor})
-_PLAIN_OR_NONE = frozenset({torch.Tensor, type(None)})
-
-
-def _plain_tensors(*values: object, optional: bool = False) -> bool:
-    """Whether every value is a plain ``torch.Tensor`` (or None when ``optional``): the common case,
-    which needs no further test here."""
-    return set(map(type, values)) <= (_PLAIN_OR_NONE if optional else _PLAIN)
+_TENSOR_OR_NONE = frozenset({torch.Tensor, type(None)})
 
 
 def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:
