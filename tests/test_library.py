@@ -12,8 +12,8 @@ from hypothesis import given
 from torch._dynamo.utils import ReinplaceCounters
 from torch._inductor.utils import run_and_get_code
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import cpu_fallback

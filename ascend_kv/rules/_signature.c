@@ -1,5 +1,5 @@
-/* The structure memo's call signature at C speed (ascend_kv/rules/memo.py holds the definition
- * and the pure-Python equivalent, used where no C compiler was found at install).
+/* The structure memo's call signature (ascend_kv/rules/memo.py), at C speed: it is computed on
+ * every call.
  *
  * signature(arguments, written) -> tuple
  *
@@ -9,7 +9,8 @@
  * The result is a tuple: per argument, for a torch.Tensor (dtype, shape, stride(), True on the
  * host else its device), anything else itself; then per written argument (requires_grad,
  * inference_mode or is_inference()) for a tensor, None otherwise; then inference_mode,
- * torch.is_inference_mode_enabled(). tests/test_memo.py holds it equal to memo.python_signature.
+ * torch.is_inference_mode_enabled(). tests/test_memo.py checks that a remembered call lets
+ * through no call differing in any of these.
  * An attribute that raises (a sparse tensor has no strides) raises here, so the memo checks that
  * call afresh. torch is imported before this module (memo.py imports it first).
  */
