@@ -78,6 +78,10 @@ class KvCacheArgs:
         """The token rows of each data tensor."""
         return {"new_kv": (self.new_kv, 1, "rows"), "past": (self.past, 3, "rows (dim 3)")}
 
+    def layer_tensor(self) -> torch.Tensor | None:
+        """``layer_id`` when it is a tensor, else None."""
+        return self.layer_id if isinstance(self.layer_id, torch.Tensor) else None
+
 
 @dataclass(eq=False)
 class KvCachePlan:

@@ -4,10 +4,12 @@ index values -> :class:`KvCachePlan`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
-from . import _values, common, memory
+from . import common, memory
+from ._values import kv_cache as kv_cache_values
 from .dtypes import CACHE_DTYPES
 from .forms import KvCacheArgs, KvCachePlan
 from .geometry import require_row_alignment
@@ -88,13 +90,15 @@ def require_layer_in_range(layer: int, layers: int) -> None:
 
 def plan(args: KvCacheArgs) -> KvCachePlan:
     """The rules of a ``kv_cache`` call on its index values, read to the host (one transfer at most)."""
-    offsets, lengths, layer = args.token_offset, args.seq_len, args.layer_id
-    if isinstance(layer, torch.Tensor) or not (offsets.is_cpu and lengths.is_cpu):
-        offsets, lengths, layer = common.host_tensors([offsets, lengths, layer])  # type: ignore[list-item]
-    if isinstance(layer, torch.Tensor):
-        layer = int(layer.item())  # a host tensor now: no transfer
-        require_layer_in_range(layer, args.past.shape[0])
-    seq_len, read_start, write_start = _values.kv_cache(offsets, lengths, args.new_kv.shape[0], args.past.shape[2])
+    offsets, lengths, layer_id = args.token_offset, args.seq_len, args.layer_id
+    layer = layer_id if isinstance(layer_id, int) else 0
+    if isinstance(layer_id, torch.Tensor) or not (offsets.is_cpu and lengths.is_cpu):
+        host = common.host_tensors([offsets, lengths, args.layer_tensor()])
+        offsets, lengths, layer_on_host = cast(torch.Tensor, host[0]), cast(torch.Tensor, host[1]), host[2]
+        if layer_on_host is not None:
+            layer = int(layer_on_host.item())  # a host tensor now: no transfer
+            require_layer_in_range(layer, args.past.shape[0])
+    seq_len, read_start, write_start = kv_cache_values(offsets, lengths, args.new_kv.shape[0], args.past.shape[2])
     return KvCachePlan(args, layer, seq_len, read_start, write_start)
 
 

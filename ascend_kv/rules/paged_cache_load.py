@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _values, common, memory
+from . import common, memory
+from ._values import paged_cache_load as paged_cache_load_values
 from .dtypes import CACHE_DTYPES
 from .forms import PagedLoadArgs, PagedLoadPlan
 from .geometry import NZ, CacheGeometry, kv_cache_cfg_argument, read_geometry
@@ -143,7 +144,7 @@ def plan(args: PagedLoadArgs) -> PagedLoadPlan:
     table = None if args.zero_fill else args.block_table
     lens, starts, table = common.host_tensors([args.context_lens, args.seq_starts, table])
     geometry = args.geometry
-    blocks, lens_read, out_start, first_column, end_row = _values.paged_cache_load(
+    blocks, lens_read, out_start, first_column, end_row = paged_cache_load_values(
         lens, starts, table, args.cumsum, geometry.block_size, geometry.num_blocks)
     for name, out, row in (("key", args.key, geometry.key_row), ("value", args.value, geometry.value_row)):
         if out is not None and out.shape[0] < end_row:
