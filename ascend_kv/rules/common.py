@@ -146,11 +146,6 @@ def require_index_devices(data_device: torch.device, tensors: dict[str, object])
             )
 
 
-def on_host(*tensors: torch.Tensor | None) -> bool:
-    """Whether every given index tensor lives in host memory (so its values are free to read)."""
-    return all(t is None or t.is_cpu for t in tensors)
-
-
 def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
     """Each tensor's values as a flat list of ints.
 
@@ -177,18 +172,6 @@ def host_tensors(tensors: Sequence[torch.Tensor | None]) -> list[torch.Tensor | 
     ends = itertools.accumulate(t.numel() for t in on_device)
     fetched = iter([flat[end - t.numel() : end].view(t.shape) for t, end in zip(on_device, ends)])
     return [t if t is None or t.is_cpu else next(fetched) for t in tensors]
-
-
-def require_all(name: str, ok: list[bool], values: list[int], rule: str) -> None:
-    """``ValueError`` naming the first entry of ``values`` where ``ok`` is False."""
-    if not all(ok):
-        i = ok.index(False)
-        raise ValueError(f"{name}[{i}] = {values[i]} {rule}")
-
-
-def exclusive_prefix_sum(values: Sequence[int]) -> list[int]:
-    """``[0, v0, v0+v1, ...]`` without the total: where each entry's run starts."""
-    return list(itertools.accumulate(values[:-1], initial=0)) if values else []
 
 
 def int_argument(name: str, value: object) -> int:
