@@ -38,7 +38,10 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
              "copy_blocks": "BlockCopyOperation"}
 
 _warned: set[str] = set()
-_off_npu_choices: dict[tuple[str, torch.device, str], str] = {}
+#: The decisions taken, keyed by everything they depend on (so a call pays one look-up): off the
+#: NPU the operation, device and requested backend; on it also why the kernels cannot take the
+#: call (or None), the SoC and the kernel library's status.
+_decisions: dict[tuple[object, ...], Decision] = {}
 _HOST = torch.device("cpu")
 
 
@@ -174,28 +177,26 @@ def choose(op: str, dev: torch.device, outside: str | None) -> str:
         The explicitly requested backend cannot run this call; the message says why.
     """
     requested = requested_backend()
-    off_npu = not runtime.is_npu(dev)
-    if off_npu:  # off the NPU the answer never depends on the call
-        known = _off_npu_choices.get((op, dev, requested))
-        if known is not None:
-            return known
-    decision = _decide(op, dev, requested, outside)
-    if decision.backend is None:
-        raise BackendUnavailableError(
-            f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
-        )
-    if decision.backend == "fallback" and decision.requested == "auto" and not off_npu:
+    on_npu = runtime.is_npu(dev)
+    key = (op, dev, requested, outside, runtime.soc_of(dev), npu.library()) if on_npu else (op, dev, requested)
+    decision = _decisions.get(key)
+    if decision is None:
+        decision = _decide(op, dev, requested, outside)
+        if decision.backend is None:
+            raise BackendUnavailableError(
+                f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
+            )
+        _decisions[key] = decision
+    if decision.backend == "fallback" and decision.requested == "auto" and on_npu:
         _warn_once(decision)
-    if off_npu:
-        _off_npu_choices[op, dev, requested] = decision.backend
     return decision.backend
 
 
 def choose_on_host(op: str) -> str:
     """:func:`choose` for host tensors, from the operation and the requested backend alone (the
     call's host path asks it every call)."""
-    known = _off_npu_choices.get((op, _HOST, requested_backend()))
-    return known if known is not None else choose(op, _HOST, None)
+    known = _decisions.get((op, _HOST, requested_backend()))
+    return known.backend if known is not None else choose(op, _HOST, None)  # type: ignore[return-value]
 
 
 def _warn_once(decision: Decision) -> None:

@@ -51,8 +51,10 @@ def _outside_reason(args: Args, device: torch.device) -> str | None:
 
 def reads_values(args: Args) -> bool:
     """Whether a call on the device checks its index values: all on the host, or full validation."""
-    on_host = all(not isinstance(t, torch.Tensor) or t.is_cpu for t in map(args.__getattribute__, args.INDEX_FIELDS))
-    return on_host or validation.full()
+    if "index_on_host" not in args.derived:  # the index tensors' devices are in the call's signature
+        args.derived["index_on_host"] = all(not isinstance(t, torch.Tensor) or t.is_cpu
+                                            for t in map(args.__getattribute__, args.INDEX_FIELDS))
+    return bool(args.derived["index_on_host"]) or validation.full()
 
 
 def on_host(args: Args, host_fallback: Callable[[], None], before_kernels: BeforeKernels = None) -> None:
