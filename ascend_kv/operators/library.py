@@ -109,7 +109,8 @@ def _zero_loaded_rows(args: run.Args) -> None:
 def _paged_load_cpu(*arguments: Any, key: torch.Tensor | None = None,
                     value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     plan = load_rules.plan(args := load_rules.args(*arguments, key=key, value=value))
-    allocate_outputs(args, plan.end_row)
+    if key is None:  # the allocating form (the rules let both outputs be given, or neither)
+        allocate_outputs(args, plan.end_row)
     if args.zero_fill:  # the block table is the backends' to screen, as on the device
         run.on_host(args, lambda: on_device.paged_cache_load(args), _zero_loaded_rows)
     else:
