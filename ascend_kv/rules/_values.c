@@ -158,6 +158,10 @@ static PyObject *kv_cache(PyObject *self, PyObject *const *args, Py_ssize_t narg
     const long long ntokens = PyLong_AsLongLong(args[2]), max_seq_len = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
     const Py_ssize_t batch = lengths.size0;
+    if (offsets.size0 != batch) {
+        PyErr_SetString(PyExc_ValueError, "_values.kv_cache: token_offset and seq_len must have one entry per batch entry");
+        return NULL;
+    }
     int64_t *values = PyMem_Malloc(3 * (size_t)(batch > 0 ? batch : 1) * sizeof(int64_t));
     if (values == NULL) return PyErr_NoMemory();
     int64_t *seq_len = values, *read_start = values + batch, *write_start = values + 2 * batch;
@@ -261,6 +265,11 @@ static PyObject *paged_cache_load(PyObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     }
     const Py_ssize_t batch = cumsum ? given.size0 - 1 : given.size0;
+    if (batch < 0 || (has_starts && starts.size0 != batch) || (check_table && table.size0 != batch)) {
+        PyErr_SetString(PyExc_ValueError, "_values.paged_cache_load: context_lens, seq_starts and block_table "
+                                          "must agree on the batch (the structure rules check it)");
+        return NULL;
+    }
     const size_t slots = (size_t)(batch > 0 ? batch : 1);
     int64_t *values = PyMem_Malloc(3 * slots * sizeof(int64_t));
     wide *last_column = PyMem_Malloc(slots * sizeof(wide));
