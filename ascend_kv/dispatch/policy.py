@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -189,14 +190,14 @@ def choose(op: str, dev: torch.device, outside: str | None) -> str:
         _decisions[key] = decision
     if decision.backend == "fallback" and decision.requested == "auto" and on_npu:
         _warn_once(decision)
-    return decision.backend
+    return cast(str, decision.backend)  # only decisions with a backend are kept
 
 
 def choose_on_host(op: str) -> str:
     """:func:`choose` for host tensors, from the operation and the requested backend alone (the
     call's host path asks it every call)."""
     known = _decisions.get((op, _HOST, requested_backend()))
-    return known.backend if known is not None else choose(op, _HOST, None)  # type: ignore[return-value]
+    return cast(str, known.backend) if known is not None else choose(op, _HOST, None)
 
 
 def _warn_once(decision: Decision) -> None:
