@@ -22,7 +22,6 @@ import dataclasses
 import importlib
 import warnings
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
@@ -39,10 +38,10 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
              "copy_blocks": "BlockCopyOperation"}
 
 _warned: set[str] = set()
-#: The decisions taken, keyed by everything they depend on (so a call pays one look-up): off the
-#: NPU the operation, device and requested backend; on it also why the kernels cannot take the
-#: call (or None), the SoC and the kernel library's status.
-_decisions: dict[tuple[object, ...], Decision] = {}
+#: The decisions taken, with the backend each runs, keyed by everything they depend on (so a call
+#: pays one look-up): off the NPU the operation, device and requested backend; on it also why the
+#: kernels cannot take the call (or None), the SoC and the kernel library's status.
+_decisions: dict[tuple[object, ...], tuple[str, Decision]] = {}
 _HOST = torch.device("cpu")
 
 
@@ -180,24 +179,25 @@ def choose(op: str, dev: torch.device, outside: str | None) -> str:
     requested = requested_backend()
     on_npu = runtime.is_npu(dev)
     key = (op, dev, requested, outside, runtime.soc_of(dev), npu.library()) if on_npu else (op, dev, requested)
-    decision = _decisions.get(key)
-    if decision is None:
+    kept = _decisions.get(key)
+    if kept is None:
         decision = _decide(op, dev, requested, outside)
         if decision.backend is None:
             raise BackendUnavailableError(
                 f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
             )
-        _decisions[key] = decision
-    if decision.backend == "fallback" and decision.requested == "auto" and on_npu:
+        kept = _decisions[key] = decision.backend, decision
+    backend, decision = kept
+    if backend == "fallback" and decision.requested == "auto" and on_npu:
         _warn_once(decision)
-    return cast(str, decision.backend)  # only decisions with a backend are kept
+    return backend
 
 
 def choose_on_host(op: str) -> str:
     """:func:`choose` for host tensors, from the operation and the requested backend alone (the
     call's host path asks it every call)."""
     known = _decisions.get((op, _HOST, requested_backend()))
-    return cast(str, known.backend) if known is not None else choose(op, _HOST, None)
+    return known[0] if known is not None else choose(op, _HOST, None)
 
 
 def _warn_once(decision: Decision) -> None:
