@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import numbers
 from collections.abc import Sequence
+from typing import Optional, TypeVar, cast
 
 import numpy as np
 import torch
@@ -17,6 +18,8 @@ import torch
 from .dtypes import INDEX_DTYPES, dtype_names
 
 INT32_MAX = 2**31 - 1
+
+_MaybeTensor = TypeVar("_MaybeTensor", bound=Optional[torch.Tensor])
 
 
 def describe(value: object) -> str:
@@ -147,21 +150,11 @@ def require_index_devices(data_device: torch.device, tensors: dict[str, object])
 
 
 def host_values(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
-    """Each tensor's values as a flat list of ints.
-
-    Host tensors are read directly; the device-resident ones are gathered on their device and
-    read back in one transfer (the one synchronisation of full validation).
-    """
-    on_device = [t for t in tensors if not t.is_cpu]
-    if not on_device:  # the usual case: one tolist() each
-        return [t.tolist() if t.dim() == 1 else t.reshape(-1).tolist() for t in tensors]
-    flat: list[int] = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).tolist()
-    sizes = itertools.accumulate(t.numel() for t in on_device)
-    fetched = iter([flat[end - t.numel() : end] for t, end in zip(on_device, sizes)])
-    return [(t if t.dim() == 1 else t.reshape(-1)).tolist() if t.is_cpu else next(fetched) for t in tensors]
+    """Each tensor's values as a flat list of ints, read as :func:`host_tensors` reads them."""
+    return [(t if t.dim() == 1 else t.reshape(-1)).tolist() for t in host_tensors(tensors)]
 
 
-def host_tensors(tensors: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+def host_tensors(tensors: Sequence[_MaybeTensor]) -> list[_MaybeTensor]:
     """Each index tensor in host memory (None stays None): host tensors as they are, the
     device-resident ones gathered on their device as int64 and read back in one transfer (the one
     synchronisation of full validation)."""
@@ -171,7 +164,7 @@ def host_tensors(tensors: Sequence[torch.Tensor | None]) -> list[torch.Tensor | 
     flat = torch.cat([t.reshape(-1).to(torch.int64) for t in on_device]).cpu()
     ends = itertools.accumulate(t.numel() for t in on_device)
     fetched = iter([flat[end - t.numel() : end].view(t.shape) for t, end in zip(on_device, ends)])
-    return [t if t is None or t.is_cpu else next(fetched) for t in tensors]
+    return [t if t is None or t.is_cpu else cast(_MaybeTensor, next(fetched)) for t in tensors]
 
 
 def int_argument(name: str, value: object) -> int:
