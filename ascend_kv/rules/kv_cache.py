@@ -21,8 +21,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     flat_new_kv: bool      #: ``new_kv`` is 4-D, passed on as its ``[ntokens, hidden]`` view
-    new_kv_extent: tuple[int]  #: ``(``:func:`.memory.extent` of ``new_kv``\ ``,)``
-    past_extent: tuple[int]
+    new_kv_extent: tuple[int, ...]  #: :func:`.memory.extents` of ``new_kv``
+    past_extent: tuple[int, ...]
 
 
 def _structure(new_kv: object, layer_id: object, past: object, token_offset: object, seq_len: object,
@@ -61,7 +61,7 @@ def _structure(new_kv: object, layer_id: object, past: object, token_offset: obj
     common.require_entries("seq_len", seq_len, batch, "batch = past.shape[1]")
     if shapes_only:
         return _Structure(new_kv.dim() == 4, (0,), (0,))
-    return _Structure(new_kv.dim() == 4, (memory.extent(new_kv),), (memory.extent(past),))
+    return _Structure(new_kv.dim() == 4, memory.extents(new_kv), memory.extents(past))
 
 
 _structures = Memo(_structure, written=(2,))  # past

@@ -93,6 +93,11 @@ def require_separate_outputs(first_name: str, first: torch.Tensor, name: str, ou
 
 
 
+def extents(*tensors: object) -> tuple[int, ...]:
+    """:func:`extent` of each tensor, 0 for an absent one (None): the form :func:`written_ranges_meet` takes."""
+    return tuple(extent(t) if isinstance(t, torch.Tensor) else 0 for t in tensors)
+
+
 def extent(tensor: torch.Tensor) -> int:
     """Bytes from ``tensor``'s first address to one past its last (0 when empty): a function of its
     sizes and strides only, so a call's structure check can keep it."""

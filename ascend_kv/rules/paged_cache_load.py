@@ -25,8 +25,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     geometry: CacheGeometry
-    cache_extents: tuple[int, int]   #: :func:`.memory.extent` of key_cache, value_cache
-    output_extents: tuple[int, int]  #: of key, value (0: absent)
+    cache_extents: tuple[int, ...]   #: :func:`.memory.extents` of key_cache, value_cache
+    output_extents: tuple[int, ...]  #: of key, value (0: absent)
 
 
 def _structure(key_cache: object, value_cache: object, block_table: object, context_lens: object,
@@ -67,8 +67,7 @@ def _structure(key_cache: object, value_cache: object, block_table: object, cont
             _require_output(name, out, cache, row, lambda: None if shapes_only else _rows_on_host(lens, cumsum))
     if shapes_only:
         return _Structure(geometry, (0, 0), (0, 0))
-    key_extent, value_extent = (memory.extent(t) if isinstance(t, torch.Tensor) else 0 for t in (key, value))
-    return _Structure(geometry, (memory.extent(key_cache), memory.extent(value_cache)), (key_extent, value_extent))
+    return _Structure(geometry, memory.extents(key_cache, value_cache), memory.extents(key, value))
 
 
 def _require_output(name: str, out: torch.Tensor, cache: torch.Tensor, row: tuple[int, ...],

@@ -19,8 +19,8 @@ class _Structure:
     """What the structure rules derive from a call's signature."""
 
     geometry: CacheGeometry
-    cache_extents: tuple[int, int]  #: :func:`.memory.extent` of key_cache, value_cache (0: key-only)
-    token_extents: tuple[int, int]  #: of key, value (0: key-only)
+    cache_extents: tuple[int, ...]  #: :func:`.memory.extents` of key_cache, value_cache (0: key-only)
+    token_extents: tuple[int, ...]  #: of key, value (0: key-only)
 
 
 def _structure(key: object, value: object, key_cache: object, value_cache: object, slot_mapping: object,
@@ -64,8 +64,9 @@ def _structure(key: object, value: object, key_cache: object, value_cache: objec
         common.require_writable(f"{name}_cache", cache)
     if shapes_only:
         return _Structure(geometry, (0, 0), (0, 0))
-    extents = [(memory.extent(cache), memory.extent(tokens)) for _, tokens, cache in written] + [(0, 0)]
-    return _Structure(geometry, (extents[0][0], extents[1][0]), (extents[0][1], extents[1][1]))
+    value_pair = len(written) == 2
+    return _Structure(geometry, memory.extents(key_cache, value_cache if value_pair else None),
+                      memory.extents(key, value if value_pair else None))
 
 
 _structures = Memo(_structure, written=(2, 3))  # key_cache, value_cache
