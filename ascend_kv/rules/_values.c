@@ -97,14 +97,15 @@ static PyObject *wide_to_python(wide value) {
     return result;
 }
 
-/* ValueError(message) where message is format with each %S filled by a wide integer. */
+/* ValueError(message) where message is format with each %S filled by a wide integer (at most 7). */
 static PyObject *value_error(const char *format, int count, const wide *values) {
-    PyObject *parts[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *parts[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     for (int k = 0; k < count; ++k) {
         parts[k] = wide_to_python(values[k]);
         if (parts[k] == NULL) goto done;
     }
-    PyObject *message = PyUnicode_FromFormat(format, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+    PyObject *message =
+        PyUnicode_FromFormat(format, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
     if (message != NULL) {
         PyErr_SetObject(PyExc_ValueError, message);
         Py_DECREF(message);
@@ -303,22 +304,10 @@ static PyObject *paged_cache_load(PyObject *self, PyObject *const *args, Py_ssiz
         for (Py_ssize_t b = 0; b < batch; ++b) {
             last_column[b] = (wide)first_column[b] + (lens[b] + block_size - 1) / block_size;
             if (last_column[b] > max_blocks) {
-                const wide found[6] = {max_blocks, b, first_column[b], last_column[b] - 1, lens[b], first_column[b]};
-                PyObject *parts[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-                for (int k = 0; k < 6; ++k) parts[k] = wide_to_python(found[k]);
-                parts[6] = PyLong_FromLongLong(block_size);
-                int ok = 1;
-                for (int k = 0; k < 7; ++k) ok = ok && parts[k] != NULL;
-                if (ok) {
-                    PyObject *message = PyUnicode_FromFormat(
-                        "block_table has %S columns, but batch entry %S needs columns %S..%S (%S tokens from column "
-                        "%S, block_size %S)", parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
-                    if (message != NULL) {
-                        PyErr_SetObject(PyExc_ValueError, message);
-                        Py_DECREF(message);
-                    }
-                }
-                for (int k = 0; k < 7; ++k) Py_XDECREF(parts[k]);
+                const wide found[7] = {max_blocks, b, first_column[b], last_column[b] - 1, lens[b], first_column[b],
+                                       block_size};
+                value_error("block_table has %S columns, but batch entry %S needs columns %S..%S (%S tokens from "
+                            "column %S, block_size %S)", 7, found);
                 goto done;
             }
             needed += (Py_ssize_t)(last_column[b] - first_column[b]);
