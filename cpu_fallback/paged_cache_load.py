@@ -62,16 +62,13 @@ def paged_cache_load(plan: PagedLoadPlan) -> None:
     args, routes, runs = plan.args, _native_routes(plan.args), block_runs(plan)
     written = num_tokens * _token_bytes(args)
     stream_min_bytes = 0 if written >= STREAM_MIN_BYTES else STREAM_MIN_BYTES     # both outputs, or neither
-    caches, outputs = (args.key_cache, args.value_cache), args.outputs()
-    if None not in routes:                                                        # the usual case on the host
-        for route, cache, out in zip(routes, caches, outputs):
-            _native(route, cache, out, runs, stream_min_bytes)                    # type: ignore[arg-type]
-        return
-    ways, args = _paths(plan, routes), bit_views(args)                            # the copier moves bytes
+    if None in routes:  # a torch path runs: no path choice needed where the copier takes both (the usual case)
+        ways, args = _paths(plan, routes), bit_views(args)                        # the copier moves bytes
+    else:
+        ways = ("native", "native")
     layout, block_size = args.geometry.layout, args.geometry.block_size
     rows = slice(plan.first_row, plan.first_row + num_tokens)
-    caches, outputs = (args.key_cache, args.value_cache), args.outputs()
-    for way, route, cache, out in zip(ways, routes, caches, outputs):
+    for way, route, cache, out in zip(ways, routes, (args.key_cache, args.value_cache), args.outputs()):
         if way == "native":
             assert route is not None                                              # _path() checked
             _native(route, cache, out, runs, stream_min_bytes)
