@@ -19,8 +19,6 @@ from .api.ops import (
     paged_cache_load,
     reshape_and_cache,
 )
-from .operators import library  # noqa: F401  (registers one torch.ops.ascend_kv operator per operation)
-from .operators import block_library  # noqa: F401  (registers torch.ops.ascend_kv.block_copy, .copy_blocks, .swap_blocks)
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 

@@ -13,10 +13,12 @@ import torch
 from cases import random_bits, random_cache
 from hypothesis import strategies as st
 
-from ascend_kv.rules.dtypes import CACHE_DTYPES
+from ascend_kv.operators.library import cache_dtypes
 
 #: How a case's caches sit in memory.
 STORAGE = ("plain", "column slices", "interleaved")
+
+CACHE_DTYPES = cache_dtypes()
 
 
 def caches(storage: str, layout: str, num_blocks: int, key_dtype: torch.dtype, value_dtype: torch.dtype | None,

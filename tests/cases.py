@@ -18,16 +18,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import KvCacheCfg
-from ascend_kv.rules import geometry
-from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from ascend_kv.api import arguments as geometry
+from ascend_kv.api.arguments import nz_elements
+from ascend_kv.operators.library import cache_dtypes
+from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
+CACHE_DTYPES = cache_dtypes()
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 #: The integer type whose random values give every bit pattern of each element type.
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8,
             torch.int16: torch.int16, torch.int32: torch.int32, torch.float32: torch.int32,
-            torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+            torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8, torch.uint16: torch.int16,
+            torch.uint32: torch.int32, torch.float8_e4m3fnuz: torch.uint8, torch.float8_e5m2fnuz: torch.uint8,
+            torch.float8_e8m0fnu: torch.uint8}
 
 #: Every (key, value) dtype pair: the operations move bytes, and K and V may differ in ND and NZ.
 ANY_DTYPE_PAIRS = [(k, v) for k in CACHE_DTYPES for v in CACHE_DTYPES]
@@ -38,6 +42,7 @@ DTYPE_PAIRS = [(d, d) for d in CACHE_DTYPES] + [
     (torch.int8, torch.bfloat16), (torch.int8, torch.float16), (torch.bfloat16, torch.int8),
     (torch.float8_e4m3fn, torch.bfloat16), (torch.float32, torch.float16), (torch.uint8, torch.float32),
 ]
+
 
 
 def random_bits(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:

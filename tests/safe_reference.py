@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ascend_kv.api.params import KvCacheCfg
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 def _ints(t: torch.Tensor) -> list[int]:

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from sync_guard import HostReadError, no_host_reads
 
 from ascend_kv.api.params import KvCacheCfg
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 

@@ -89,8 +89,9 @@ def test_on_the_fake_npu(soc: str, op: str, case: Case) -> None:  # noqa: F811
 
 
 def test_the_types_atb_lacks_and_the_ones_refused() -> None:
-    from ascend_kv.rules.dtypes import ATB_CACHE_DTYPES, CACHE_DTYPES
+    from ascend_kv.operators.library import atb_cache_dtypes, cache_dtypes
 
+    ATB_CACHE_DTYPES, CACHE_DTYPES = atb_cache_dtypes(), cache_dtypes()
     assert set(ATB_CACHE_DTYPES) < set(CACHE_DTYPES)
     assert all(d.itemsize in (1, 2, 4) and not d.is_complex and d != torch.bool for d in CACHE_DTYPES)
 

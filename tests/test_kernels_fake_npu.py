@@ -15,7 +15,7 @@ import torch
 from cases import ND, NZ, bits_equal, random_bits
 
 from ascend_kv.backends import sim
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
+from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -36,7 +36,7 @@ from test_kernels_safe import INDEX_DTYPES
 from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.rules.forms import ReshapeAndCacheArgs
+from calls import ReshapeAndCacheArgs
 from ascend_kv.tools import reference
 
 

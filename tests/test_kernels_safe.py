@@ -34,10 +34,13 @@ from hypothesis import strategies as st
 from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
 
 from ascend_kv.backends import sim
-from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from ascend_kv.api.arguments import nz_elements
+from ascend_kv.operators.library import cache_dtypes
+from calls import KvCacheArgs, PagedLoadArgs
 
 INDEX_DTYPES = [torch.int32, torch.int64]
+
+CACHE_DTYPES = cache_dtypes()
 
 
 def values(draw: st.DrawFn, plausible: st.SearchStrategy[int], count: int) -> torch.Tensor:

@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 
 import ascend_kv
 from ascend_kv import nd_to_nz, nz_to_nd
-from ascend_kv.rules.dtypes import CACHE_DTYPES, nz_elements
+from ascend_kv.api.arguments import nz_elements
+from ascend_kv.operators.library import cache_dtypes
+
+CACHE_DTYPES = cache_dtypes()
 
 
 @given(dtype=st.sampled_from(CACHE_DTYPES), blocks=st.integers(0, 3), block_size=st.integers(1, 20),

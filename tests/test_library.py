@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import cpu_fallback
-from ascend_kv.rules.forms import KvCachePlan
+from calls import KvCachePlan
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv

@@ -19,8 +19,6 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
-from ascend_kv.cpu_fallback import block_copy as host_blocks
-from ascend_kv.cpu_fallback import on_device
 from block_cases import BlockCase, block_cases
 from cases import (
     ND,
@@ -46,8 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ascend_kv
 from ascend_kv.backends import npu, sim
 from ascend_kv.dispatch import policy
-from ascend_kv.rules import block_copy as block_rules
-from ascend_kv.rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
+from calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"
@@ -65,16 +62,21 @@ def kernel_library() -> Iterator[None]:
     npu.library.cache_clear()
 
 
+#: Positions in torch.ops.ascend_kv._runs(): where the operators' calls ran.
+KERNELS, DEVICE_FALLBACK = 2, 3
+
+
 @pytest.fixture(params=[SUPPORTED, UNSUPPORTED])
-def soc(request: pytest.FixtureRequest, kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> str:
+def soc(request: pytest.FixtureRequest, kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Each test on an A2 part, where only the kernels may run, and on a 310P part, where only the
     device fallback may."""
     monkeypatch.setenv("ASCEND_KV_SOC", request.param)
-    monkeypatch.setattr(policy, "_warned", set())
-    barred = on_device if request.param == SUPPORTED else npu
-    for name in ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy"):
-        monkeypatch.setattr(barred, name, lambda *a, _name=name: pytest.fail(f"{barred.__name__}.{_name} ran"))
-    return str(request.param)
+    policy.forget()
+    barred = DEVICE_FALLBACK if request.param == SUPPORTED else KERNELS
+    before = torch.ops.ascend_kv._runs()[barred]
+    yield str(request.param)
+    assert torch.ops.ascend_kv._runs()[barred] == before, f"{'device fallback' if barred == DEVICE_FALLBACK else 'kernels'} ran"
+    policy.forget()
 
 
 def to(case: Case, data: torch.device, index: torch.device) -> Case:

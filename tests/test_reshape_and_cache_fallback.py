@@ -38,14 +38,16 @@ from hypothesis import strategies as st
 from sync_guard import no_host_reads
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ascend_kv.rules.dtypes import CACHE_DTYPES
-from ascend_kv.rules.forms import ReshapeAndCacheArgs, ReshapeAndCachePlan
+from ascend_kv.operators.library import cache_dtypes
+from calls import ReshapeAndCacheArgs, ReshapeAndCachePlan
 from ascend_kv.tools import reference
 
 #: The host path's module (the package exports its function under the same name).
 host = importlib.import_module("ascend_kv.cpu_fallback.reshape_and_cache")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LAYOUTS = {"nd": ND, "nz": NZ}
+
+CACHE_DTYPES = cache_dtypes()
 
 
 def rac_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> ReshapeAndCacheArgs:

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from ascend_kv.api.errors import BackendUnavailableError
 from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.rules.forms import KvCacheArgs, PagedLoadArgs
+from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]

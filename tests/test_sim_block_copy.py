@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import ascend_kv
 from ascend_kv.backends import kernel_domain, sim
 from ascend_kv.rules import block_copy as block_rules
-from ascend_kv.rules.forms import BlockCopyArgs
+from calls import BlockCopyArgs
 from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]

@@ -1,6 +1,6 @@
 """The public block operations: ``block_copy`` (ATB BlockCopyOperation), vLLM's ``copy_blocks`` and
 ``swap_blocks``. Each checks that its arguments are tensors and calls its operator, once
-(:mod:`ascend_kv.operators.block_library`), so ``torch.compile`` traces a call as exactly one operator.
+(``torch.ops.ascend_kv``, C++), so ``torch.compile`` traces a call as exactly one operator.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..rules import common
+from . import arguments as common
 from .params import BlockCopyParam
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rules.common import int_argument, require_tensor
-from ..rules.dtypes import nz_elements
+from .arguments import data_argument, int_argument, nz_elements
 
 
 def nd_to_nz(cache: torch.Tensor) -> torch.Tensor:
@@ -34,7 +33,7 @@ def nd_to_nz(cache: torch.Tensor) -> torch.Tensor:
     >>> nd_to_nz(nd).shape
     torch.Size([2, 2, 16, 16])
     """
-    cache = require_tensor("cache", cache, allow_negated=True)  # torch ops below; is_neg() would not trace
+    cache = data_argument("cache", cache)  # torch ops below resolve a negated view
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D ND cache [num_blocks, block_size, num_heads, head_size], got shape {tuple(cache.shape)}")
     num_blocks, block_size, num_heads, head_size = cache.shape
@@ -60,7 +59,7 @@ def nz_to_nd(cache: torch.Tensor, num_heads: int) -> torch.Tensor:
     torch.Tensor
         A new contiguous tensor ``[num_blocks, block_size, num_heads, T // num_heads]``.
     """
-    cache = require_tensor("cache", cache, allow_negated=True)  # torch ops below; is_neg() would not trace
+    cache = data_argument("cache", cache)  # torch ops below resolve a negated view
     num_heads = int_argument("num_heads", num_heads)
     if cache.dim() != 4:
         raise ValueError(f"cache must be a 4-D NZ cache [num_blocks, T // E, block_size, E], got shape {tuple(cache.shape)}")

@@ -1,19 +1,21 @@
 """The public operations: each normalises its arguments and calls its operator, once.
 
-``torch.ops.ascend_kv.*`` (:mod:`ascend_kv.operators.library`) does the rest: PyTorch's dispatcher picks
-the implementation for the tensors' device, which checks the call and runs a backend. Nothing
-here runs torch code, so ``torch.compile`` traces a public call as exactly one operator.
+``torch.ops.ascend_kv.*`` (C++, loaded by :mod:`ascend_kv.operators.library`) does the rest:
+PyTorch's dispatcher picks the implementation for the tensors' device, which checks the call and
+runs a backend. Nothing here runs torch code, so ``torch.compile`` traces a public call as
+exactly one operator.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..operators import library  # noqa: F401  (defines the operators called below)
-from ..rules import common, geometry
-from ..rules import kv_cache as kv_rules
+from ..operators import library
+from . import arguments as common
+from .arguments import kv_cache_cfg_argument, reshape_and_cache_layout
 from .params import KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
+library.load()
 # The overloads each public function calls, looked up once.
 _KV_CACHE = torch.ops.ascend_kv.kv_cache.default
 _KV_CACHE_LAYER_TENSOR = torch.ops.ascend_kv.kv_cache.layer_tensor
@@ -76,18 +78,8 @@ def kv_cache(
     if isinstance(layer_id, torch.Tensor):
         _KV_CACHE_LAYER_TENSOR(new_kv, common.tensor_argument("layer_id", layer_id), past, token_offset, seq_len)
     else:
-        _KV_CACHE(new_kv, _layer_int(layer_id, past), past, token_offset, seq_len)
+        _KV_CACHE(new_kv, common.int64_argument("layer_id", layer_id), past, token_offset, seq_len)
     return past
-
-
-def _layer_int(layer_id: object, past: torch.Tensor) -> int:
-    """``layer_id`` as an int the operator's 64-bit ``int`` holds (beyond that range no layer exists)."""
-    layer = common.int_argument("layer_id", layer_id)
-    if not -(2**63) <= layer < 2**63:
-        if past.dim() == 4:
-            kv_rules.require_layer_in_range(layer, past.shape[0])
-        layer = min(max(layer, -(2**63)), 2**63 - 1)
-    return layer
 
 
 def paged_cache_load(
@@ -239,7 +231,7 @@ def reshape_and_cache(
             and {type(value), type(value_cache)} <= _TENSOR_OR_NONE):
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
-    layout = geometry.reshape_and_cache_layout(kv_cache_cfg, value is not None)
+    layout = reshape_and_cache_layout(kv_cache_cfg, value is not None)
     _RESHAPE_AND_CACHE(key, value, key_cache, value_cache, slot_mapping, layout)
     return key_cache, value_cache
 
@@ -250,7 +242,7 @@ _TENSOR_OR_NONE = frozenset({torch.Tensor, type(None)})
 def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:
     """The operator's options (``kv_cache_cfg, cumsum, seq_starts``) for the public ones, trailing
     defaults left out (the dispatcher converts each argument given)."""
-    layout = int(geometry.kv_cache_cfg_argument(kv_cache_cfg))
+    layout = int(kv_cache_cfg_argument(kv_cache_cfg))
     cumsum = common.bool_argument("cumsum", cumsum)
     if seq_starts is not None:
         return layout, cumsum, seq_starts
@@ -319,7 +311,7 @@ class PagedCacheLoadOperation:
             param = PagedCacheLoadParam()
         if not isinstance(param, PagedCacheLoadParam):
             raise TypeError(f"param must be a PagedCacheLoadParam, got {type(param).__name__}")
-        self.kv_cache_cfg = geometry.kv_cache_cfg_argument(param.kv_cache_cfg)
+        self.kv_cache_cfg = kv_cache_cfg_argument(param.kv_cache_cfg)
         self.cumsum = common.bool_argument("param.is_seq_lens_cumsum_mode", param.is_seq_lens_cumsum_mode)
         self.has_seq_starts = common.bool_argument("param.has_seq_starts", param.has_seq_starts)
         self.param = param

@@ -1,38 +1,30 @@
-"""The NPU backend: the compiled AscendC kernels, called through their PyTorch op library.
+"""The NPU backend: the compiled AscendC kernels, in their kernel library.
 
-The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` of a source checkout,
-or by ``pip install`` from the source, on a host with CANN) registers ``torch.ops.ascend_kv_npu.kv_cache``,
-``.paged_cache_load``, ``.reshape_and_cache`` and ``.block_copy`` for
-PyTorch's ``PrivateUse1`` device (the NPU). It is looked for at ``$ASCEND_KV_NPU_LIB`` when
-that is set, else at ``ascend_kv/lib/libascend_kv_npu.so`` inside the installed package, and
-loaded once, lazily. The kernels' host build registers the same operators as
-``torch.ops.ascend_kv_host`` for the CPU and ``PrivateUse1``; pointed at by
+The library (``libascend_kv_npu.so``, built by ``scripts/build_npu.sh`` of a source checkout, or
+by ``pip install`` from the source, on a host with CANN) exports its table of kernel entries
+(``ascendc/host/kernel_library.h``); the operators (C++) run NPU calls through it. It is looked
+for at ``$ASCEND_KV_NPU_LIB`` when that is set, else at ``ascend_kv/lib/libascend_kv_npu.so``
+inside the installed package, and loaded once, lazily, when the policy first asks whether the
+kernels can run. The kernels' host build exports the same table; pointed at by
 ``$ASCEND_KV_NPU_LIB``, it stands in for the kernel library on a device whose tensors hold host
 memory (the fake NPU of the tests).
-
-Per call the index tensors are already on the device (:mod:`ascend_kv.operators.upload` moved the host
-ones); the kernels read them there, so nothing is read back to the host.
 """
 
 from __future__ import annotations
 
-import functools
+import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-
-from ..rules.forms import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
-from .kernel_domain import block_copy_operands, index_operand
 
 NAME = "npu"
 LIBRARY_ENV = "ASCEND_KV_NPU_LIB"
 LIBRARY_FILE = "libascend_kv_npu.so"
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "lib" / LIBRARY_FILE
-NAMESPACES = ("ascend_kv_npu", "ascend_kv_host")  # the NPU build, then the host build standing in for it
-OPS = ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy")
+#: The symbol every kernel library exports: its table of kernel entries.
+TABLE_SYMBOL = "ascend_kv_kernel_library"
 
 
 @dataclass(frozen=True)
@@ -42,32 +34,22 @@ class LibraryStatus:
     Attributes
     ----------
     loaded : bool
-        The library is loaded and registered every op of :data:`OPS`.
+        The library is loaded and its table registered with the operators.
     path : str
         Where it was looked for.
     reason : str or None
         Why it is not loaded (exception messages verbatim); None when loaded.
-    namespace : str or None
-        The ``torch.ops`` namespace of its operators (one of :data:`NAMESPACES`).
     """
 
     loaded: bool
     path: str
     reason: str | None
-    namespace: str | None = None
 
 
 def library_path() -> Path:
     """``$ASCEND_KV_NPU_LIB`` when set, else :data:`DEFAULT_LIBRARY`."""
     configured = os.environ.get(LIBRARY_ENV, "").strip()
     return Path(configured) if configured else DEFAULT_LIBRARY
-
-
-def _registered_namespace() -> str | None:
-    for namespace in NAMESPACES:
-        if all(hasattr(getattr(torch.ops, namespace), op) for op in OPS):
-            return namespace
-    return None
 
 
 def _build_hint() -> str:
@@ -79,59 +61,49 @@ def _build_hint() -> str:
             "(`source set_env.sh`, then `pip install --no-build-isolation .` in the source tree)")
 
 
-@functools.cache
-def library() -> LibraryStatus:
-    """Load the kernel library once; never raises (the reason is kept instead)."""
-    path = library_path()
+def table_address(path: Path) -> int:
+    """The address of the kernel table a loaded library at ``path`` exports (0: none)."""
+    function = getattr(ctypes.CDLL(str(path)), TABLE_SYMBOL)
+    function.restype = ctypes.c_void_p
+    return int(function() or 0)
+
+
+class _Library:
+    """:func:`library`: the kernel library, loaded once; ``library.cache_clear()`` drops it (the
+    operators forget their decisions) so the next call looks again."""
+
+    def __init__(self) -> None:
+        self._status: LibraryStatus | None = None
+
+    def __call__(self) -> LibraryStatus:
+        if self._status is None:
+            self._status = _load(library_path())
+        return self._status
+
+    def cache_clear(self) -> None:
+        if self._status is not None and self._status.loaded:
+            torch.ops.ascend_kv._use_kernel_library(0, NAME)
+        self._status = None
+        torch.ops.ascend_kv._forget()
+
+
+def _load(path: Path) -> LibraryStatus:
+    """Load the kernel library at ``path`` and register its table; never raises (the reason is kept instead)."""
     if not path.is_file():
         where = f"${LIBRARY_ENV}" if os.environ.get(LIBRARY_ENV, "").strip() else "the package"
         return LibraryStatus(False, str(path), f"{path} does not exist (looked in {where}); {_build_hint()}, "
                                                f"or point {LIBRARY_ENV} at it")
     try:
         torch.ops.load_library(str(path))
+        address = table_address(path)
+        torch.ops.ascend_kv._use_kernel_library(address, NAME)
+    except AttributeError:
+        return LibraryStatus(False, str(path), f"{path} does not export {TABLE_SYMBOL}: it is not an ascend_kv "
+                                               f"kernel library")
     except Exception as error:  # e.g. torch_npu's libraries missing: the loader's message says which
         return LibraryStatus(False, str(path), f"{type(error).__name__}: {error}")
-    namespace = _registered_namespace()
-    if namespace is None:
-        return LibraryStatus(
-            False, str(path), f"{path} does not register {', '.join(OPS)} in torch.ops.{' or torch.ops.'.join(NAMESPACES)}"
-        )
-    return LibraryStatus(True, str(path), None, namespace)
+    return LibraryStatus(True, str(path), None)
 
 
-def _ops() -> Any:
-    """The operators of the loaded library."""
-    return getattr(torch.ops, library().namespace or NAMESPACES[0])
-
-
-def kv_cache(args: KvCacheArgs) -> None:
-    """Run ``kv_cache`` on the NPU kernels (writes ``args.past``); the kernels read the index tensors on the device."""
-    device, layer = args.past.device, args.layer_id
-    _ops().kv_cache(
-        args.new_kv, args.past, index_operand(args.token_offset, device), index_operand(args.seq_len, device),
-        index_operand(layer, device) if isinstance(layer, torch.Tensor) else None,
-        0 if isinstance(layer, torch.Tensor) else layer,
-    )
-
-
-def paged_cache_load(args: PagedLoadArgs) -> None:
-    """Run ``paged_cache_load`` on the NPU kernels (writes ``args.key``, ``args.value``)."""
-    device = args.key_cache.device
-    starts = None if args.seq_starts is None else index_operand(args.seq_starts, device)
-    _ops().paged_cache_load(
-        args.key_cache, args.value_cache, index_operand(args.block_table, device),
-        index_operand(args.context_lens, device), starts, args.key, args.value, int(args.layout), args.cumsum,
-    )
-
-
-def reshape_and_cache(args: ReshapeAndCacheArgs) -> None:
-    """Run ``reshape_and_cache`` on the NPU kernels (writes ``args.key_cache``, ``args.value_cache``)."""
-    _ops().reshape_and_cache(args.key, args.value, args.key_cache, args.value_cache,
-                             index_operand(args.slot_mapping, args.key_cache.device), int(args.layout))
-
-
-def block_copy(args: BlockCopyArgs) -> None:
-    """Run ``block_copy`` (and ``copy_blocks``) on the NPU kernel, one launch for every cache of the call."""
-    caches, src, dst, cum_sum = block_copy_operands(args)
-    if caches:
-        _ops().block_copy(caches, src, dst, cum_sum)
+library = _Library()
+"""The kernel library's status (loading it, and registering its table, the first time)."""

@@ -37,7 +37,7 @@ import torch
 from ..api.ops import paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
 from ..dispatch import device as runtime
-from ..rules import common
+from ..api import arguments as common
 
 #: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
 STAND_IN = True

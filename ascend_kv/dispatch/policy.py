@@ -1,10 +1,11 @@
-"""Which backend runs a call, and why: one decision per call (docs/hardware.md#dispatch).
+"""Which backend runs a call, and why (docs/hardware.md#dispatch).
 
-Backends: ``npu`` (the AscendC kernels through their compiled op library), ``sim`` (the same
-kernels built for the host; only ever chosen explicitly, CPU tensors only) and ``fallback``
-(torch operations on the tensors' own device). The per-device implementations of
-:mod:`ascend_kv.operators.library` ask :func:`choose`; :func:`explain` answers from the same
-:func:`decide` without running anything.
+Backends: ``npu`` (the AscendC kernels through their compiled kernel library), ``sim`` (the same
+kernels built for the host; only ever chosen explicitly, CPU tensors only) and ``fallback`` (the
+CPU paths on the host, ATen operations on any other device). The operators (C++) ask
+:func:`choose` the first time a kind of call comes, through :mod:`.bridge`, and keep its answer;
+:func:`explain` answers from the same :func:`decide` without running anything. :func:`forget`
+makes them ask again.
 
 The requested backend comes from :func:`use_backend` (a context manager), else the environment
 variable ``ASCEND_KV_BACKEND`` (``auto``, ``npu``, ``sim`` or ``fallback``), read once, else
@@ -27,9 +28,9 @@ import torch
 
 from ..api.errors import BackendUnavailableError, FallbackWarning
 from ..backends import npu
-from ..rules.dtypes import element_types_note
+from ..operators import library
+from . import bridge, settings, support
 from . import device as runtime
-from . import settings, support
 
 BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
@@ -37,12 +38,8 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
              "reshape_and_cache": "ReshapeAndCacheOperation", "block_copy": "BlockCopyOperation",
              "copy_blocks": "BlockCopyOperation"}
 
+#: The reasons a FallbackWarning was given for (once each).
 _warned: set[str] = set()
-#: The decisions taken, with the backend each runs, keyed by everything they depend on (so a call
-#: pays one look-up): off the NPU the operation, device and requested backend; on it also why the
-#: kernels cannot take the call (or None), the SoC and the kernel library's status.
-_decisions: dict[tuple[object, ...], tuple[str, Decision]] = {}
-_HOST = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ class Decision:
         return f"{self.op} on {self.device} ({self.requested}): {runs}: {self.reason}"
 
 
-BACKEND = settings.Setting(BACKEND_ENV, BACKEND_CHOICES, "auto", "backend")
+BACKEND = settings.Setting(BACKEND_ENV, BACKEND_CHOICES, "auto", "backend", "backend")
 environment_backend = BACKEND.environment
 """``ASCEND_KV_BACKEND``, or ``"auto"`` when unset; read once (``environment_backend.cache_clear()`` reads it again)."""
 requested_backend = BACKEND.current
@@ -104,7 +101,7 @@ def use_backend(name: str) -> contextlib.AbstractContextManager[None]:
 
 
 def _sim_unavailable() -> str | None:
-    """Why the host build of the kernels cannot run here (not importable, no sources, no CMake), or None."""
+    """Why the host build of the kernels cannot run here (not importable, no sources, no compiler), or None."""
     try:
         sim = importlib.import_module("ascend_kv.backends.sim")
     except Exception as error:
@@ -167,37 +164,32 @@ def decide(op: str, dev: torch.device, outside: str | None) -> Decision:
     return _decide(op, dev, requested_backend(), outside)
 
 
-def choose(op: str, dev: torch.device, outside: str | None) -> str:
-    """The backend that runs the call (``"npu"``, ``"sim"`` or ``"fallback"``); a fallback on an NPU
-    under ``auto`` warns once per reason.
+def choose(op: str, dev: torch.device, requested: str, outside: str | None) -> str:
+    """The backend that runs a call (``"npu"``, ``"sim"`` or ``"fallback"``), its library loaded; a
+    fallback on an NPU under ``auto`` warns once per reason.
 
     Raises
     ------
     BackendUnavailableError
-        The explicitly requested backend cannot run this call; the message says why.
+        The requested backend cannot run this call; the message says why.
     """
-    requested = requested_backend()
-    on_npu = runtime.is_npu(dev)
-    key = (op, dev, requested, outside, runtime.soc_of(dev), npu.library()) if on_npu else (op, dev, requested)
-    kept = _decisions.get(key)
-    if kept is None:
-        decision = _decide(op, dev, requested, outside)
-        if decision.backend is None:
-            raise BackendUnavailableError(
-                f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
-            )
-        kept = _decisions[key] = decision.backend, decision
-    backend, decision = kept
-    if backend == "fallback" and decision.requested == "auto" and on_npu:
+    decision = _decide(op, dev, requested, outside)
+    if decision.backend is None:
+        raise BackendUnavailableError(
+            f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
+        )
+    if decision.backend == "sim":
+        importlib.import_module("ascend_kv.backends.sim").load()  # may compile on first use
+    if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
         _warn_once(decision)
-    return backend
+    return decision.backend
 
 
-def choose_on_host(op: str) -> str:
-    """:func:`choose` for host tensors, from the operation and the requested backend alone (the
-    call's host path asks it every call)."""
-    known = _decisions.get((op, _HOST, requested_backend()))
-    return known[0] if known is not None else choose(op, _HOST, None)
+def forget() -> None:
+    """Make the operators ask again: what they kept of the decisions, the environment and the
+    warnings given (each reason warns once more)."""
+    _warned.clear()
+    bridge.forget()
 
 
 def _warn_once(decision: Decision) -> None:
@@ -208,7 +200,7 @@ def _warn_once(decision: Decision) -> None:
         f"ascend_kv: {decision.op} on {decision.device} runs on the vectorized fallback, not the AscendC "
         f"kernels: {decision.reason} (said once per reason; `ascend-kv info` explains)",
         FallbackWarning,
-        stacklevel=2,
+        stacklevel=4,
     )
 
 
@@ -248,6 +240,17 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     if state is not None and not state.available and requested in ("auto", "npu"):
         decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")
     return dataclasses.replace(decision, element_types=element_types_note())
+
+
+def element_types_note() -> str:
+    """Which element types the operations take, and where that goes beyond Huawei's lists (``explain``, ``info``)."""
+    def listed(dtypes: tuple[torch.dtype, ...]) -> str:
+        return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+    every, atb = library.cache_dtypes(), library.atb_cache_dtypes()
+    beyond = tuple(d for d in every if d not in atb)
+    return (f"every 1-, 2- or 4-byte element type ({listed(every)}; the operations move bytes, NZ's "
+            f"E = 32 // itemsize); Huawei's ATB documents {listed(atb)}, so {listed(beyond)} go beyond its lists")
 
 
 def _device_argument(value: str | torch.device | None) -> torch.device:

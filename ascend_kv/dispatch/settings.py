@@ -2,15 +2,19 @@
 variable (read once), else its default. The backend choice and the validation mode are two.
 
 The first read of any setting's variable checks every setting's variable, so a misspelled one
-is an error at the first call even when the call never needs that setting."""
+is an error at the first call even when the call never needs that setting. The operator
+library keeps its own copy of each (it reads them on every call): a ``with`` block's value is
+told to it for the block's thread, and reading the environment again makes it forget what it
+read (:mod:`.bridge`)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+from . import bridge
 
 
 class SettingError(ValueError):
@@ -33,12 +37,14 @@ class Setting:
         The value when neither a ``with`` block nor the variable sets one.
     argument : str
         How errors name a value given in code, e.g. ``"backend"``.
+    native : str
+        The operator library's name of the setting (``"backend"`` or ``"validate"``).
     """
 
-    def __init__(self, env: str, choices: tuple[str, ...], default: str, argument: str) -> None:
-        self.env, self.choices, self.default, self.argument = env, choices, default, argument
+    def __init__(self, env: str, choices: tuple[str, ...], default: str, argument: str, native: str) -> None:
+        self.env, self.choices, self.default, self.argument, self.native = env, choices, default, argument, native
         self._chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar(env, default=None)
-        self.environment = functools.cache(self._read_environment)
+        self.environment = _Environment(self._read_environment)
         _SETTINGS.append(self)
 
     def check(self, value: str, source: str) -> str:
@@ -66,7 +72,27 @@ class Setting:
     def use(self, value: str) -> Iterator[None]:
         """Set the value for the ``with`` block (and the calls made in it)."""
         token = self._chosen.set(self.check(value, self.argument))
+        bridge.set_override(self.native, value)
         try:
             yield
         finally:
             self._chosen.reset(token)
+            bridge.set_override(self.native, self._chosen.get())
+
+
+class _Environment:
+    """A setting's environment value, read once; ``cache_clear()`` reads it again (and makes the
+    operator library forget its copy)."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self._read = read
+        self._value: str | None = None
+
+    def __call__(self) -> str:
+        if self._value is None:
+            self._value = self._read()
+        return self._value
+
+    def cache_clear(self) -> None:
+        self._value = None
+        bridge.forget()

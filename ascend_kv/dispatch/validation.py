@@ -14,7 +14,7 @@ import contextlib
 from . import settings
 
 VALIDATE_ENV = "ASCEND_KV_VALIDATE"
-MODE = settings.Setting(VALIDATE_ENV, ("device", "full"), "device", "mode")
+MODE = settings.Setting(VALIDATE_ENV, ("device", "full"), "device", "mode", "validate")
 environment_mode = MODE.environment
 """``ASCEND_KV_VALIDATE``, or ``"device"`` when unset; read once (``environment_mode.cache_clear()`` reads it again)."""
 

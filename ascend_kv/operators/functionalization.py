@@ -6,31 +6,30 @@ size, stride and storage offset. Inductor (PyTorch 2.13) loses a *symbolic* stor
 that regeneration: under dynamic shapes a write into ``out[1]`` or ``kv[1]`` lands in ``out[0]``
 or ``kv[0]`` (docs/compiling.md; ``tests/test_compile_views.py`` has a repro with a plain
 ``torch.library`` op). So a call that writes a tensor with a symbolic storage offset takes
-another route: a functional twin of the operator returns written copies of those tensors, which
-are copied back (``view.copy_(written)``), a route functionalization handles exactly, at the
-cost of the copies. Every other call keeps ``auto_functionalized_v2``, which inductor runs in
-place, with no copy.
+another route: the operator's functional twin (``functional_<name>``, defined with it in C++)
+returns written copies of those tensors, which are copied back (``view.copy_(written)``), a
+route functionalization handles exactly, at the cost of the copies. Every other call keeps
+``auto_functionalized_v2``, which inductor runs in place, with no copy.
 
-Eager calls never come here: the rule runs only under ``FunctionalTensorMode`` (AOTAutograd).
+Eager calls never come here: the rule runs only under ``FunctionalTensorMode`` (AOTAutograd),
+and this module is imported, and :func:`install` run, the first time a call is traced (the
+operators' shapes-only implementations say so), not by ``import ascend_kv``.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
-from torch._higher_order_ops.auto_functionalize import do_auto_functionalize_v2
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 
 _OpOverload = torch._ops.OpOverload
-#: The functional twin of each operator that has one (``twin(*args) -> [written copies]``).
-_TWINS: dict[_OpOverload, _OpOverload] = {}
+_installed = False
 
 
-def _written(op: _OpOverload) -> list[tuple[int, str]]:
-    """``(position, name)`` of the arguments ``op`` writes (``Tensor(a!)`` in its schema)."""
-    return [(i, a.name) for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+def _written(op: _OpOverload) -> list[int]:
+    """The positions of the arguments ``op`` writes (``Tensor(a!)`` in its schema)."""
+    return [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
 
 def _arguments(op: _OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -46,63 +45,43 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in value if isinstance(t, torch.Tensor)] if isinstance(value, (list, tuple)) else []
 
 
-def _written_tensors(op: _OpOverload, arguments: list[Any]) -> list[torch.Tensor]:
-    """Every tensor ``op`` writes, in schema order (lists flattened)."""
-    return [t for i, _ in _written(op) for t in _tensors(arguments[i])]
+def _has_symbolic_offset(tensor: torch.Tensor) -> bool:
+    return isinstance(tensor.storage_offset(), torch.SymInt)
 
 
-def _call_on_copies(op: _OpOverload, arguments: list[Any]) -> list[torch.Tensor]:
-    """Run ``op`` with fresh copies of the tensors it writes; return the written copies, in the order
-    of :func:`_written_tensors`."""
-    arguments = list(arguments)
-    copies = []
-    for i, _ in _written(op):
-        value = arguments[i]
-        if isinstance(value, (list, tuple)):
-            arguments[i] = [t.clone() if isinstance(t, torch.Tensor) else t for t in value]
-        elif isinstance(value, torch.Tensor):
-            arguments[i] = value.clone()
-        copies += _tensors(arguments[i])
-    positional = [a for a, spec in zip(arguments, op._schema.arguments) if not spec.kwarg_only]
-    keywords = {spec.name: a for a, spec in zip(arguments, op._schema.arguments) if spec.kwarg_only}
-    op(*positional, **keywords)
-    return copies
-
-
-def _has_symbolic_offset(tensor: object) -> bool:
-    return isinstance(tensor, torch.Tensor) and isinstance(tensor.storage_offset(), torch.SymInt)
+def _twin(op: _OpOverload) -> _OpOverload:
+    """``functional_<name>`` of ``op``: its arguments, returning written copies of the tensors it writes."""
+    packet = getattr(torch.ops.ascend_kv, f"functional_{op._schema.name.split('::')[1]}")
+    twin: _OpOverload = getattr(packet, op._overloadname)
+    return twin
 
 
 def _functionalize(mode: FunctionalTensorMode, op: _OpOverload, types: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> None:
-    """The ``FunctionalTensorMode`` rule of a mutating ``ascend_kv`` operator (see the module's text)."""
+    """The ``FunctionalTensorMode`` rule of a writing ``ascend_kv`` operator (see the module's text)."""
     arguments = _arguments(op, args, kwargs)
-    written = _written_tensors(op, arguments)
+    written = [t for i in _written(op) for t in _tensors(arguments[i])]
     if not any(_has_symbolic_offset(t) for t in written):
+        from torch._higher_order_ops.auto_functionalize import do_auto_functionalize_v2
+
         return do_auto_functionalize_v2(mode, op, args, kwargs)  # type: ignore[no-any-return]
     with mode:
-        for tensor, result in zip(written, _TWINS[op](*arguments)):
+        for tensor, result in zip(written, _twin(op)(*arguments)):
             tensor.copy_(result)
     return None
 
 
-def register(op: _OpOverload, lib: torch.library.Library) -> None:
-    """Give ``op``, if it writes any argument, a functional twin ``functional_<name>`` in ``lib`` and
-    the rule above."""
-    if not _written(op):
+def install() -> None:
+    """Register the rule for every writing operator of ``torch.ops.ascend_kv`` (once)."""
+    global _installed
+    if _installed:
         return
-    name = op._schema.name.split("::")[1]
-    overload = f".{op._overloadname}" if op._overloadname != "default" else ""
-    declared = str(op._schema)
-    declared = re.sub(r"\([a-z]+!\)", "", declared[declared.index("(") + 1:declared.rindex(") ->")])
-    inputs = ", ".join(a.split("=")[0] for a in declared.split(", ") if a != "*")  # all positional, nothing written
-    lib.define(f"functional_{name}{overload}({inputs}) -> Tensor[]")
-    twin = getattr(getattr(torch.ops, lib.ns), f"functional_{name}").__getattr__(op._overloadname)
-
-    def run(*arguments: Any) -> list[torch.Tensor]:
-        return _call_on_copies(op, list(arguments))
-
-    lib.impl(f"functional_{name}{overload}", run, "CompositeExplicitAutograd")
-    torch.library.register_fake(twin.__qualname__, run, lib=lib)
-    _TWINS[op] = twin
-    torch.library.register_torch_dispatch(op.__qualname__, FunctionalTensorMode, _functionalize, lib=lib)
+    for qualified in torch._C._dispatch_get_all_op_names():  # every operator, looked up or not
+        namespace, _, name = qualified.partition("::")
+        if namespace != "ascend_kv" or name.startswith(("_", "functional_")):
+            continue
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.ascend_kv, packet), overload or "default")
+        if _written(op):
+            torch.library.register_torch_dispatch(op, FunctionalTensorMode, _functionalize)
+    _installed = True

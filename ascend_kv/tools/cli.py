@@ -36,7 +36,6 @@ from ..api.errors import BackendUnavailableError
 from ..backends import npu
 from ..dispatch import autoload, device, policy, support
 from ..dispatch.settings import SettingError
-from ..rules.dtypes import element_types_note
 
 
 def _support_matrix(args: argparse.Namespace) -> int:
@@ -88,7 +87,7 @@ def info_report() -> dict[str, Any]:
         "requested_backend": requested,
         "device": next(iter(decisions.values())).device,
         "ops": {op: {"backend": d.backend, "reason": d.reason} for op, d in decisions.items()},
-        "element_types": element_types_note(),
+        "element_types": policy.element_types_note(),
         "torch_npu_facade": {"module": "ascend_kv.compat.torch_npu", "functions": list(TORCH_NPU_FACADE),
                              "test_helpers": "ascend_kv.testing (torch_npu_stand_in, install_cache_ops)"},
     }

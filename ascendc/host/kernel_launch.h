@@ -1,11 +1,12 @@
 /*
- * What the shared op binding (torch_binding.cpp) needs from the platform it is built for, one
+ * What the kernel library's entries (kernel_entry.cpp) need from the platform it is built for, one
  * implementation per build:
  *   host/launch_npu.cpp   NPU build: queries the device, uploads the tiling, queues the kernels
  *                         on the current NPU stream;
  *   sim/launch_host.cpp   host build: settings from the environment, the kernels run on the host
  *                         model of the AscendC API, core by core.
- * Tensors arrive checked: on one device, index tensors contiguous, inside the kernels' domain.
+ * Tensors arrive checked by the operator library: on one device, index tensors contiguous,
+ * inside the kernels' domain.
  */
 #ifndef ASCEND_KV_HOST_KERNEL_LAUNCH_H
 #define ASCEND_KV_HOST_KERNEL_LAUNCH_H
@@ -43,8 +44,8 @@ uint64_t VectorCoreCount(const at::Device& device);
 /// Usable Unified Buffer bytes per vector core on `device`.
 uint64_t UsableUbBytes(const at::Device& device);
 
-/// Reject a tensor whose bytes are not in its logical layout (a private NPU storage format).
-void CheckStorageFormat(const at::Tensor& tensor, const char* op, const char* name);
+/// The device's storage format of `tensor` (ACL's aclFormat), or -1 where the platform has none.
+int64_t StorageFormat(const at::Tensor& tensor);
 
 /// Run kv_cache_kernel on tiling.usedCores cores (> 0); `layer` may be undefined (absent).
 void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,

@@ -22,7 +22,6 @@
 #include "torch_npu/csrc/core/npu/NPUGraphsUtils.h"
 #include "torch_npu/csrc/core/npu/NPUGuard.h"
 #include "torch_npu/csrc/core/npu/NPUStream.h"
-#include "torch_npu/csrc/framework/FormatHelper.h"
 #include "torch_npu/csrc/framework/OpCommand.h"
 
 #include "kernel_launch.h"
@@ -129,16 +128,11 @@ uint64_t VectorCoreCount(const at::Device& device)
 
 uint64_t UsableUbBytes(const at::Device&) { return kUsableUbBytes; }
 
-void CheckStorageFormat(const at::Tensor& tensor, const char* op, const char* name)
+int64_t StorageFormat(const at::Tensor& tensor)
 {
-    // Why: npu_format_cast (e.g. FRACTAL_NZ) keeps is_contiguous() true while the bytes are no
-    // longer in the logical layout; the kernels address the logical layout only.
-    if (!at_npu::native::FormatHelper::IsBaseFormatType(tensor)) {
-        TORCH_CHECK(false, "ascend_kv_npu.", op, ": ", name, " has the private NPU storage format ",
-                    at_npu::native::FormatHelper::GetFormatName(tensor), " (",
-                    at_npu::native::get_npu_format(tensor),
-                    "); the kernels take base formats (ND) only: convert it with npu_format_cast(", name, ", 2)");
-    }
+    // npu_format_cast (e.g. FRACTAL_NZ) keeps is_contiguous() true while the bytes leave the
+    // logical layout: the operator library refuses such tensors by this format.
+    return at_npu::native::get_npu_format(tensor);
 }
 
 void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,

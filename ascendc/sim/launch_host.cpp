@@ -141,9 +141,9 @@ uint64_t VectorCoreCount(const at::Device&) { return Setting("ASCEND_KV_SIM_CORE
 
 uint64_t UsableUbBytes(const at::Device&) { return Setting("ASCEND_KV_SIM_UB_BYTES", kDefaultUbBytes); }
 
-void CheckStorageFormat(const at::Tensor&, const char*, const char*)
+int64_t StorageFormat(const at::Tensor&)
 {
-    // Host memory has no private storage format: the bytes are the logical layout.
+    return -1;  // host memory has no storage format of its own: the bytes are the logical layout
 }
 
 void LaunchKvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,

@@ -146,7 +146,19 @@ def install() -> None:
         torch.utils.rename_privateuse1_backend("npu")
     torch._register_device_module("npu", _device_module(extension))
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _register_storage_format(extension)
     _extension = extension
+
+
+def _register_storage_format(extension: Any) -> None:
+    """Tell ascend_kv's operators how to read a fake NPU tensor's storage format (a C function of the
+    extension), as they read torch_npu's on an NPU."""
+    import ctypes
+
+    import ascend_kv  # noqa: F401  (loads the operator library)
+
+    function = ctypes.CDLL(extension.__file__).ascend_kv_fake_npu_storage_format
+    torch.ops.ascend_kv._use_storage_format(ctypes.cast(function, ctypes.c_void_p).value)
 
 
 def _installed() -> Any:

@@ -11,6 +11,13 @@ int64_t count(const std::atomic<int64_t>& counter) { return counter.load(); }
 }  // namespace
 }  // namespace fake_npu
 
+// The storage format of a tensor, for the operators of ascend_kv (which ask a runtime's own
+// function, as they ask torch_npu's on an NPU): install() registers its address with them.
+extern "C" int64_t ascend_kv_fake_npu_storage_format(const at::Tensor& tensor)
+{
+  return fake_npu::storage_format(tensor);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   using namespace fake_npu;
   module.def("transfers", [] { return count(transfers); });

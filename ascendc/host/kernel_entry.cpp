@@ -1,0 +1,201 @@
+/*
+ * The kernel library's table (kernel_library.h): for each operation, the tiling from the call's
+ * geometry (shapes, byte strides, element sizes), the vector-core count and the UB size, then the
+ * launch (kernel_launch.h says where those come from in each build). One source for both builds:
+ *   ASCEND_KV_KERNEL_LIBRARY=ascend_kv_npu    the NPU build (launch_npu.cpp);
+ *   ASCEND_KV_KERNEL_LIBRARY=ascend_kv_host   the host build (sim/launch_host.cpp), which also
+ *                                             registers test instruments: the tiling of a call as
+ *                                             text (torch.ops.ascend_kv_host.*_tiling) and its
+ *                                             launch count.
+ * The operator library's rules checked every tensor before it reached here; index values are
+ * read by the kernels only, which skip whatever falls outside the tensors.
+ */
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#ifdef ASCEND_KV_HOST_BUILD
+#include <torch/library.h>
+#endif
+
+#include "kernel_launch.h"
+#include "kernel_library.h"
+#include "tiling.h"
+
+#ifndef ASCEND_KV_KERNEL_LIBRARY
+#error "define ASCEND_KV_KERNEL_LIBRARY (ascend_kv_npu or ascend_kv_host)"
+#endif
+#define ASCEND_KV_STRINGIFY_(x) #x
+#define ASCEND_KV_STRINGIFY(x) ASCEND_KV_STRINGIFY_(x)
+
+namespace ascend_kv {
+namespace {
+
+constexpr const char* kLibrary = ASCEND_KV_STRINGIFY(ASCEND_KV_KERNEL_LIBRARY);
+
+/// The tiling `compute` gives `call` with the vector cores and UB of `device`; an error if there is none.
+template <typename Geometry, typename Tiling>
+Tiling Tile(const char* op, const at::Device& device, const Geometry& call,
+            int (*compute)(const Geometry&, uint64_t, uint64_t, Tiling*))
+{
+    Tiling tiling{};
+    const int status = compute(call, VectorCoreCount(device), UsableUbBytes(device), &tiling);
+    TORCH_CHECK(status == kTilingOk, kLibrary, ".", op, ": tiling failed: ", TilingStatusMessage(status));
+    return tiling;
+}
+
+KvCacheTiling KvCachePlan(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                          const at::Tensor& seqLen, const at::Tensor& layer, int64_t layerId)
+{
+    KvCacheGeometry call;
+    call.newKv = GeometryOf(newKv);
+    call.past = GeometryOf(past);
+    call.tokenOffset = GeometryOf(tokenOffset);
+    call.seqLen = GeometryOf(seqLen);
+    call.layer = GeometryOf(layer);
+    call.layerId = layerId;
+    return Tile("kv_cache", past.device(), call, &ComputeKvCacheTiling);
+}
+
+PagedLoadTiling PagedLoadPlan(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                              const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                              const at::Tensor& value, int64_t layout, bool cumsum)
+{
+    PagedLoadGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.cumsum = cumsum;
+    call.key = {GeometryOf(keyCache), GeometryOf(key)};
+    call.value = {GeometryOf(valueCache), GeometryOf(value)};
+    call.blockTable = GeometryOf(blockTable);
+    call.contextLens = GeometryOf(contextLens);
+    call.seqStarts = GeometryOf(seqStarts);
+    return Tile("paged_cache_load", keyCache.device(), call, &ComputePagedLoadTiling);
+}
+
+ReshapeTiling ReshapePlan(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                          const at::Tensor& valueCache, const at::Tensor& slotMapping, int64_t layout)
+{
+    ReshapeGeometry call;
+    call.layout = static_cast<uint64_t>(layout);
+    call.key = {GeometryOf(keyCache), GeometryOf(key)};
+    if (valueCache.defined()) {
+        call.value = {GeometryOf(valueCache), GeometryOf(value)};
+    }
+    call.slotMapping = GeometryOf(slotMapping);
+    return Tile("reshape_and_cache", keyCache.device(), call, &ComputeReshapeTiling);
+}
+
+BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
+                              const at::Tensor& cumSum, std::vector<uint64_t>* table)
+{
+    BlockCopyGeometry call;
+    for (const at::Tensor& cache : caches) {
+        call.caches.push_back(GeometryOf(cache));
+        call.addresses.push_back(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(cache.data_ptr())));
+    }
+    call.src = GeometryOf(src);
+    call.dst = GeometryOf(dst);
+    call.cumSum = GeometryOf(cumSum);
+    BlockCopyTiling tiling{};
+    const int status = ComputeBlockCopyTiling(call, VectorCoreCount(caches[0].device()),
+                                              UsableUbBytes(caches[0].device()), &tiling, table);
+    TORCH_CHECK(status == kTilingOk, kLibrary, ".block_copy: tiling failed: ", TilingStatusMessage(status));
+    return tiling;
+}
+
+void KvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset, const at::Tensor& seqLen,
+             const at::Tensor& layer, int64_t layerId)
+{
+    const auto tiling = KvCachePlan(newKv, past, tokenOffset, seqLen, layer, layerId);
+    if (tiling.usedCores > 0) {
+        LaunchKvCache(newKv, past, tokenOffset, seqLen, layer, tiling);
+    }
+}
+
+void PagedCacheLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                    const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                    const at::Tensor& value, int64_t layout, bool cumsum)
+{
+    const auto tiling = PagedLoadPlan(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, layout,
+                                      cumsum);
+    if (tiling.usedCores > 0) {
+        LaunchPagedLoad(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, tiling);
+    }
+}
+
+void ReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                     const at::Tensor& valueCache, const at::Tensor& slotMapping, int64_t layout)
+{
+    const auto tiling = ReshapePlan(key, value, keyCache, valueCache, slotMapping, layout);
+    if (tiling.usedCores > 0) {
+        LaunchReshapeAndCache(key, value, keyCache, valueCache, slotMapping, tiling);
+    }
+}
+
+void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
+               const at::Tensor& cumSum)
+{
+    std::vector<uint64_t> table;
+    const auto tiling = BlockCopyPlan(caches, src, dst, cumSum, &table);
+    if (tiling.usedCores > 0) {
+        LaunchBlockCopy(caches, table, src, dst, cumSum, tiling);
+    }
+}
+
+const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
+                              &StorageFormat};
+
+}  // namespace
+
+#ifdef ASCEND_KV_HOST_BUILD
+// Test instruments of the host build: the tiling a call would run, as "name=value" text.
+std::string KvCacheTilingText(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset,
+                              const at::Tensor& seqLen, const c10::optional<at::Tensor>& layer, int64_t layerId)
+{
+    return DescribeTiling(KvCachePlan(newKv, past, tokenOffset, seqLen, layer.value_or(at::Tensor()), layerId));
+}
+
+std::string PagedCacheLoadTilingText(const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                     const at::Tensor& blockTable, const at::Tensor& contextLens,
+                                     const c10::optional<at::Tensor>& seqStarts, const at::Tensor& key,
+                                     const at::Tensor& value, int64_t layout, bool cumsum)
+{
+    return DescribeTiling(PagedLoadPlan(keyCache, valueCache, blockTable, contextLens, seqStarts.value_or(at::Tensor()),
+                                        key, value, layout, cumsum));
+}
+
+std::string ReshapeAndCacheTilingText(const at::Tensor& key, const c10::optional<at::Tensor>& value,
+                                      const at::Tensor& keyCache, const c10::optional<at::Tensor>& valueCache,
+                                      const at::Tensor& slotMapping, int64_t layout)
+{
+    return DescribeTiling(ReshapePlan(key, value.value_or(at::Tensor()), keyCache, valueCache.value_or(at::Tensor()),
+                                      slotMapping, layout));
+}
+
+std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, const at::Tensor& dst,
+                                const c10::optional<at::Tensor>& cumSum)
+{
+    std::vector<uint64_t> table;
+    return DescribeTiling(BlockCopyPlan(caches.vec(), src, dst, cumSum.value_or(at::Tensor()), &table));
+}
+#endif
+
+}  // namespace ascend_kv
+
+#ifdef ASCEND_KV_HOST_BUILD
+TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m)
+{
+    m.def("kv_cache_tiling(Tensor new_kv, Tensor past, Tensor token_offset, Tensor seq_len, Tensor? layer_tensor, "
+          "int layer_id) -> str", &ascend_kv::KvCacheTilingText);
+    m.def("paged_cache_load_tiling(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, "
+          "Tensor? seq_starts, Tensor key, Tensor value, int layout, bool cumsum) -> str",
+          &ascend_kv::PagedCacheLoadTilingText);
+    m.def("reshape_and_cache_tiling(Tensor key, Tensor? value, Tensor key_cache, Tensor? value_cache, "
+          "Tensor slot_mapping, int layout) -> str", &ascend_kv::ReshapeAndCacheTilingText);
+    m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> str",
+          &ascend_kv::BlockCopyTilingText);
+}
+#endif
+
+extern "C" const ascend_kv::KernelLibrary* ascend_kv_kernel_library() { return &ascend_kv::kTable; }

@@ -1,0 +1,58 @@
+/*
+ * The kernel library's interface: what the operator library (csrc/) calls to run the AscendC
+ * kernels, one entry per operation. Two builds provide it:
+ *   libascend_kv_npu.so   (NPU build, CANN): the kernels queued on the current NPU stream;
+ *   libascend_kv_host.so  (host build): the kernels run on the host model of the AscendC API,
+ *                         over CPU tensors (the sim backend) or a device holding host memory.
+ * Each exports ascend_kv_kernel_library(), which returns its table; Python loads the library and
+ * hands the table's address to the operator library (csrc/dispatch/kernels.h).
+ *
+ * The tensors arrive checked by the operator library's rules (csrc/rules/) and inside the
+ * kernels' domain (csrc/rules/kernel_domain.h): one device, token rows contiguous, index tensors
+ * int32/int64, contiguous and on that device. Index values are never read on the host: the
+ * kernels read them and skip whatever falls outside the tensors. So an entry checks nothing; it
+ * computes the tiling and launches.
+ */
+#ifndef ASCEND_KV_HOST_KERNEL_LIBRARY_H
+#define ASCEND_KV_HOST_KERNEL_LIBRARY_H
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace ascend_kv {
+
+/// Raised when the table's layout changes, so a stale library is refused rather than misread.
+constexpr uint32_t kKernelLibraryVersion = 1;
+
+struct KernelLibrary {
+    uint32_t version;
+    /// new_kv [ntokens, hidden], past [layers, batch, max_seq_len, hidden] (written), token_offset
+    /// and seq_len [batch]; layer: a one-element tensor, or undefined to write layer `layer_id`.
+    void (*kv_cache)(const at::Tensor& new_kv, const at::Tensor& past, const at::Tensor& token_offset,
+                     const at::Tensor& seq_len, const at::Tensor& layer, int64_t layer_id);
+    /// Caches ND [nb, bs, heads, hs] / NZ [nb, T // E, bs, E]; block_table [batch, max_blocks];
+    /// context_lens [batch] ([batch + 1] with cumsum); seq_starts [batch] or undefined; outputs
+    /// key, value (written) ND [rows, heads, hs] / NZ [rows, T]; layout 0 NZ, 1 ND.
+    void (*paged_cache_load)(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
+                             const at::Tensor& context_lens, const at::Tensor& seq_starts, const at::Tensor& key,
+                             const at::Tensor& value, int64_t layout, bool cumsum);
+    /// key, value [tokens, heads, hs] (value and value_cache undefined: key-only); caches written;
+    /// slot_mapping [n].
+    void (*reshape_and_cache)(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                              const at::Tensor& value_cache, const at::Tensor& slot_mapping, int64_t layout);
+    /// caches: every cache written, each as its [num_blocks, rows, row] view with contiguous rows;
+    /// block src[i] goes to blocks dst[cum_sum[i-1]:cum_sum[i]] (cum_sum undefined: src[j] to dst[j]).
+    void (*block_copy)(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
+                       const at::Tensor& cum_sum);
+    /// The device's storage format of `tensor` (ACL's aclFormat: 2 is ND), or -1 when this
+    /// library cannot tell (the host build).
+    int64_t (*storage_format)(const at::Tensor& tensor);
+};
+
+}  // namespace ascend_kv
+
+extern "C" const ascend_kv::KernelLibrary* ascend_kv_kernel_library();
+
+#endif  // ASCEND_KV_HOST_KERNEL_LIBRARY_H

@@ -1,0 +1,229 @@
+#include "cpu_fallback/host.h"
+
+#include <algorithm>
+
+#include "cpu_fallback/copy.h"
+#include "csrc/rules/index_values.h"
+
+namespace ascend_kv::host {
+namespace {
+
+// Bytes a call writes from which it streams them past the CPU caches (docs/benchmarks.md): a
+// cache write's rows are read only by a later step; a paged load's outputs are read by attention
+// next, so only loads larger than the CPU caches stream.
+constexpr int64_t kStreamWrites = 1 << 20;
+constexpr int64_t kStreamLoads = 6 << 20;
+
+const char* Bytes(const at::Tensor& t) { return static_cast<const char*>(t.const_data_ptr()); }
+char* MutableBytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+/// The last entry b with start[b] <= x (starts non-decreasing; entries of length 0 share their
+/// successor's start, so this is the entry holding x).
+int64_t EntryAt(const std::vector<int64_t>& start, int64_t x)
+{
+    return std::upper_bound(start.begin(), start.end(), x) - start.begin() - 1;
+}
+
+/// An NZ token row of `t` [.., T] (a paged load's output) as [T // E, E] with `t`'s strides.
+PieceCopy NzRow(const at::Tensor& cache, const at::Tensor& rows)
+{
+    const int64_t e = cache.size(3), pieces = cache.size(1), step = rows.stride(rows.dim() - 1);
+    return PieceCopy::Of({pieces, e}, {cache.stride(1), cache.stride(3)}, {e * step, step}, cache.element_size());
+}
+
+/// The piece of one NZ token of `tokens` [n, heads, hs] in `cache` [nb, T // E, bs, E]: a head
+/// holds whole pieces (hs * itemsize is a multiple of 32), so [heads, hs // E, E].
+PieceCopy NzToken(const at::Tensor& tokens, const at::Tensor& cache)
+{
+    const int64_t e = cache.size(3), heads = tokens.size(1), per_head = tokens.size(2) / e;
+    return PieceCopy::Of({heads, per_head, e}, {tokens.stride(1), e * tokens.stride(2), tokens.stride(2)},
+                         {per_head * cache.stride(1), cache.stride(1), cache.stride(3)}, cache.element_size());
+}
+
+}  // namespace
+
+void KvCache(const KvCacheCall& call, const KvCachePlan& plan)
+{
+    const at::Tensor& new_kv = call.new_kv;
+    const at::Tensor& past = call.past;
+    const int64_t ntokens = new_kv.size(0), size = past.element_size();
+    if (ntokens == 0) {
+        return;
+    }
+    const PieceCopy row = PieceCopy::Of({past.size(3)}, {new_kv.stride(1)}, {past.stride(3)}, size);
+    const int64_t src_step = new_kv.stride(0) * size, dst_step = past.stride(2) * size;
+    const char* src = Bytes(new_kv);
+    char* layer = MutableBytes(past) + plan.layer * past.stride(0) * size;
+    const bool stream = ShouldStream(ntokens * row.Bytes(), kStreamWrites);
+    ParallelFor(ntokens, row.Bytes(), [&](int64_t begin, int64_t end) {
+        for (int64_t b = EntryAt(plan.read_start, begin), t = begin; t < end; ++b) {
+            const int64_t n = std::min(plan.read_start[b] + plan.seq_len[b], end) - t;
+            if (n <= 0) {
+                continue;
+            }
+            char* entry = layer + b * past.stride(1) * size;
+            CopyRun(src + t * src_step, entry + (plan.write_start[b] + t - plan.read_start[b]) * dst_step, n, src_step,
+                    dst_step, row, stream);
+            t += n;
+        }
+        EndStreaming(stream);
+    });
+}
+
+void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
+{
+    int64_t tokens = 0;
+    for (const int64_t n : plan.lens) {
+        tokens += n;
+    }
+    if (tokens == 0) {
+        return;
+    }
+    const bool nd = call.geometry.Nd();
+    const int64_t block_size = call.geometry.block_size.expect_int();
+    const int64_t num_blocks = call.geometry.num_blocks.expect_int();
+    const IndexReader table(call.block_table);
+    struct Side {
+        const at::Tensor& cache;
+        const at::Tensor& out;
+        PieceCopy token;
+        int64_t slot_step, out_step;
+    };
+    const auto side = [&](const at::Tensor& cache, const at::Tensor& out) {
+        const int64_t size = cache.element_size();
+        const PieceCopy token = nd ? PieceCopy::Of(cache.sizes().slice(2), cache.strides().slice(2),
+                                                   out.strides().slice(1), size)
+                                   : NzRow(cache, out);
+        return Side{cache, out, token, cache.stride(nd ? 1 : 2) * size, out.stride(0) * size};
+    };
+    const Side sides[2] = {side(call.key_cache, call.key), side(call.value_cache, call.value)};
+    const int64_t token_bytes = sides[0].token.Bytes() + sides[1].token.Bytes();
+    const bool stream = ShouldStream(tokens * token_bytes, kStreamLoads);
+    const int64_t first_row = plan.out_start.empty() ? 0 : plan.out_start[0];
+    ParallelFor(tokens, token_bytes, [&](int64_t begin, int64_t end) {
+        for (int64_t r = first_row + begin, last = first_row + end, b = EntryAt(plan.out_start, r); r < last;) {
+            const int64_t j = r - plan.out_start[b];
+            if (j >= plan.lens[b]) {
+                ++b;
+                continue;
+            }
+            const int64_t column = plan.first_column[b] + j / block_size, slot = j % block_size;
+            const int64_t n = std::min({block_size - slot, plan.lens[b] - j, last - r});
+            const int64_t block = column < table.Columns() ? table.At(b, column) : -1;
+            const bool valid = block >= 0 && block < num_blocks;  // always, but with zero_fill
+            for (const Side& s : sides) {
+                char* out = MutableBytes(s.out) + r * s.out_step;
+                if (!valid) {
+                    for (int64_t k = 0; k < n; ++k) {
+                        Zero(out + k * s.out_step, s.token);
+                    }
+                    continue;
+                }
+                const char* cache = Bytes(s.cache) + block * s.cache.stride(0) * s.cache.element_size();
+                CopyRun(cache + slot * s.slot_step, out, n, s.slot_step, s.out_step, s.token, stream);
+            }
+            r += n;
+        }
+        EndStreaming(stream);
+    });
+}
+
+void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
+{
+    const IndexReader slot_of(slots);
+    const int64_t n = slot_of.Rows(), block_size = call.geometry.block_size.expect_int();
+    if (n == 0 || call.geometry.Capacity().expect_int() == 0) {
+        return;
+    }
+    const bool nd = call.geometry.Nd();
+    struct Side {
+        const at::Tensor& tokens;
+        const at::Tensor& cache;
+        PieceCopy token;
+    };
+    const auto side = [&](const at::Tensor& tokens, const at::Tensor& cache) {
+        const PieceCopy token = nd ? PieceCopy::Of(tokens.sizes().slice(1), tokens.strides().slice(1),
+                                                   cache.strides().slice(2), cache.element_size())
+                                   : NzToken(tokens, cache);
+        return Side{tokens, cache, token};
+    };
+    std::vector<Side> sides = {side(call.key, call.key_cache)};
+    if (!call.KeyOnly()) {
+        sides.push_back(side(call.value, call.value_cache));
+    }
+    int64_t token_bytes = 0;
+    for (const Side& s : sides) {
+        token_bytes += s.token.Bytes();
+    }
+    const bool stream = ShouldStream(n * token_bytes, kStreamWrites);
+    const int64_t slot_dim = call.geometry.SlotDim();
+    const auto write = [&](int64_t i, int64_t slot) {
+        const int64_t block = slot / block_size, position = slot % block_size;
+        for (const Side& s : sides) {
+            const int64_t size = s.cache.element_size();
+            Copy(Bytes(s.tokens) + i * s.tokens.stride(0) * s.tokens.element_size(),
+                 MutableBytes(s.cache) + (block * s.cache.stride(0) + position * s.cache.stride(slot_dim)) * size,
+                 s.token, stream);
+        }
+    };
+    // Each block has one writing thread, which writes its tokens in order: a slot named twice
+    // takes the last token, as in the serial loop.
+    const int64_t owners = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n * token_bytes / kTaskBytes));
+    at::parallel_for(0, owners, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t owner = begin; owner < end; ++owner) {
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t slot = slot_of(i);
+                if (slot >= 0 && (owners == 1 || (slot / block_size) % owners == owner)) {
+                    write(i, slot);
+                }
+            }
+        }
+        EndStreaming(stream);
+    });
+}
+
+void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan)
+{
+    const int64_t copies = static_cast<int64_t>(plan.destinations.size());
+    std::vector<const at::Tensor*> caches;
+    std::vector<PieceCopy> blocks;
+    int64_t bytes = 0;
+    for (const at::Tensor& cache : call.caches) {
+        if (cache.numel()) {
+            caches.push_back(&cache);
+            blocks.push_back(PieceCopy::Of(cache.sizes().slice(1), cache.strides().slice(1), cache.strides().slice(1),
+                                           cache.element_size()));
+            bytes = std::max(bytes, blocks.back().Bytes());
+        }
+    }
+    const int64_t items = copies * static_cast<int64_t>(caches.size());
+    const bool stream = ShouldStream(items * bytes, kStreamWrites);
+    ParallelFor(items, bytes, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+            const at::Tensor& cache = *caches[k / copies];
+            const int64_t j = k % copies, step = cache.stride(0) * cache.element_size();
+            Copy(Bytes(cache) + plan.sources[j] * step, MutableBytes(cache) + plan.destinations[j] * step,
+                 blocks[k / copies], stream);
+        }
+        EndStreaming(stream);
+    });
+}
+
+void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs)
+{
+    if (src.numel() == 0 || dst.numel() == 0) {
+        return;
+    }
+    const int64_t size = src.element_size(), n = static_cast<int64_t>(pairs.sources.size());
+    const PieceCopy block = PieceCopy::Of(src.sizes().slice(1), src.strides().slice(1), dst.strides().slice(1), size);
+    const bool stream = ShouldStream(n * block.Bytes(), kStreamWrites);
+    ParallelFor(n, block.Bytes(), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            Copy(Bytes(src) + pairs.sources[i] * src.stride(0) * size,
+                 MutableBytes(dst) + pairs.destinations[i] * dst.stride(0) * size, block, stream);
+        }
+        EndStreaming(stream);
+    });
+}
+
+}  // namespace ascend_kv::host

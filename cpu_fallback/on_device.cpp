@@ -1,0 +1,318 @@
+#include "cpu_fallback/on_device.h"
+
+#include <limits>
+
+#include <ATen/ATen.h>
+
+#include "csrc/ops/upload.h"
+
+namespace ascend_kv::on_device {
+namespace {
+
+using at::indexing::Slice;
+
+/// `t` viewed as integers of its element width (same memory, same strides).
+at::Tensor Bits(const at::Tensor& t)
+{
+    switch (t.element_size()) {
+        case 1: return t.view(at::kChar);
+        case 2: return t.view(at::kShort);
+        case 4: return t.view(at::kInt);
+        default: return t.view(at::kLong);
+    }
+}
+
+/// A [n] mask as [n, 1, ...] for rows of `dims` dims.
+at::Tensor RowMask(const at::Tensor& mask, int64_t dims)
+{
+    std::vector<int64_t> shape(dims, 1);
+    shape[0] = -1;
+    return mask.reshape(shape);
+}
+
+/// target[index][i] = rows[i] where written[i], by adding rows - target[index] to the integer bits
+/// (exact, wrapping); elsewhere add zero, which changes no byte. No two written entries name one place.
+void AddDifference(at::Tensor& target, const c10::List<std::optional<at::Tensor>>& index, const at::Tensor& rows,
+                   const at::Tensor& written)
+{
+    const at::Tensor difference = rows - at::index(target, index);
+    const at::Tensor kept = at::where(RowMask(written, rows.dim()), difference, at::zeros_like(difference));
+    target.index_put_(index, kept, /*accumulate=*/true);
+}
+
+c10::List<std::optional<at::Tensor>> Index(std::initializer_list<at::Tensor> tensors)
+{
+    c10::List<std::optional<at::Tensor>> index;
+    for (const at::Tensor& t : tensors) {
+        index.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+    }
+    return index;
+}
+
+/// Each batch entry's token count and first output row, [batch] int64 each. Counts are clamped to
+/// [0, rows]; first rows to [-rows - 1, rows], which changes no covered row and keeps first + count from wrapping.
+std::pair<at::Tensor, at::Tensor> EntryRows(const at::Tensor& context_lens, bool cumsum, int64_t rows)
+{
+    at::Tensor lengths, first_rows;
+    if (cumsum) {
+        const at::Tensor low = context_lens.narrow(0, 0, context_lens.size(0) - 1);
+        const at::Tensor high = context_lens.narrow(0, 1, context_lens.size(0) - 1);
+        const at::Tensor difference = high - low;  // negative here: wrapped, more than rows
+        lengths = at::where(high > low, at::where(difference < 0, at::scalar_tensor(rows, difference.options()),
+                                                  difference.clamp_max(rows)),
+                            at::zeros_like(difference));
+        first_rows = low;
+    } else {
+        lengths = context_lens.clamp(0, rows);
+        first_rows = lengths.cumsum(0) - lengths;
+    }
+    return {lengths, first_rows.clamp(-rows - 1, rows)};
+}
+
+/// For each output row, an entry whose range [first, first + length) covers it, and whether one
+/// does: among the entries starting at or before the row, the one that reaches furthest.
+std::pair<at::Tensor, at::Tensor> Writer(const at::Tensor& first_rows, const at::Tensor& lengths, const at::Tensor& row)
+{
+    const at::Tensor order = at::argsort(first_rows, /*stable=*/true, 0, false);
+    const auto [reach, reacher] = at::cummax((first_rows + lengths).index_select(0, order), 0);
+    const at::Tensor started = at::searchsorted(first_rows.index_select(0, order), row, false, /*right=*/true) - 1;
+    const at::Tensor at_entry = started.clamp_min(0);
+    const at::Tensor covered = (started >= 0) & (reach.index_select(0, at_entry) > row);
+    const at::Tensor entry = order.index_select(0, reacher.index_select(0, at_entry));
+    return {at::where(covered, entry, at::zeros_like(entry)), covered};
+}
+
+/// out[r] = token(cache, block[r], slot[r]) where valid[r], zeros where zeroed[r] (when defined);
+/// other rows keep their bits. out ND [n, heads, hs] / NZ [n, T] from [nb, T // E, bs, E].
+void GatherInto(bool nd, const at::Tensor& cache, const at::Tensor& out, const at::Tensor& block,
+                const at::Tensor& slot, const at::Tensor& valid, const at::Tensor& zeroed)
+{
+    const at::Tensor source = Bits(cache);
+    at::Tensor target = Bits(out);
+    const at::Tensor tokens = nd ? at::index(source, Index({block, slot}))
+                                 : at::index(source, Index({block, at::Tensor(), slot})).reshape(out.sizes());
+    const at::Tensor zero = at::zeros({}, target.options());
+    const at::Tensor kept = zeroed.defined() ? at::where(RowMask(zeroed, out.dim()), zero, target) : target;
+    target.copy_(at::where(RowMask(valid, out.dim()), tokens, kept));
+}
+
+/// token(cache, block[i], position[i]) = tokens[i] where last[i]; the others add zero.
+void Scatter(bool nd, const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& block,
+             const at::Tensor& position, const at::Tensor& last)
+{
+    if (cache.numel() == 0) {
+        return;
+    }
+    at::Tensor target = nd ? Bits(cache) : Bits(cache).transpose(1, 2);  // [nb, bs, ...]
+    const int64_t n = block.size(0);
+    std::vector<int64_t> shape = {n};
+    for (int64_t d = 2; d < target.dim(); ++d) {
+        shape.push_back(target.size(d));
+    }
+    const at::Tensor rows = Bits(tokens).narrow(0, 0, n).reshape(shape);
+    AddDifference(target, Index({block, position}), rows, last);
+}
+
+}  // namespace
+
+void KvCache(const KvCacheCall& call)
+{
+    at::Tensor past = Bits(call.past);
+    const at::Tensor new_kv = Bits(call.new_kv);
+    const int64_t layers = past.size(0), batch = past.size(1), max_seq_len = past.size(2);
+    const int64_t ntokens = new_kv.size(0);
+    if (ntokens == 0 || past.numel() == 0) {
+        return;
+    }
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(past.device());
+    at::Tensor layer = call.layer_tensor.defined() ? call.layer_tensor.reshape({1}).to(at::kLong)
+                                                   : at::full({1}, call.layer_id, longs);
+    const at::Tensor layer_ok = (layer >= 0) & (layer < layers);
+    layer = layer.clamp(0, layers - 1);
+    const at::Tensor seq_len = call.seq_len.to(at::kLong), token_offset = call.token_offset.to(at::kLong);
+    const at::Tensor lengths = seq_len.clamp(0, ntokens);
+    const at::Tensor ends = lengths.cumsum(0);
+    const at::Tensor src = at::arange(ntokens, longs);
+    at::Tensor entry = at::searchsorted(ends, src, false, /*right=*/true);
+    const at::Tensor covered = entry < batch;
+    entry = entry.clamp_max(batch - 1);
+    const at::Tensor j = src - (ends.index_select(0, entry) - lengths.index_select(0, entry));
+    const at::Tensor back = seq_len.index_select(0, entry) - j;  // >= 1 where covered: no wrap
+    const at::Tensor offset = token_offset.index_select(0, entry);
+    // dst = offset - back: test 0 <= dst < max_seq_len without forming a wrapping difference.
+    const at::Tensor position_ok = (offset >= back) & ((offset - back) < max_seq_len);
+    const at::Tensor written = covered & position_ok & layer_ok;
+    const at::Tensor position = at::where(written, offset - back, at::zeros_like(offset));
+    AddDifference(past, Index({layer.expand({ntokens}), entry, position}), new_kv.index_select(0, src), written);
+}
+
+void PagedLoad(const PagedLoadCall& call)
+{
+    const at::Tensor& key = call.key;
+    const at::Tensor& value = call.value;
+    const int64_t rows = std::max(key.size(0), value.size(0));
+    const int64_t batch = call.block_table.size(0), columns = call.block_table.size(1);
+    const bool nd = call.geometry.Nd();
+    const int64_t num_blocks = call.geometry.num_blocks.expect_int(), block_size = call.geometry.block_size.expect_int();
+    if (rows == 0 || batch == 0 || columns == 0 || num_blocks == 0 || block_size == 0) {
+        if (call.zero_fill) {  // no token has a valid block
+            ClearLoadedRows(call);
+        }
+        return;
+    }
+    const auto [lengths, first_rows] = EntryRows(call.context_lens.to(at::kLong), call.cumsum, rows);
+    const at::Tensor row = at::arange(rows, first_rows.options());
+    const auto [entry, covered] = Writer(first_rows, lengths, row);
+    const at::Tensor j = row - first_rows.index_select(0, entry);  // the token within its entry
+    const at::Tensor first_column =
+        call.seq_starts.defined()
+            ? at::div(call.seq_starts.to(at::kLong), block_size, "floor").index_select(0, entry)
+            : at::zeros_like(j);
+    const at::Tensor column = first_column + at::div(j, block_size, "floor");  // wraps only above columns
+    const at::Tensor column_ok = (column >= 0) & (column < columns);
+    at::Tensor block = at::index(call.block_table, Index({entry, column.clamp(0, columns - 1)})).to(at::kLong);
+    const at::Tensor valid = covered & column_ok & (block >= 0) & (block < num_blocks);
+    block = at::where(valid, block, at::zeros_like(block));
+    const at::Tensor slot = at::where(valid, j, at::zeros_like(j)).remainder(block_size);
+    const at::Tensor zeroed = call.zero_fill ? covered & ~valid : at::Tensor();
+    for (const auto& [cache, out] : {std::pair{call.key_cache, key}, std::pair{call.value_cache, value}}) {
+        const int64_t n = out.size(0);
+        GatherInto(nd, cache, out, block.narrow(0, 0, n), slot.narrow(0, 0, n), valid.narrow(0, 0, n),
+                   zeroed.defined() ? zeroed.narrow(0, 0, n) : zeroed);
+    }
+}
+
+void ClearLoadedRows(const PagedLoadCall& call)
+{
+    const int64_t rows = std::max(call.key.size(0), call.value.size(0));
+    if (rows == 0 || call.block_table.size(0) == 0) {
+        return;
+    }
+    const auto [lengths, first_rows] = EntryRows(call.context_lens.to(at::kLong), call.cumsum, rows);
+    const at::Tensor covered = Writer(first_rows, lengths, at::arange(rows, first_rows.options())).second;
+    for (const at::Tensor& out : {call.key, call.value}) {
+        at::Tensor target = Bits(out);
+        const at::Tensor mask = RowMask(covered.narrow(0, 0, out.size(0)), out.dim());
+        target.copy_(at::where(mask, at::zeros({}, target.options()), target));
+    }
+}
+
+at::Tensor OutputRows(const at::Tensor& context_lens, bool cumsum)
+{
+    const at::Tensor lens = context_lens.to(at::kLong);
+    if (cumsum) {
+        return lens[-1].clamp_min(0);
+    }
+    const int64_t cap = std::numeric_limits<int64_t>::max() / std::max<int64_t>(lens.size(0), 1);
+    return lens.clamp(0, cap).sum();
+}
+
+void ReshapeAndCache(const ReshapeAndCacheCall& call)
+{
+    const bool nd = call.geometry.Nd();
+    const int64_t capacity = call.geometry.Capacity().expect_int();
+    const int64_t block_size = call.geometry.block_size.expect_int();
+    const int64_t n = call.slot_mapping.size(0);
+    if (n == 0 || capacity == 0) {
+        return;
+    }
+    const at::Tensor slots = call.slot_mapping.to(at::kLong);
+    const at::Tensor written = (slots >= 0) & (slots < capacity);
+    const at::Tensor ranked = at::where(written, slots, at::full_like(slots, -1));  // skipped tokens sort first
+    const auto [ordered, order] = at::sort(ranked, /*stable=*/true, 0, false);
+    const at::Tensor source = order.index_select(0, at::searchsorted(ordered, ranked, false, /*right=*/true) - 1);
+    // The token each written slot takes: the last naming it.
+    const at::Tensor last = written & (source == at::arange(n, slots.options()));
+    const at::Tensor slot = at::where(written, slots, at::zeros_like(slots));  // skipped: add zero at slot 0
+    const at::Tensor block = at::div(slot, block_size, "floor"), position = slot.remainder(block_size);
+    Scatter(nd, call.key_cache, call.key, block, position, last);
+    if (!call.KeyOnly()) {
+        Scatter(nd, call.value_cache, call.value, block, position, last);
+    }
+}
+
+void BlockCopy(const BlockCopyCall& call)
+{
+    const int64_t num_blocks = call.caches[0].size(0), copies = call.dst.size(0), pairs = call.src.size(0);
+    if (copies == 0 || pairs == 0 || num_blocks == 0) {
+        return;
+    }
+    const auto longs = call.dst.options().dtype(at::kLong);
+    at::Tensor destination = call.dst.to(at::kLong);
+    const at::Tensor copy = at::arange(copies, longs);
+    const at::Tensor pair =
+        call.cum_sum.defined() ? at::searchsorted(call.cum_sum.to(at::kLong), copy, false, /*right=*/true) : copy;
+    at::Tensor source = call.src.to(at::kLong).index_select(0, pair.clamp_max(pairs - 1));
+    const at::Tensor written = (pair < pairs) & (source >= 0) & (source < num_blocks) & (destination >= 0) &
+                               (destination < num_blocks);
+    // A skipped copy repeats the first copied one; with none copied, block 0 is written with its own bits.
+    const at::Tensor first = at::argmax(written.to(at::kInt)).reshape({1});
+    const at::Tensor any_written = written.index_select(0, first);
+    const at::Tensor zero = at::zeros_like(first);
+    source = at::where(written, source, at::where(any_written, source.index_select(0, first), zero));
+    destination = at::where(written, destination, at::where(any_written, destination.index_select(0, first), zero));
+    for (const at::Tensor& cache : call.caches) {
+        if (cache.numel()) {
+            at::Tensor blocks = Bits(cache);
+            blocks.index_copy_(0, destination, blocks.index_select(0, source));
+        }
+    }
+}
+
+void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs)
+{
+    const auto host_index = [](const std::vector<int64_t>& values) {
+        return at::tensor(values, at::TensorOptions().dtype(at::kLong));
+    };
+    at::Tensor target = Bits(dst);
+    if (src.device() == dst.device()) {
+        const auto index = OnDevice({host_index(pairs.sources), host_index(pairs.destinations)}, dst.device());
+        target.index_copy_(0, index[1], Bits(src).index_select(0, index[0]));
+        return;
+    }
+    const int64_t n = static_cast<int64_t>(pairs.sources.size());
+    if (src.is_cpu()) {  // gathered on the host into pinned memory, one copy, scattered on the device
+        std::vector<int64_t> shape = src.sizes().vec();
+        shape[0] = n;
+        at::Tensor gathered;
+        try {
+            gathered = at::empty(shape, src.options().pinned_memory(true));
+        } catch (const c10::Error&) {
+            gathered = at::empty(shape, src.options());
+        }
+        at::Tensor gathered_bits = Bits(gathered);
+        at::index_select_out(gathered_bits, Bits(src), 0, host_index(pairs.sources));
+        const at::Tensor moved = gathered.to(dst.device(), /*non_blocking=*/true);
+        target.index_copy_(0, OnDevice({host_index(pairs.destinations)}, dst.device())[0], Bits(moved));
+        return;
+    }
+    // From a device: gathered there in destination order; to another device in one copy and one
+    // scatter, to the host run by run of consecutive destinations (a host scatter would wait).
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) {
+        order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return pairs.destinations[a] < pairs.destinations[b]; });
+    std::vector<int64_t> sources(n), targets(n);
+    for (int64_t i = 0; i < n; ++i) {
+        sources[i] = pairs.sources[order[i]];
+        targets[i] = pairs.destinations[order[i]];
+    }
+    const at::Tensor gathered = Bits(src).index_select(0, OnDevice({host_index(sources)}, src.device())[0]);
+    if (!dst.is_cpu()) {
+        target.index_copy_(0, OnDevice({host_index(targets)}, dst.device())[0],
+                           gathered.to(dst.device(), /*non_blocking=*/true));
+        return;
+    }
+    for (int64_t begin = 0; begin < n;) {
+        int64_t end = begin + 1;
+        while (end < n && targets[end] == targets[end - 1] + 1) {
+            ++end;
+        }
+        target.narrow(0, targets[begin], end - begin).copy_(gathered.narrow(0, begin, end - begin), /*non_blocking=*/true);
+        begin = end;
+    }
+}
+
+}  // namespace ascend_kv::on_device

@@ -1,0 +1,40 @@
+// The device fallback: every operation as ATen operations on the tensors' own device (an NPU line
+// the kernels do not support, or any other device), reading no index value back to the host.
+//
+// Every size comes from a shape; index values are only ever operands of tensor operations.
+// Values nobody checked follow the safe semantics (docs/semantics.md, "Index values nobody
+// checked"): anything out of range is skipped, nothing outside the given tensors is read or
+// written, and index arithmetic never wraps into range. Copies move same-width integer views of
+// the data, so every bit pattern (NaN payloads included) arrives unchanged. Temporary memory is
+// proportional to the tokens, rows or copies of the call, never to a cache.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/block_copy.h"
+#include "csrc/rules/kv_cache.h"
+#include "csrc/rules/paged_cache_load.h"
+#include "csrc/rules/reshape_and_cache.h"
+
+namespace ascend_kv::on_device {
+
+/// Index tensors on the data's device (their values unchecked).
+void KvCache(const KvCacheCall& call);
+void PagedLoad(const PagedLoadCall& call);
+void ReshapeAndCache(const ReshapeAndCacheCall& call);
+void BlockCopy(const BlockCopyCall& call);
+
+/// zero_fill before the kernels: zero every output row a batch entry covers (the kernels then write
+/// the rows of valid blocks and skip the others, which stay zero).
+void ClearLoadedRows(const PagedLoadCall& call);
+
+/// The rows an allocating paged_cache_load needs, as a 0-d int64 tensor on context_lens' device:
+/// sum(context_lens) (each length capped so the sum cannot wrap), or context_lens[-1] in cumsum
+/// mode, never below 0. Reading it is the allocating form's one host read.
+at::Tensor OutputRows(const at::Tensor& context_lens, bool cumsum);
+
+/// swap_blocks between devices, or on one device other than the host: block sources[i] of `src`
+/// to block destinations[i] of `dst`, queued without waiting for either device.
+void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs);
+
+}  // namespace ascend_kv::on_device

@@ -1,0 +1,65 @@
+// The implementations of the operators torch.ops.ascend_kv.* (their schemas: registration.cpp).
+// Each checks its call with the rules (csrc/rules/) and hands it to a backend:
+//   host tensors   every rule, index values included -> the CPU paths (cpu/), or the kernels'
+//                  host build when the sim backend is requested;
+//   a device       the rules that need no index value (the value rules too when every index
+//                  tensor is on the host, or under full validation) -> host index tensors to the
+//                  device in one copy -> the kernels (NPU, where the policy allows) or the device
+//                  fallback (device/), neither reading an index value back;
+//   Meta           the structure rules on shapes (torch.compile, FakeTensorMode, torch.export).
+#pragma once
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
+
+namespace ascend_kv {
+
+void KvCache(const at::Tensor& new_kv, int64_t layer_id, const at::Tensor& past, const at::Tensor& token_offset,
+             const at::Tensor& seq_len);
+void KvCacheLayerTensor(const at::Tensor& new_kv, const at::Tensor& layer_id, const at::Tensor& past,
+                        const at::Tensor& token_offset, const at::Tensor& seq_len);
+void KvCacheMeta(const at::Tensor& new_kv, int64_t layer_id, const at::Tensor& past, const at::Tensor& token_offset,
+                 const at::Tensor& seq_len);
+void KvCacheLayerTensorMeta(const at::Tensor& new_kv, const at::Tensor& layer_id, const at::Tensor& past,
+                            const at::Tensor& token_offset, const at::Tensor& seq_len);
+
+std::tuple<at::Tensor, at::Tensor> PagedCacheLoad(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                                  const at::Tensor& block_table, const at::Tensor& context_lens,
+                                                  int64_t kv_cache_cfg, bool cumsum,
+                                                  const c10::optional<at::Tensor>& seq_starts, bool zero_fill);
+void PagedCacheLoadInto(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
+                        const at::Tensor& context_lens, const at::Tensor& key, const at::Tensor& value,
+                        int64_t kv_cache_cfg, bool cumsum, const c10::optional<at::Tensor>& seq_starts, bool zero_fill);
+void PagedCacheLoadIntoMeta(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
+                            const at::Tensor& context_lens, const at::Tensor& key, const at::Tensor& value,
+                            int64_t kv_cache_cfg, bool cumsum, const c10::optional<at::Tensor>& seq_starts,
+                            bool zero_fill);
+/// The outputs of a checked allocating call: zero-filled, [rows, *row] each (rows may be symbolic:
+/// the allocating form's fake gives the count it cannot know).
+std::tuple<at::Tensor, at::Tensor> PagedCacheLoadOutputs(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                                         const at::Tensor& block_table, const at::Tensor& context_lens,
+                                                         int64_t kv_cache_cfg, bool cumsum,
+                                                         const c10::optional<at::Tensor>& seq_starts, bool zero_fill,
+                                                         c10::SymInt rows);
+
+void ReshapeAndCache(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
+                     const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
+                     c10::string_view kv_cache_cfg);
+void ReshapeAndCacheMeta(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
+                         const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
+                         c10::string_view kv_cache_cfg);
+
+void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
+               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
+void BlockCopyMeta(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
+                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
+void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
+void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
+void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
+void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
+
+}  // namespace ascend_kv

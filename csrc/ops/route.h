@@ -1,0 +1,42 @@
+// What every operator's implementation shares on its way from the rules to a backend.
+#pragma once
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include "csrc/dispatch/kernels.h"
+#include "csrc/dispatch/policy.h"
+
+namespace ascend_kv {
+
+/// The operators are not differentiable: their implementations run below autograd, so the ATen
+/// calls they make record nothing (the Autograd key falls through to them).
+using BelowAutograd = at::AutoDispatchBelowADInplaceOrView;
+
+/// Whether a call on a device checks its index values: every index tensor on the host, or full validation.
+bool ReadsValues(const std::vector<at::Tensor>& index_tensors);
+
+/// The kernel table of `backend` (kNpu or kSim), registered by the policy before it chose it.
+const KernelLibrary& Kernels(Backend backend);
+
+/// For the sim, which runs tensors outside the kernels' domain on contiguous copies: `t` itself
+/// when dims first_dim.. are contiguous, else a contiguous copy.
+at::Tensor InDomain(const at::Tensor& t, int64_t first_dim);
+
+/// Copy what a kernel wrote into `ran` back into `given`, when it ran on a copy.
+void WriteBack(const at::Tensor& given, const at::Tensor& ran);
+
+/// Where calls ran: the host paths, the sim, the NPU kernels, the device fallback.
+enum class Ran { kHostPaths, kSim, kKernels, kDeviceFallback };
+/// Count a call that ran on `ran` (the counts: torch.ops.ascend_kv._runs(), for tools and tests).
+void Count(Ran ran);
+/// The counts, in the order of Ran.
+std::vector<int64_t> Runs();
+
+/// Called by every shapes-only implementation: the first in this process tells Python that calls
+/// are being traced, which registers the compile rule (ascend_kv/operators/functionalization.py).
+void NoteTracing();
+
+}  // namespace ascend_kv

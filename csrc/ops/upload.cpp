@@ -1,0 +1,58 @@
+#include "csrc/ops/upload.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+
+namespace ascend_kv {
+namespace {
+
+/// An index tensor already on the device: int32 or int64 (a layer id may be any integer type), contiguous.
+at::Tensor AsKernelsTakeIt(const at::Tensor& t)
+{
+    if (!t.defined()) {
+        return t;
+    }
+    return (t.scalar_type() == at::kInt || t.scalar_type() == at::kLong ? t : t.to(at::kLong)).contiguous();
+}
+
+}  // namespace
+
+std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& tensors, const at::Device& device)
+{
+    std::vector<at::Tensor> host;
+    int64_t total = 0;
+    for (const at::Tensor& t : tensors) {
+        if (t.defined() && t.device() != device) {
+            host.push_back(t.reshape(-1));
+            total += t.numel();
+        }
+    }
+    std::vector<at::Tensor> result;
+    result.reserve(tensors.size());
+    if (host.empty()) {
+        for (const at::Tensor& t : tensors) {
+            result.push_back(AsKernelsTakeIt(t));
+        }
+        return result;
+    }
+    at::Tensor flat;
+    try {
+        flat = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    } catch (const c10::Error&) {  // no pinned memory for this device: the copy is then from pageable memory
+        flat = at::empty({total}, at::TensorOptions().dtype(at::kLong));
+    }
+    at::cat_out(flat, host);
+    const at::Tensor moved = flat.to(device, /*non_blocking=*/true);
+    int64_t start = 0;
+    for (const at::Tensor& t : tensors) {
+        if (!t.defined() || t.device() == device) {
+            result.push_back(AsKernelsTakeIt(t));
+            continue;
+        }
+        result.push_back(moved.narrow(0, start, t.numel()).view(t.sizes()));
+        start += t.numel();
+    }
+    return result;
+}
+
+}  // namespace ascend_kv

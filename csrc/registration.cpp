@@ -1,0 +1,242 @@
+// The operators torch.ops.ascend_kv.*: every schema, and which implementation each dispatch key
+// runs (ops/ops.h). One registration for all of them:
+//   CompositeExplicitAutograd  the implementation, on every device (it branches on host, NPU and
+//                              other devices itself);
+//   Meta                       the structure rules on shapes;
+//   Autograd                   falls through: the operators are not differentiable (written tensors
+//                              that require grad are refused by the rules);
+//   Negative                   a lazily negated view (is_neg()) is refused, naming the argument,
+//                              where PyTorch would otherwise materialise a written input.
+// Each writing operator has a functional twin, functional_<name>, that returns written copies of
+// the tensors it writes: the compile rule (ascend_kv/operators/functionalization.py) uses it.
+// The underscored operators connect this library with the Python policy (dispatch/policy.h).
+#include <string>
+#include <vector>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include "csrc/dispatch/kernels.h"
+#include "csrc/dispatch/policy.h"
+#include "csrc/ops/ops.h"
+#include "csrc/ops/route.h"
+#include "csrc/rules/dtypes.h"
+#include "csrc/rules/text.h"
+
+namespace ascend_kv {
+namespace {
+
+constexpr const char* kKvArgs = "Tensor(a!) past, Tensor token_offset, Tensor seq_len";
+constexpr const char* kLoadInputs = "Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens";
+// The options are positional with defaults (the dispatcher converts keyword arguments at a cost
+// per call; docs/benchmarks.md); callers may still name them.
+constexpr const char* kLoadOptions = "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False";
+
+/// The writing operators: (name, overload, schema without the name).
+struct Schema {
+    const char* name;
+    std::string arguments;
+    const char* returns;
+};
+
+std::vector<Schema> Writers()
+{
+    return {
+        {"kv_cache", std::string("Tensor new_kv, int layer_id, ") + kKvArgs, "()"},
+        {"kv_cache.layer_tensor", std::string("Tensor new_kv, Tensor layer_id, ") + kKvArgs, "()"},
+        {"paged_cache_load.into", std::string(kLoadInputs) + ", Tensor(a!) key, Tensor(b!) value, " + kLoadOptions, "()"},
+        {"reshape_and_cache",
+         "Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor slot_mapping, "
+         "str kv_cache_cfg='nd'",
+         "()"},
+        {"block_copy",
+         "Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor src_block_indices, Tensor dst_block_indices, "
+         "Tensor cum_sum",
+         "()"},
+        {"copy_blocks", "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping", "()"},
+        {"swap_blocks", "Tensor src, Tensor(a!) dst, Tensor block_mapping", "()"},
+    };
+}
+
+/// "a, b=1" with every "(x!)" annotation removed: the twin's arguments.
+std::string Unannotated(std::string arguments)
+{
+    for (size_t at = arguments.find("(a!)"); at != std::string::npos; at = arguments.find("(a!)")) {
+        arguments.erase(at, 4);
+    }
+    for (size_t at = arguments.find("(b!)"); at != std::string::npos; at = arguments.find("(b!)")) {
+        arguments.erase(at, 4);
+    }
+    return arguments;
+}
+
+std::string TwinName(const std::string& name)
+{
+    return "functional_" + name;
+}
+
+/// A writing operator's functional twin: runs it on fresh copies of the tensors it writes and
+/// returns them, in schema order (lists flattened).
+void RunTwin(const c10::OperatorHandle& twin, torch::jit::Stack* stack)
+{
+    const std::string twin_name = twin.schema().name().substr(std::string("ascend_kv::").size());
+    const std::string name = twin_name.substr(std::string("functional_").size());
+    const std::string& overload = twin.schema().overload_name();
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(("ascend_kv::" + name).c_str(),
+                                                                                  overload.c_str());
+    const auto& arguments = op.schema().arguments();
+    const size_t count = arguments.size();
+    std::vector<c10::IValue> values(stack->end() - count, stack->end());
+    torch::jit::drop(*stack, count);
+    std::vector<at::Tensor> written;
+    for (size_t i = 0; i < count; ++i) {
+        const auto& alias = arguments[i].alias_info();
+        if (!alias || !alias->isWrite()) {
+            continue;
+        }
+        if (values[i].isTensorList()) {
+            std::vector<at::Tensor> copies;
+            for (const at::Tensor& t : values[i].toTensorVector()) {
+                copies.push_back(t.clone());
+                written.push_back(copies.back());
+            }
+            values[i] = copies;
+        } else if (values[i].isTensor()) {
+            values[i] = values[i].toTensor().clone();
+            written.push_back(values[i].toTensor());
+        }
+    }
+    torch::jit::Stack call(values.begin(), values.end());
+    op.callBoxed(&call);
+    torch::jit::push(*stack, c10::IValue(written));
+}
+
+/// The Negative key's kernel: a TypeError naming the lazily negated view among the arguments.
+void RejectNegatedViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack)
+{
+    const auto& arguments = op.schema().arguments();
+    const size_t count = arguments.size();
+    for (size_t i = 0; i < count; ++i) {
+        const c10::IValue& value = (*stack)[stack->size() - count + i];
+        const std::string& name = arguments[i].name();
+        if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_neg()) {
+            TORCH_CHECK_TYPE(false, name, " is a lazily negated view (is_neg()), whose memory holds other values: pass ",
+                             name, ".resolve_neg()");
+        }
+        if (value.isTensorList()) {
+            const auto tensors = value.toTensorVector();
+            for (size_t k = 0; k < tensors.size(); ++k) {
+                const std::string item = name + "[" + std::to_string(k) + "]";
+                TORCH_CHECK_TYPE(!tensors[k].is_neg(), item, " is a lazily negated view (is_neg()), whose memory holds "
+                                 "other values: pass ", item, ".resolve_neg()");
+            }
+        }
+    }
+    op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Negative), stack);
+}
+
+std::vector<std::string> CacheDtypeNames()
+{
+    std::vector<std::string> names;
+    for (const at::ScalarType dtype : CacheDtypes()) {
+        names.push_back(DtypeName(dtype));
+    }
+    return names;
+}
+
+std::vector<std::string> AtbCacheDtypeNames()
+{
+    std::vector<std::string> names;
+    for (const at::ScalarType dtype : AtbCacheDtypes()) {
+        names.push_back(DtypeName(dtype));
+    }
+    return names;
+}
+
+}  // namespace
+}  // namespace ascend_kv
+
+TORCH_LIBRARY(ascend_kv, m)
+{
+    using namespace ascend_kv;
+    for (const Schema& s : Writers()) {
+        m.def((std::string(s.name) + "(" + s.arguments + ") -> " + s.returns).c_str());
+        std::string name = s.name, overload;
+        if (const size_t dot = name.find('.'); dot != std::string::npos) {
+            overload = name.substr(dot);
+            name = name.substr(0, dot);
+        }
+        m.def((TwinName(name) + overload + "(" + Unannotated(s.arguments) + ") -> Tensor[]").c_str());
+    }
+    m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
+    m.def((std::string("_paged_cache_load_outputs(") + kLoadInputs +
+           ", int kv_cache_cfg, bool cumsum, Tensor? seq_starts, bool zero_fill, SymInt rows) -> (Tensor, Tensor)")
+              .c_str());
+    // Asked of Python (implemented in ascend_kv/dispatch/bridge.py).
+    m.def("_environment() -> str[]");
+    m.def("_decide(str op, Device device, str requested, str outside) -> str");
+    m.def("_storage_format(Tensor tensor) -> int");
+    m.def("_on_trace() -> ()");
+    // Told by Python.
+    m.def("_set_override(str setting, str? value) -> ()", &SetOverride);
+    m.def("_forget() -> ()", &Forget);
+    m.def("_use_kernel_library(int address, str role) -> ()", &UseKernelLibrary);
+    m.def("_use_storage_format(int address) -> ()", &UseStorageFormat);
+    m.def("_cache_dtypes() -> str[]", &CacheDtypeNames);
+    m.def("_runs() -> int[]", &Runs);
+    m.def("_atb_cache_dtypes() -> str[]", &AtbCacheDtypeNames);
+}
+
+TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
+{
+    using namespace ascend_kv;
+    m.impl("kv_cache", &KvCache);
+    m.impl("kv_cache.layer_tensor", &KvCacheLayerTensor);
+    m.impl("paged_cache_load", &PagedCacheLoad);
+    m.impl("paged_cache_load.into", &PagedCacheLoadInto);
+    m.impl("_paged_cache_load_outputs", &PagedCacheLoadOutputs);
+    m.impl("reshape_and_cache", &ReshapeAndCache);
+    m.impl("block_copy", &BlockCopy);
+    m.impl("copy_blocks", &CopyBlocks);
+    m.impl("swap_blocks", &SwapBlocks);
+    for (const Schema& s : Writers()) {
+        std::string name = s.name, overload;
+        if (const size_t dot = name.find('.'); dot != std::string::npos) {
+            overload = name.substr(dot);
+            name = name.substr(0, dot);
+        }
+        m.impl((TwinName(name) + overload).c_str(), torch::CppFunction::makeFromBoxedFunction<&RunTwin>());
+    }
+}
+
+TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
+{
+    using namespace ascend_kv;
+    m.impl("kv_cache", &KvCacheMeta);
+    m.impl("kv_cache.layer_tensor", &KvCacheLayerTensorMeta);
+    m.impl("paged_cache_load.into", &PagedCacheLoadIntoMeta);
+    m.impl("_paged_cache_load_outputs", &PagedCacheLoadOutputs);
+    m.impl("reshape_and_cache", &ReshapeAndCacheMeta);
+    m.impl("block_copy", &BlockCopyMeta);
+    m.impl("copy_blocks", &CopyBlocksMeta);
+    m.impl("swap_blocks", &SwapBlocksMeta);
+}
+
+TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
+{
+    using namespace ascend_kv;
+    m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
+    for (const Schema& s : Writers()) {
+        m.impl(s.name, torch::CppFunction::makeFallthrough());
+    }
+}
+
+TORCH_LIBRARY_IMPL(ascend_kv, Negative, m)
+{
+    using namespace ascend_kv;
+    m.impl("paged_cache_load", torch::CppFunction::makeFromBoxedFunction<&RejectNegatedViews>());
+    for (const Schema& s : Writers()) {
+        m.impl(s.name, torch::CppFunction::makeFromBoxedFunction<&RejectNegatedViews>());
+    }
+}

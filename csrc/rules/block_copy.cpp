@@ -1,0 +1,282 @@
+#include "csrc/rules/block_copy.h"
+
+#include <algorithm>
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "csrc/rules/index_values.h"
+#include "csrc/rules/memory.h"
+#include "csrc/rules/tensors.h"
+#include "csrc/rules/text.h"
+
+namespace ascend_kv {
+namespace {
+
+const char* kCacheShape = "a tensor [num_blocks, ...] of at least 2 dimensions (ND [num_blocks, block_size, "
+                          "num_heads, head_size] or NZ [num_blocks, T // E, block_size, E])";
+
+/// How an entry of an index list is named in an error: Namer(i) for entry i.
+using Namer = std::function<std::string(int64_t)>;
+
+void RequireCache(const std::string& name, const at::Tensor& cache, Check check)
+{
+    RequireData(name, cache, check == Check::kShapes);
+    RequireCacheDtype(name, cache);
+    TORCH_CHECK_VALUE(cache.dim() >= 2, name, " must be ", kCacheShape, ", got shape ", ShapeOf(cache));
+    RequireWritable(name, cache);
+}
+
+/// The caches checked one by one, then together: one device, one num_blocks, no two sharing a byte.
+void RequireCaches(const BlockCopyCall& call, Check check)
+{
+    for (size_t i = 0; i < call.caches.size(); ++i) {
+        RequireCache(call.names[i], call.caches[i], check);
+    }
+    if (call.caches.empty()) {
+        return;
+    }
+    const at::Tensor& first = call.caches[0];
+    if (check == Check::kCall) {
+        std::vector<Named> named;
+        for (size_t i = 0; i < call.caches.size(); ++i) {
+            named.push_back({call.names[i], call.caches[i]});
+        }
+        RequireSameDevice(named);
+    }
+    for (size_t i = 1; i < call.caches.size(); ++i) {
+        TORCH_CHECK_VALUE(call.caches[i].sym_size(0) == first.sym_size(0), call.names[i], ".shape[0] (num_blocks) = ",
+                          call.caches[i].sym_size(0), " must equal ", call.names[0], ".shape[0] = ", first.sym_size(0));
+    }
+}
+
+/// ValueError when two of the written caches may share a byte. A sweep over the caches sorted by
+/// first address compares only those whose address ranges meet (per-layer views of one buffer
+/// meet none but their neighbours), so many layers cost about one comparison each.
+void RequireCachesApart(const BlockCopyCall& call)
+{
+    struct Span {
+        uintptr_t first, end;
+        size_t index;
+    };
+    std::vector<Span> spans;
+    for (size_t i = 0; i < call.caches.size(); ++i) {
+        const at::Tensor& t = call.caches[i];
+        if (t.numel() == 0) {
+            continue;
+        }
+        int64_t last = 0;
+        for (int64_t d = 0; d < t.dim(); ++d) {
+            last += (t.size(d) - 1) * t.stride(d);
+        }
+        const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+        spans.push_back({first, first + static_cast<uintptr_t>((last + 1) * t.element_size()), i});
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+        return a.first != b.first ? a.first < b.first : a.index < b.index;
+    });
+    for (size_t k = 0; k < spans.size(); ++k) {
+        for (size_t m = k + 1; m < spans.size() && spans[m].first < spans[k].end; ++m) {
+            const size_t a = std::min(spans[k].index, spans[m].index), b = std::max(spans[k].index, spans[m].index);
+            RequireSeparateOutputs(call.names[a], call.caches[a], call.names[b], call.caches[b]);
+        }
+    }
+}
+
+void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* what)
+{
+    for (size_t i = 0; i < values.size(); ++i) {
+        TORCH_CHECK_VALUE(values[i] >= 0 && values[i] < num_blocks, name(i), " = ", values[i], " is out of range: ",
+                          what, " ", num_blocks, " blocks");
+    }
+}
+
+void RequireDistinct(const Namer& name, const std::vector<int64_t>& values)
+{
+    std::unordered_map<int64_t, int64_t> first;
+    first.reserve(values.size());
+    for (size_t j = 0; j < values.size(); ++j) {
+        const auto [at, inserted] = first.emplace(values[j], j);
+        TORCH_CHECK_VALUE(inserted, name(j), " = ", values[j], " repeats ", name(at->second),
+                          ": a block can be the destination of one copy only");
+    }
+}
+
+/// Blocks in range, destinations distinct, no block both a source and a destination.
+void PairRules(const Namer& src_name, const Namer& dst_name, const std::vector<int64_t>& listed_sources,
+               const std::vector<int64_t>& destinations, int64_t num_blocks)
+{
+    RequireInRange(src_name, listed_sources, num_blocks, "the caches hold");
+    RequireInRange(dst_name, destinations, num_blocks, "the caches hold");
+    RequireDistinct(dst_name, destinations);
+    const std::unordered_set<int64_t> source_set(listed_sources.begin(), listed_sources.end());
+    for (size_t j = 0; j < destinations.size(); ++j) {
+        if (source_set.count(destinations[j])) {
+            const auto i = std::find(listed_sources.begin(), listed_sources.end(), destinations[j]) - listed_sources.begin();
+            TORCH_CHECK_VALUE(false, dst_name(j), " = ", destinations[j], " is also a source (", src_name(i),
+                              "): a block cannot be both a source and a destination, or the result would depend on "
+                              "the order of the copies");
+        }
+    }
+}
+
+std::vector<int64_t> Values(const at::Tensor& host)
+{
+    const IndexReader reader(host);
+    std::vector<int64_t> values(reader.Rows());
+    for (int64_t i = 0; i < reader.Rows(); ++i) {
+        values[i] = reader(i);
+    }
+    return values;
+}
+
+/// [copies]: the source of each destination, after cum_sum's rules (running ends, the last = copies).
+std::vector<int64_t> ExpandedSources(const std::vector<int64_t>& sources, const std::vector<int64_t>& cum_sum,
+                                     int64_t copies)
+{
+    int64_t before = 0;
+    for (size_t i = 0; i < cum_sum.size(); ++i) {
+        if (cum_sum[i] < before) {
+            const std::string previous = i ? "cum_sum[" + std::to_string(i - 1) + "] = " + std::to_string(before) : "0";
+            TORCH_CHECK_VALUE(false, "cum_sum[", i, "] = ", cum_sum[i], " is less than ", previous,
+                              ": cum_sum holds the running end of each source's destinations, so it never decreases");
+        }
+        before = cum_sum[i];
+    }
+    const int64_t total = cum_sum.empty() ? 0 : cum_sum.back();
+    if (total != copies) {
+        const std::string given = cum_sum.empty() ? "cum_sum is empty, which means 0 destinations"
+                                                  : "cum_sum[-1] = " + std::to_string(total);
+        TORCH_CHECK_VALUE(false, given, ", but dst_block_indices has ", copies,
+                          " entries: cum_sum[-1] must equal len(dst_block_indices)");
+    }
+    std::vector<int64_t> expanded;
+    expanded.reserve(copies);
+    int64_t start = 0;
+    for (size_t i = 0; i < cum_sum.size(); ++i) {
+        expanded.insert(expanded.end(), cum_sum[i] - start, sources[i]);
+        start = cum_sum[i];
+    }
+    return expanded;
+}
+
+void RequireBlockMapping(const at::Tensor& mapping)
+{
+    RequireData("block_mapping", mapping, /*allow_meta=*/true);
+    RequireDtype("block_mapping", mapping, {at::kInt, at::kLong});
+    TORCH_CHECK_VALUE(mapping.dim() == 2 && mapping.sym_size(1) == 2,
+                      "block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape ", ShapeOf(mapping));
+}
+
+Namer Entry(const std::string& name) { return [name](int64_t i) { return name + "[" + std::to_string(i) + "]"; }; }
+Namer Pair(int column)
+{
+    return [column](int64_t i) { return "block_mapping[" + std::to_string(i) + ", " + std::to_string(column) + "]"; };
+}
+
+}  // namespace
+
+BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& src,
+                             const at::Tensor& dst, const at::Tensor& cum_sum, Check check)
+{
+    BlockCopyCall call;
+    call.caches.push_back(key_cache);
+    call.names.emplace_back("key_cache");
+    if (value_cache.defined()) {
+        call.caches.push_back(value_cache);
+        call.names.emplace_back("value_cache");
+    }
+    RequireCaches(call, check);
+    RequireIndexTensor("src_block_indices", src);
+    RequireIndexTensor("dst_block_indices", dst);
+    RequireIndexTensor("cum_sum", cum_sum);
+    RequireEntries("cum_sum", cum_sum, src.sym_size(0), "one running end per source, len(src_block_indices)");
+    if (check == Check::kCall) {
+        RequireIndexDevices(key_cache.device(), {{"src_block_indices", src}, {"dst_block_indices", dst},
+                                                 {"cum_sum", cum_sum}});
+        RequireCachesApart(call);
+    }
+    call.src = src;
+    call.dst = dst;
+    call.cum_sum = cum_sum;
+    return call;
+}
+
+BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                              Check check)
+{
+    TORCH_CHECK_VALUE(value_caches.empty() || value_caches.size() == key_caches.size(),
+                      "value_caches must have one cache per layer (", key_caches.size(),
+                      ", as key_caches) or none (key-only caches), got ", value_caches.size());
+    BlockCopyCall call;
+    call.mapping = true;
+    for (size_t i = 0; i < key_caches.size(); ++i) {
+        call.caches.push_back(key_caches[i]);
+        call.names.push_back("key_caches[" + std::to_string(i) + "]");
+    }
+    for (size_t i = 0; i < value_caches.size(); ++i) {
+        call.caches.push_back(value_caches[i]);
+        call.names.push_back("value_caches[" + std::to_string(i) + "]");
+    }
+    RequireCaches(call, check);
+    RequireBlockMapping(block_mapping);
+    if (check == Check::kCall) {
+        if (!call.caches.empty()) {
+            RequireIndexDevices(call.caches[0].device(), {{"block_mapping", block_mapping}});
+        }
+        RequireCachesApart(call);
+    }
+    call.src = block_mapping.select(1, 0);
+    call.dst = block_mapping.select(1, 1);
+    return call;
+}
+
+BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
+{
+    const std::vector<at::Tensor> host = OnHost(call.IndexTensors());
+    BlockCopyPlan plan;
+    const std::vector<int64_t> listed = Values(host[0]);
+    plan.destinations = Values(host[1]);
+    if (call.mapping) {
+        plan.sources = listed;
+        if (!call.caches.empty()) {
+            PairRules(Pair(0), Pair(1), listed, plan.destinations, call.caches[0].size(0));
+        }
+        return plan;
+    }
+    plan.sources = ExpandedSources(listed, Values(host[2]), static_cast<int64_t>(plan.destinations.size()));
+    PairRules(Entry("src_block_indices"), Entry("dst_block_indices"), listed, plan.destinations, call.caches[0].size(0));
+    return plan;
+}
+
+BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
+                              Check check)
+{
+    RequireData("src", src, check == Check::kShapes);
+    RequireCacheDtype("src", src);
+    RequireCache("dst", dst, check);
+    TORCH_CHECK_VALUE(src.dim() >= 2, "src must be ", kCacheShape, ", got shape ", ShapeOf(src));
+    TORCH_CHECK_TYPE(src.scalar_type() == dst.scalar_type(), "dst.dtype must equal src.dtype = ",
+                     TorchDtype(src.scalar_type()), ", got ", TorchDtype(dst.scalar_type()));
+    TORCH_CHECK_VALUE(src.sym_sizes().slice(1) == dst.sym_sizes().slice(1), "dst.shape[1:] (one block) = ",
+                      Tuple(dst.sym_sizes().slice(1)), " must equal src.shape[1:] = ", Tuple(src.sym_sizes().slice(1)));
+    RequireBlockMapping(block_mapping);
+    BlockCopyPlan plan;
+    if (check == Check::kShapes) {
+        return plan;
+    }
+    TORCH_CHECK_VALUE(block_mapping.is_cpu(), "block_mapping must be on the host (cpu), as vLLM keeps it, got ",
+                      block_mapping.device());
+    RequireApart("dst", dst, {{"src", src}});
+    const IndexReader mapping(block_mapping);
+    for (int64_t i = 0; i < mapping.Rows(); ++i) {
+        plan.sources.push_back(mapping.At(i, 0));
+        plan.destinations.push_back(mapping.At(i, 1));
+    }
+    RequireInRange(Pair(0), plan.sources, src.size(0), "src holds");
+    RequireInRange(Pair(1), plan.destinations, dst.size(0), "dst holds");
+    RequireDistinct(Pair(1), plan.destinations);
+    return plan;
+}
+
+}  // namespace ascend_kv

@@ -1,0 +1,51 @@
+// The rules of block_copy, copy_blocks and swap_blocks (docs/semantics.md, "block_copy"): the
+// structure of a call, then its index values (always for swap_blocks, whose mapping is on the host).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/check.h"
+
+namespace ascend_kv {
+
+/// A block_copy or copy_blocks call whose structure is checked. Destination j takes source i, the
+/// pair whose range [cum_sum[i-1], cum_sum[i]) holds j (no cum_sum: i = j), and block src[i] of
+/// every cache is copied to its block dst[j].
+struct BlockCopyCall {
+    std::vector<at::Tensor> caches;   ///< every cache written, each [num_blocks, ...]: one device, one num_blocks
+    std::vector<std::string> names;   ///< the argument naming each cache
+    at::Tensor src;                   ///< [pairs] int32/int64 source blocks (copy_blocks: block_mapping[:, 0])
+    at::Tensor dst;                   ///< [copies] destination blocks (copy_blocks: block_mapping[:, 1])
+    at::Tensor cum_sum;               ///< [pairs] running ends of each source's destinations, or undefined
+    bool mapping = false;             ///< copy_blocks: the index values come from block_mapping
+
+    std::vector<at::Tensor> IndexTensors() const { return {src, dst, cum_sum}; }
+};
+
+BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& src,
+                             const at::Tensor& dst, const at::Tensor& cum_sum, Check check);
+
+BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                              Check check);
+
+/// A block copy with its index values checked, one entry per destination: block sources[j] of
+/// every cache goes to block destinations[j]; all in range, destinations distinct, none a source.
+struct BlockCopyPlan {
+    std::vector<int64_t> sources, destinations;
+};
+
+/// The rules of a block_copy or copy_blocks call on its index values (read on the host, one transfer at most).
+BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call);
+
+/// The rules of a swap_blocks call: `src` [src_blocks, ...] read, `dst` [dst_blocks, ...] written
+/// (same block shape and dtype, on any devices), block_mapping [n, 2] on the host. Returns its
+/// pairs checked (sources in range of src, destinations in range of dst and distinct); empty
+/// for a shapes-only check.
+BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
+                              Check check);
+
+}  // namespace ascend_kv

@@ -1,0 +1,70 @@
+#include "csrc/rules/index_values.h"
+
+#include <algorithm>
+
+#include <ATen/ops/cat.h>
+
+namespace ascend_kv {
+
+IndexReader::IndexReader(const at::Tensor& t)
+    : data_(static_cast<const char*>(t.const_data_ptr())),
+      itemsize_(t.element_size()),
+      stride0_(t.dim() > 0 ? t.stride(0) : 0),
+      stride1_(t.dim() > 1 ? t.stride(1) : 0),
+      rows_(t.dim() > 0 ? t.size(0) : 1),
+      columns_(t.dim() > 1 ? t.size(1) : 1)
+{
+    TORCH_INTERNAL_ASSERT(t.device().is_cpu() && (itemsize_ == 4 || itemsize_ == 8) && t.dim() <= 2,
+                          "IndexReader takes host int32/int64 tensors of rank 1 or 2");
+}
+
+bool AllOnHost(const std::vector<at::Tensor>& tensors)
+{
+    return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return !t.defined() || t.is_cpu(); });
+}
+
+std::vector<at::Tensor> OnHost(const std::vector<at::Tensor>& tensors)
+{
+    if (AllOnHost(tensors)) {
+        return tensors;  // the usual case
+    }
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& t : tensors) {
+        if (t.defined() && !t.is_cpu()) {
+            flat.push_back(t.reshape(-1).to(at::kLong));
+        }
+    }
+    const at::Tensor fetched = at::cat(flat).cpu();
+    std::vector<at::Tensor> result;
+    int64_t start = 0;
+    for (const at::Tensor& t : tensors) {
+        if (!t.defined() || t.is_cpu()) {
+            result.push_back(t);
+            continue;
+        }
+        result.push_back(fetched.narrow(0, start, t.numel()).view(t.sizes()));
+        start += t.numel();
+    }
+    return result;
+}
+
+std::string WideText(__int128 value)
+{
+    if (value == 0) {
+        return "0";
+    }
+    const bool negative = value < 0;
+    unsigned __int128 magnitude = negative ? -static_cast<unsigned __int128>(value) : value;
+    std::string digits;
+    while (magnitude > 0) {
+        digits.push_back(static_cast<char>('0' + static_cast<int>(magnitude % 10)));
+        magnitude /= 10;
+    }
+    if (negative) {
+        digits.push_back('-');
+    }
+    std::reverse(digits.begin(), digits.end());
+    return digits;
+}
+
+}  // namespace ascend_kv

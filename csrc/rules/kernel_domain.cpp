@@ -1,0 +1,88 @@
+#include "csrc/rules/kernel_domain.h"
+
+#include "csrc/rules/text.h"
+
+namespace ascend_kv {
+namespace {
+
+/// Whether dims [begin, end) of `t` merge into one dim of stride `*stride` (size-1 dims ignored;
+/// `*stride` is the innermost kept dim's, or 1 when every dim has size 1).
+bool Mergeable(const at::Tensor& t, int64_t begin, int64_t end, int64_t* stride)
+{
+    int64_t expected = -1;
+    *stride = 1;
+    for (int64_t d = end - 1; d >= begin; --d) {
+        if (t.size(d) == 1) {
+            continue;
+        }
+        if (expected == -1) {
+            *stride = t.stride(d);
+        } else if (t.stride(d) != expected) {
+            return false;
+        }
+        expected = t.stride(d) * t.size(d);
+    }
+    return true;
+}
+
+}  // namespace
+
+bool DenseFrom(const at::Tensor& t, int64_t first_dim)
+{
+    if (t.numel() == 0) {
+        return true;
+    }
+    int64_t expected = 1;
+    for (int64_t d = t.dim() - 1; d >= first_dim; --d) {
+        if (t.size(d) != 1 && t.stride(d) != expected) {
+            return false;
+        }
+        expected *= t.size(d);
+    }
+    return true;
+}
+
+std::optional<BlockRows> BlockRowsOf(const at::Tensor& t)
+{
+    for (int64_t first = 1; first < t.dim(); ++first) {
+        int64_t row = 1, rows = 1, row_stride = 1, inner = 1;
+        for (int64_t d = first; d < t.dim(); ++d) {
+            row *= t.size(d);
+        }
+        for (int64_t d = 1; d < first; ++d) {
+            rows *= t.size(d);
+        }
+        if (!Mergeable(t, first, t.dim(), &inner) || !Mergeable(t, 1, first, &row_stride)) {
+            continue;
+        }
+        if (row == 1 || inner == 1) {
+            return BlockRows{rows, row, row_stride, t.stride(0)};
+        }
+    }
+    return std::nullopt;
+}
+
+std::string OutsideReason(const std::vector<Rows>& rows)
+{
+    for (const Rows& r : rows) {
+        if (r.tensor.defined() && !DenseFrom(r.tensor, r.first_dim)) {
+            return r.name + " has sizes " + Tuple(r.tensor.sizes()) + " and strides " + Tuple(r.tensor.strides()) +
+                   ": the kernels need its " + r.what + " contiguous";
+        }
+    }
+    return "";
+}
+
+std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches)
+{
+    for (size_t i = 0; i < caches.size(); ++i) {
+        if (caches[i].numel() && !BlockRowsOf(caches[i])) {
+            return "cache " + std::to_string(i) + " has sizes " + Tuple(caches[i].sizes()) + " and strides " +
+                   Tuple(caches[i].strides()) + ": the kernel needs each block to be rows of contiguous elements, "
+                   "evenly spaced";
+        }
+    }
+    return "";
+}
+
+}  // namespace ascend_kv

@@ -1,0 +1,36 @@
+// Which calls the AscendC kernels take in place: they address every data tensor through byte
+// strides but copy whole pieces (a token row, an NZ piece, rows of a block), so each piece must
+// be contiguous; every other stride is free. A call outside is still valid: on an NPU it runs on
+// the device fallback, on the sim backend on contiguous copies.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/check.h"
+
+namespace ascend_kv {
+
+/// Are dims first_dim.. of `t` row-major contiguous (size-1 dims ignored)? An empty tensor always
+/// is: no byte of it is addressed.
+bool DenseFrom(const at::Tensor& t, int64_t first_dim);
+
+/// A cache [num_blocks, ...] seen as [num_blocks, rows, row]: `rows` rows of `row` contiguous
+/// elements, `row_stride` elements apart, blocks `block_stride` apart (a dense block is one row).
+struct BlockRows {
+    int64_t rows, row, row_stride, block_stride;
+};
+
+/// The longest-row BlockRows view of `t`, or none when no view of it has contiguous rows.
+std::optional<BlockRows> BlockRowsOf(const at::Tensor& t);
+
+/// Why the kernels cannot take these data tensors in place, or empty when they can.
+std::string OutsideReason(const std::vector<Rows>& rows);
+
+/// Why the block-copy kernel cannot take these caches in place, or empty when it can.
+std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches);
+
+}  // namespace ascend_kv

@@ -1,0 +1,28 @@
+// Which tensors of a call may share memory: a written tensor shares no byte with a tensor the call
+// reads while writing, nor with the call's other written tensors. The test is on address ranges
+// and, where ranges meet, on interleaved windows: two views that split one buffer's rows or
+// columns (K and V halves, MLA's column slices) share no byte.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/tensors.h"
+
+namespace ascend_kv {
+
+/// Whether two non-empty tensors on one device may share a byte: their address ranges meet and
+/// they are not interleaved apart. Rarer views that share no byte may still answer true.
+bool MayShareMemory(const at::Tensor& a, const at::Tensor& b);
+
+/// ValueError when output `out` may share memory with a tensor in `inputs`, which the call reads
+/// while it writes `out` (absent and empty tensors, and tensors on other devices, are skipped).
+void RequireApart(const std::string& name, const at::Tensor& out, c10::ArrayRef<Named> inputs);
+
+/// ValueError when two written tensors may share memory: which write lands would be undefined.
+void RequireSeparateOutputs(const std::string& first_name, const at::Tensor& first, const std::string& name,
+                            const at::Tensor& out);
+
+}  // namespace ascend_kv

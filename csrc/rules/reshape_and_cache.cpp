@@ -1,0 +1,105 @@
+#include "csrc/rules/reshape_and_cache.h"
+
+#include "csrc/rules/index_values.h"
+#include "csrc/rules/memory.h"
+#include "csrc/rules/tensors.h"
+
+namespace ascend_kv {
+
+std::vector<Rows> ReshapeAndCacheCall::DataRows() const
+{
+    const std::string what = geometry.RowDimsText();
+    std::vector<Rows> rows = {{"key", key, 1, "token rows (dims 1, 2)"}, {"key_cache", key_cache, geometry.RowDim(), what}};
+    if (!KeyOnly()) {
+        rows.push_back({"value", value, 1, "token rows (dims 1, 2)"});
+        rows.push_back({"value_cache", value_cache, geometry.RowDim(), what});
+    }
+    return rows;
+}
+
+ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                         const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                                         const std::string& kv_cache_cfg, Check check)
+{
+    const bool shapes = check == Check::kShapes;
+    const Layout layout = WriteLayout(kv_cache_cfg);
+    RequireData("key", key, shapes);
+    RequireData("key_cache", key_cache, shapes);
+    if (value.defined() != value_cache.defined()) {
+        const char* given = value_cache.defined() ? "value_cache" : "value";
+        const char* missing = value_cache.defined() ? "value" : "value_cache";
+        TORCH_CHECK_VALUE(false, missing, " is None but ", given,
+                          " is given: pass both, or neither for the key-only mode");
+    }
+    const bool pair = value.defined();
+    TORCH_CHECK_VALUE(pair || layout == Layout::kNd,
+                      "the key-only mode (value and value_cache None) is ND only, got kv_cache_cfg = NZ");
+    if (pair) {
+        RequireData("value", value, shapes);
+        RequireData("value_cache", value_cache, shapes);
+    }
+    for (const char* side : {"key", "value"}) {
+        const bool is_key = side[0] == 'k';
+        if (!is_key && !pair) {
+            break;
+        }
+        const at::Tensor& tokens = is_key ? key : value;
+        const at::Tensor& cache = is_key ? key_cache : value_cache;
+        const std::string name = side, cache_name = name + "_cache";
+        RequireCacheDtype(cache_name, cache);
+        RequireSameDtype(name, tokens, cache_name, cache);
+        RequireNdim(name, tokens, {3}, std::string("a 3-D tensor [num_tokens, num_heads, head_size_") + side[0] + "]");
+        RequireCacheNdim(cache_name, cache, layout);
+    }
+    if (pair) {
+        const char* what[] = {"num_tokens", "num_heads"};
+        for (int64_t i = 0; i < 2; ++i) {
+            TORCH_CHECK_VALUE(value.sym_size(i) == key.sym_size(i), "value.shape[", i, "] (", what[i], ") = ",
+                              value.sym_size(i), " must equal key.shape[", i, "] = ", key.sym_size(i));
+        }
+    }
+    ReshapeAndCacheCall call;
+    call.geometry = WriteGeometry(layout, key, key_cache, value, value_cache);
+    RequireIndexTensor("slot_mapping", slot_mapping);
+    TORCH_CHECK_VALUE(slot_mapping.sym_size(0) <= key.sym_size(0), "slot_mapping has ", slot_mapping.sym_size(0),
+                      " entries, more than num_tokens = ", key.sym_size(0),
+                      " (key.shape[0]): at most one slot per token");
+    if (!shapes) {
+        const at::Device device = RequireSameDevice(
+            {{"key", key}, {"key_cache", key_cache}, {"value", value}, {"value_cache", value_cache}});
+        RequireIndexDevices(device, {{"slot_mapping", slot_mapping}});
+    }
+    RequireWritable("key_cache", key_cache);
+    if (pair) {
+        RequireWritable("value_cache", value_cache);
+    }
+    if (!shapes) {
+        RequireApart("key_cache", key_cache, {{"key", key}, {"value", value}});
+        if (pair) {
+            RequireApart("value_cache", value_cache, {{"key", key}, {"value", value}});
+            RequireSeparateOutputs("key_cache", key_cache, "value_cache", value_cache);
+        }
+    }
+    call.key = key;
+    call.value = value;
+    call.key_cache = key_cache;
+    call.value_cache = value_cache;
+    call.slot_mapping = slot_mapping;
+    return call;
+}
+
+at::Tensor CheckSlots(const ReshapeAndCacheCall& call)
+{
+    const at::Tensor host = OnHost({call.slot_mapping})[0];
+    const IndexReader slots(host);
+    const int64_t num_blocks = call.geometry.num_blocks.expect_int(), block_size = call.geometry.block_size.expect_int();
+    const int64_t capacity = num_blocks * block_size;
+    for (int64_t i = 0; i < slots.Rows(); ++i) {
+        TORCH_CHECK_VALUE(slots(i) < capacity, "slot_mapping[", i, "] = ", slots(i),
+                          " is out of range: the caches hold ", capacity, " slots (num_blocks ", num_blocks,
+                          " x block_size ", block_size, ")");
+    }
+    return host;
+}
+
+}  // namespace ascend_kv

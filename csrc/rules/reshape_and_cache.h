@@ -1,0 +1,40 @@
+// The rules of reshape_and_cache (docs/semantics.md, "reshape_and_cache"): the structure of a
+// call, then its slots.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/check.h"
+#include "csrc/rules/geometry.h"
+
+namespace ascend_kv {
+
+/// A reshape_and_cache call whose structure is checked: token i < len(slot_mapping) goes to slot
+/// slot_mapping[i] (block slot // block_size, position slot % block_size) of each cache; negative
+/// slots are padding.
+struct ReshapeAndCacheCall {
+    CacheGeometry geometry;
+    at::Tensor key;           ///< [num_tokens, num_heads, head_size_k], key_cache's dtype, any strides
+    at::Tensor value;         ///< [num_tokens, num_heads, head_size_v], or undefined (key-only)
+    at::Tensor key_cache;     ///< written in place
+    at::Tensor value_cache;   ///< written in place, or undefined (key-only)
+    at::Tensor slot_mapping;  ///< [n] int32/int64, n <= num_tokens
+
+    bool KeyOnly() const { return !value_cache.defined(); }
+    std::vector<at::Tensor> IndexTensors() const { return {slot_mapping}; }
+    std::vector<Rows> DataRows() const;
+};
+
+/// Every rule of a reshape_and_cache call that needs no slot value.
+ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                         const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                                         const std::string& kv_cache_cfg, Check check);
+
+/// The rule of a reshape_and_cache call on its slots, read on the host (one transfer at most):
+/// every non-negative slot below num_blocks * block_size. Returns the slots on the host.
+at::Tensor CheckSlots(const ReshapeAndCacheCall& call);
+
+}  // namespace ascend_kv
