@@ -275,7 +275,8 @@ def test_under_the_stand_in(backend: str, scenario: Any) -> None:
         import torch_npu
         import torch_npu.atb
 
-        assert torch_npu is facade and torch_npu.atb is facade.atb
+        assert torch_npu._npu_reshape_and_cache is facade._npu_reshape_and_cache
+        assert torch_npu.atb.npu_paged_cache_load is facade.atb.npu_paged_cache_load
         assert_bits(scenario(torch_npu, torch.device("cpu")))
 
 
@@ -355,55 +356,6 @@ def test_a_strided_fractal_nz_view_is_refused(soc: str) -> None:  # noqa: F811
     assert not outputs["key"].cpu().any()
 
 
-# ----------------------------------------------------------------------------- the helpers themselves
-
-
-def test_the_stand_in_restores_sys_modules() -> None:
-    sentinel = MagicMock()
-    sys.modules["torch_npu"] = sentinel
-    sys.modules.pop("torch_npu.atb", None)
-    try:
-        with testing.torch_npu_stand_in() as module:
-            assert sys.modules["torch_npu"] is module is facade
-            assert sys.modules["torch_npu.atb"] is facade.atb
-        assert sys.modules["torch_npu"] is sentinel and "torch_npu.atb" not in sys.modules
-    finally:
-        sys.modules.pop("torch_npu", None)
-    with testing.torch_npu_stand_in():
-        pass
-    assert "torch_npu" not in sys.modules
-
-
-def test_install_cache_ops_on_a_plain_module_and_a_mock() -> None:
-    import types
-
-    plain = testing.install_cache_ops(types.ModuleType("torch_npu"))
-    assert plain.atb.npu_paged_cache_load is facade.atb.npu_paged_cache_load
-    mock = MagicMock()
-    untouched = mock.npu_fused_infer_attention_score
-    assert testing.install_cache_ops(mock) is mock
-    for name in testing.CACHE_OPS:
-        assert getattr(mock, name) is getattr(facade, name)
-    assert mock.atb.npu_paged_cache_load is facade.atb.npu_paged_cache_load
-    assert mock.npu_fused_infer_attention_score is untouched
-
-
-def test_the_pytest_fixtures(stand_in_torch_npu: Any, install_torch_npu_cache_ops: Any) -> None:
-    """The plugin's fixtures (its pytest11 entry point loads it into every pytest run of this environment)."""
-    import torch_npu
-
-    assert torch_npu is stand_in_torch_npu is facade
-    mock = install_torch_npu_cache_ops(MagicMock())
-    assert mock._npu_reshape_and_cache is facade._npu_reshape_and_cache
-
-
-def test_the_installed_distribution_registers_the_pytest_plugin() -> None:
-    from importlib.metadata import entry_points
-
-    plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
-    assert plugins.get("ascend_kv.testing") == "ascend_kv.testing"
-
-
 # ----------------------------------------------------------------------------- errors: named, nothing written
 
 
@@ -427,20 +379,221 @@ def test_bad_cache_mode_and_mixed_formats_are_errors_that_write_nothing() -> Non
     with pytest.raises(ValueError, match="cache_mode must be 'PA_NZ', 'Norm' or None, got 'nz'"):
         facade.npu_scatter_pa_kv_cache(k, k, kc, vc, slots, cache_mode="nz")
     with pytest.raises(ValueError, match="key_cache has storage format 29 but value_cache has 2"):
-        facade._npu_reshape_and_cache(k, k, facade.npu_format_cast(kc, 29), vc, slots)
+        facade._npu_reshape_and_cache(k, k, facade.npu_format_cast(torch.zeros_like(kc), 29), vc, slots)
     with pytest.raises(ValueError, match="acl_format must be 2 .ND. or 29 .FRACTAL_NZ., got 3"):
         facade.npu_format_cast(kc, 3)
-    with pytest.raises(ValueError, match="slot_mapping.1. = 32 is out of range"):
+    with pytest.raises(ValueError, match="slot_indices.1. = 32 is out of range"):
         facade._npu_reshape_and_cache(k, k, kc, vc, torch.tensor([0, 32], dtype=I32))
     assert not kc.any() and not vc.any()
 
 
-def test_format_tags() -> None:
-    t = torch.zeros(2, 4, 16, 16)
+# ----------------------------------------------------------------------------- storage formats off the NPU
+
+
+def test_format_tags_belong_to_the_bytes() -> None:
+    """As torch_npu's storage format: the tensor cast, its source and every view of the bytes report it."""
+    t = torch.zeros(2, 3, 4, 16, 16)
     assert facade.get_npu_format(t) == 2
-    cast = facade.npu_format_cast(t, 29)
-    assert facade.get_npu_format(cast) == 29 and cast.data_ptr() == t.data_ptr() and cast.shape == t.shape
-    assert facade.get_npu_format(facade.npu_format_cast(cast, 2)) == 2
+    kv = facade.npu_format_cast(t, 29)
+    assert kv.data_ptr() == t.data_ptr() and kv.shape == t.shape
+    views = [kv, t, kv[0], kv[1], kv[1][2], kv[:, 1:], kv[0, :2], kv.detach(), kv.data, kv.view(6, 4, 16, 16)]
+    assert all(facade.get_npu_format(v) == 29 for v in views)
+    nd = facade.npu_format_cast(kv[1], 2)
+    assert facade.get_npu_format(nd) == 2 and facade.get_npu_format(kv[0]) == 2 and facade.get_npu_format(kv) == 29
+    assert facade.get_npu_format(torch.zeros(2, 3, 4, 16, 16)) == 2
+
+
+@pytest.mark.parametrize("split", ["index", "unbind", "slice"])
+def test_indexed_views_of_a_cast_kv_buffer_are_written_nz(split: str) -> None:
+    """The issue's case: ``[nb, 16, 16, 16]`` float16 caches, ``kv[0]``/``kv[1]`` of one cast buffer, also
+    valid ND shapes ``[nb, bs=16, H=16, D=16]``: written NZ (was silently ND)."""
+    kv = facade.npu_format_cast(random_bits((2, 3, 16, 16, 16), torch.float16, 94), 29)
+    kc, vc = {"index": (kv[0], kv[1]), "unbind": kv.unbind(0), "slice": (kv[:1][0], kv[1:][0])}[split]
+    k, v = (random_bits((3, 16, 16), torch.float16, s) for s in (95, 96))  # T = 256 = 16 x E
+    slots = torch.tensor([17, -1, 40], dtype=I32)
+    expected = golden.scatter(k, v, kc, vc, slots, nz=True)
+    facade._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=slots)
+    assert_bits([(kc, expected[0]), (vc, expected[1])])
+    rows = torch.zeros(32, 256, dtype=torch.float16), torch.zeros(32, 256, dtype=torch.float16)
+    facade.atb.npu_paged_cache_load(kc, vc, torch.tensor([[1, 2]], dtype=I32), torch.tensor([32], dtype=I32),
+                                    key=rows[0], value=rows[1])
+    assert bits_equal(rows[0][1], k[0].reshape(-1)) and bits_equal(rows[1][24], v[2].reshape(-1))
+
+
+@pytest.mark.parametrize("view", ["nd_shaped", "flattened", "head_slice"])
+def test_a_view_of_nz_bytes_that_loses_the_tiling_is_refused_saying_why(view: str) -> None:
+    kv = facade.npu_format_cast(torch.zeros(2, 3, 4, 16, 16, dtype=torch.float16), 29)
+    kc, vc = {"nd_shaped": (kv.view(2, 3, 16, 4, 16)[0], kv.view(2, 3, 16, 4, 16)[1]),
+              "flattened": (kv.view(2, 3, -1)[0], kv.view(2, 3, -1)[1]),
+              "head_slice": (kv[0, ..., :8], kv[1, ..., :8])}[view]
+    key = torch.ones(2, 4, 16, dtype=torch.float16)
+    for call in (lambda: facade._npu_reshape_and_cache(key, key, kc, vc, torch.tensor([0, 1], dtype=I32)),
+                 lambda: facade.npu_gather_pa_kv_cache(kc, vc, torch.tensor([[0]], dtype=I32),
+                                                       torch.tensor([1], dtype=I32), key, key)):
+        with pytest.raises(ValueError, match=r"key_cache \(shape .*\) is a view of bytes cast to FRACTAL_NZ \(29\), "
+                                             r"but the tensor cast has the NZ tiling .* does not keep it"):
+            call()
+    assert not kv.any()
+    nd = facade.npu_format_cast(kv.view(2, 3, 16, 4, 16), 2)  # its bytes are ND after all: say so
+    facade._npu_reshape_and_cache(key, key, nd[0], nd[1], torch.tensor([0, 1], dtype=I32))
+    assert torch.equal(nd[0, 0, 1], key[1])
+
+
+def test_empty_with_format() -> None:
+    """vllm-ascend's 310P runner: ``empty_with_format(size=, dtype=, device=, acl_format=29)`` per cache."""
+    cache = facade.empty_with_format(size=[4, 8, 16, 16], dtype=torch.float16, device="cpu", acl_format=29)
+    assert cache.shape == (4, 8, 16, 16) and cache.dtype == torch.float16 and facade.get_npu_format(cache[2]) == 29
+    plain = facade.empty_with_format(torch.Size([2, 3]))
+    assert plain.dtype == torch.get_default_dtype() and facade.get_npu_format(plain) == 2
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"size": 4}, TypeError, "size must be a sequence of ints, got int 4"),
+    ({"size": torch.tensor([4])}, TypeError, "size must be a sequence of ints"),
+    ({"size": [4, 2.0]}, TypeError, r"size\[1\] must be an int"),
+    ({"size": [4, -1]}, ValueError, r"size must not hold negative sizes, got \[4, -1\]"),
+    ({"size": [4], "dtype": "float16"}, TypeError, "dtype must be a torch.dtype, got str 'float16'"),
+    ({"size": [4], "layout": torch.sparse_coo}, ValueError, "layout must be torch.strided"),
+    ({"size": [4], "device": "gpu0"}, ValueError, "device must name a device, got str 'gpu0'"),
+    ({"size": [4], "pin_memory": "yes"}, TypeError, "pin_memory must be a bool"),
+    ({"size": [4], "acl_format": 3}, ValueError, r"acl_format must be 2 \(ND\) or 29 \(FRACTAL_NZ\), got 3"),
+    ({"size": [4], "acl_format": "29"}, TypeError, "acl_format must be an int"),
+])
+def test_empty_with_format_refusals_name_the_argument(kwargs: dict[str, Any], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        facade.empty_with_format(**kwargs)
+
+
+def test_npu_format_cast_refusals() -> None:
+    with pytest.raises(TypeError, match="tensor must be a torch.Tensor, got MagicMock"):
+        facade.npu_format_cast(MagicMock(), 29)  # the facade's own cast is strict; ascend_kv.testing's passes mocks
+    with pytest.raises(NotImplementedError, match="customize_dtype=torch.bfloat16"):
+        facade.npu_format_cast(torch.zeros(4, 4), 29, customize_dtype=torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------- errors in torch_npu's words
+
+
+def test_a_forgotten_cache_mode_is_named() -> None:
+    """ND caches with the default ``cache_mode="PA_NZ"``: the error says what PA_NZ takes and to pass "Norm"."""
+    k = torch.zeros(2, 8, 128, dtype=torch.bfloat16)
+    kc, vc = torch.zeros(4, 128, 8, 128, dtype=torch.bfloat16), torch.zeros(4, 128, 8, 128, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 1], dtype=I32)
+    with pytest.raises(ValueError, match=r"key_cache.shape\[3\] must be E = 16 .* cache_mode='PA_NZ' \(torch_npu's "
+                                         r"default\) takes NZ caches .* need cache_mode='Norm'"):
+        facade.npu_scatter_pa_kv_cache(k, k, kc, vc, slots)
+    nz = torch.zeros(4, 64, 128, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"cache_mode='Norm' takes ND caches .*; NZ caches need cache_mode='PA_NZ'"):
+        facade.npu_scatter_pa_kv_cache(k, k, nz, nz.clone(), slots, cache_mode="Norm")
+    with pytest.raises(TypeError, match="cache_mode must be a str or None, got list"):
+        facade.npu_scatter_pa_kv_cache(k, k, kc, vc, slots, cache_mode=["Norm"])
+    with pytest.raises(TypeError, match="key.dtype must equal key_cache.dtype") as info:  # not a shape: no hint
+        facade.npu_scatter_pa_kv_cache(k.half(), k.half(), kc, vc, slots, cache_mode="Norm")
+    assert "cache_mode" not in str(info.value)
+    assert not kc.any()
+
+
+def test_the_layout_chosen_by_storage_format_is_said() -> None:
+    k = torch.zeros(2, 2, 16, dtype=torch.float16)
+    nz_shaped = torch.zeros(2, 2, 16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"neither cache is FRACTAL_NZ \(29\), so the layout is ND: .* "
+                                         r"npu_format_cast\(cache, 29\) of both"):
+        facade._npu_reshape_and_cache(k, k, nz_shaped, nz_shaped.clone(), torch.tensor([0, 1], dtype=I32))
+    nd_cast = [facade.npu_format_cast(torch.zeros(2, 16, 2, 16, dtype=torch.float16), 29) for _ in range(2)]
+    with pytest.raises(ValueError, match=r"both caches are FRACTAL_NZ \(29\), so the layout is NZ"):
+        facade._npu_reshape_and_cache(k, k, *nd_cast, torch.tensor([0, 1], dtype=I32))
+
+
+def gather_args(**changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "key_cache": torch.zeros(3, 16, 1, 32), "value_cache": torch.zeros(3, 16, 1, 32),
+        "block_tables": torch.tensor([[0]], dtype=I32), "seq_lens": torch.tensor([4], dtype=I32),
+        "key": torch.zeros(4, 1, 32), "value": torch.zeros(4, 1, 32)}
+    args.update(changes)
+    return args
+
+
+#: Bad calls of each function and the error they must raise, in torch_npu's argument names.
+BAD_CALLS: list[tuple[str, Callable[[], Any], type, str]] = [
+    ("slot_indices list", lambda: facade._npu_reshape_and_cache(
+        torch.zeros(2, 1, 16), torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16), [0, 1]),
+     TypeError, "slot_indices must be a torch.Tensor, got list"),
+    ("slot_indices float", lambda: facade._npu_reshape_and_cache_siso(
+        torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.tensor([0.0, 1.0])),
+     TypeError, "slot_indices must have dtype int32 or int64"),
+    ("slot_indices 2-D", lambda: facade._npu_reshape_and_cache(
+        torch.zeros(2, 1, 16), torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16),
+        torch.tensor([[0, 1]], dtype=I32)), ValueError, "slot_indices must be a 1-D tensor"),
+    ("slot_mapping kept", lambda: facade.npu_scatter_pa_kv_cache(
+        torch.zeros(2, 1, 16), torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16),
+        torch.tensor([0, 99], dtype=I32), cache_mode="Norm"), ValueError, r"slot_mapping\[1\] = 99 is out of range"),
+    ("seq_offset list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=[0]),
+     TypeError, "seq_offset must be a torch.Tensor, got list"),
+    ("seq_offset negative", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=torch.tensor([-1])),
+     ValueError, r"seq_offset\[0\] = -1 is negative"),
+    ("seq_offset entries", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=torch.tensor([0, 0])),
+     ValueError, r"seq_offset must have 1 entries \(batch = block_tables.shape\[0\]\)"),
+    ("block_tables list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(block_tables=[[0]])),
+     TypeError, "block_tables must be a torch.Tensor, got list"),
+    ("seq_lens list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(seq_lens=[4])),
+     TypeError, "seq_lens must be a torch.Tensor, got list"),
+    ("seq_lens negative", lambda: facade.npu_gather_pa_kv_cache(**gather_args(seq_lens=torch.tensor([-4]))),
+     ValueError, r"seq_lens\[0\] = -4 is negative"),
+    ("seq_lens cumsum", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), is_seq_lens_cumsum=True),
+     ValueError, r"seq_lens must have 2 entries \(batch \+ 1 in cumsum mode"),
+    ("is_seq_lens_cumsum int", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), is_seq_lens_cumsum=1),
+     TypeError, "is_seq_lens_cumsum must be a bool, got int 1"),
+    ("is_seq_lens_cumsum with NZ", lambda: facade.npu_gather_pa_kv_cache(**gather_args(
+        key_cache=facade.npu_format_cast(torch.zeros(3, 4, 16, 8), 29),
+        value_cache=facade.npu_format_cast(torch.zeros(3, 4, 16, 8), 29), seq_lens=torch.tensor([0, 4], dtype=I32),
+        key=torch.zeros(4, 32), value=torch.zeros(4, 32)), is_seq_lens_cumsum=True),
+     ValueError, r"is_seq_lens_cumsum=True is not supported with NZ caches \(both FRACTAL_NZ, 29\)"),
+    ("key None", lambda: facade.npu_gather_pa_kv_cache(**gather_args(key=None)),
+     TypeError, "key must be a torch.Tensor, got NoneType"),
+    ("key too short", lambda: facade.npu_gather_pa_kv_cache(**gather_args(key=torch.zeros(3, 1, 32))),
+     ValueError, r"key must have shape \[rows >= 4, 1, 32\]"),
+    ("key_cache list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(key_cache=[0])),
+     TypeError, "key_cache must be a torch.Tensor, got list"),
+    ("atb context_lens list", lambda: facade.atb.npu_paged_cache_load(
+        torch.zeros(3, 16, 1, 32), torch.zeros(3, 16, 1, 32), torch.tensor([[0]]), [4]),
+     TypeError, "context_lens must be a torch.Tensor, got list"),
+    ("atb seq_starts list", lambda: facade.atb.npu_paged_cache_load(
+        torch.zeros(3, 16, 1, 32), torch.zeros(3, 16, 1, 32), torch.tensor([[0]]), torch.tensor([4]), seq_starts=[0]),
+     TypeError, "seq_starts must be a torch.Tensor"),
+    ("get_npu_format list", lambda: facade.get_npu_format([1]), TypeError, "tensor must be a torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "error", "message"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_every_refusal_names_the_callers_argument(name: str, call: Callable[[], Any], error: type,
+                                                  message: str) -> None:
+    with pytest.raises(error, match=message) as info:
+        call()
+    assert type(info.value) is error  # TypeError or ValueError, never the dispatcher's RuntimeError
+    for ours in ("block_table ", "block_table.", "context_lens", "seq_starts"):
+        assert name.startswith("atb") or ours not in str(info.value), info.value
+
+
+#: The element types torch_npu's scatter docs list (uint16, uint32) and PyTorch's other float8 types, by the
+#: same-width integer type their bits are compared in.
+PENDING_TYPES = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.float8_e4m3fnuz: torch.uint8,
+                 torch.float8_e5m2fnuz: torch.uint8, torch.float8_e8m0fnu: torch.uint8}
+
+
+@pytest.mark.xfail(reason="element types: C++ rules", strict=True, raises=TypeError)
+@pytest.mark.parametrize("dtype", list(PENDING_TYPES), ids=str)
+def test_scatter_and_gather_take_every_element_type(dtype: torch.dtype) -> None:
+    """vllm-ascend main's pair (Norm scatter, gather with seq_offset) on each type, compared by bits."""
+    ints = PENDING_TYPES[dtype]
+    g = torch.Generator().manual_seed(97)
+    k = torch.randint(0, 100, (3, 1, 32), generator=g, dtype=torch.int32).to(ints).view(dtype)
+    kc, vc = torch.zeros(2, 16, 1, 32, dtype=ints).view(dtype), torch.zeros(2, 16, 1, 32, dtype=ints).view(dtype)
+    facade.npu_scatter_pa_kv_cache(k, k, kc, vc, torch.tensor([0, 17, 18], dtype=I32), cache_mode="Norm")
+    assert torch.equal(kc.view(ints)[1, 1], k.view(ints)[1]) and torch.equal(vc.view(ints)[1, 2], k.view(ints)[2])
+    key, value = torch.zeros(19, 1, 32, dtype=ints).view(dtype), torch.zeros(19, 1, 32, dtype=ints).view(dtype)
+    facade.npu_gather_pa_kv_cache(kc, vc, torch.tensor([[0, 1]], dtype=I32), torch.tensor([19], dtype=I32), key, value,
+                                  seq_offset=torch.tensor([0], dtype=I32))
+    assert torch.equal(key.view(ints)[17], k.view(ints)[1]) and torch.equal(value.view(ints)[0], k.view(ints)[0])
 
 
 # ----------------------------------------------------------------------------- graphs

@@ -14,7 +14,11 @@ Where torch_npu differs from ascend_kv's Pythonic functions, this module follows
 4-D ``[nb, H * D // E, bs, E]`` or per head as 5-D ``[nb, H, D // E, bs, E]``;
 ``npu_gather_pa_kv_cache`` gives zero rows for tokens whose block is ``-1``, out of range or
 past the table; ``_npu_reshape_and_cache`` and ``atb.npu_paged_cache_load`` take the NZ layout
-when both caches carry the FRACTAL_NZ storage format (29, after :func:`npu_format_cast`).
+when both caches carry the FRACTAL_NZ storage format (29, after :func:`npu_format_cast` or
+:func:`empty_with_format`; views such as ``kv[0]`` keep it, :mod:`ascend_kv.compat.formats`).
+Errors are ``TypeError`` or ``ValueError`` and name torch_npu's arguments (``slot_indices``,
+``block_tables``, ``seq_lens``, ``seq_offset``); a cache-shape error says which layout was
+taken and why (``cache_mode``, or the storage formats).
 
 Examples
 --------
@@ -30,96 +34,51 @@ Examples
 
 from __future__ import annotations
 
+import re
 import types
 
 import torch
 
-from ..api.ops import paged_cache_load, reshape_and_cache
-from ..api.params import KvCacheCfg
-from ..dispatch import device as runtime
+from .. import KvCacheCfg, paged_cache_load, reshape_and_cache
 from ..api import arguments as common
+from .formats import cache_layout, empty_with_format, get_npu_format, npu_format_cast
 
 #: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
 STAND_IN = True
 
-#: ACL storage formats :func:`npu_format_cast` takes (torch_npu's ``torch_npu.Format`` values).
-FORMAT_ND = 2
-FORMAT_FRACTAL_NZ = 29
-
 #: torch_npu's ``cache_mode`` names of ``npu_scatter_pa_kv_cache`` (None is ``"Norm"``).
 _CACHE_MODES = {"PA_NZ": "nz", "Norm": "nd", None: "nd"}
 
-#: The attribute that carries a non-NPU tensor's format (an NPU tensor's storage has its own).
-_FORMAT_ATTRIBUTE = "_ascend_kv_npu_format"
+#: The operators' argument names, as torch_npu's functions name them (whole words; ``cumsum=`` as a keyword).
+_RESHAPE_NAMES = {r"\bslot_mapping\b": "slot_indices"}
+_GATHER_NAMES = {r"\bblock_table\b": "block_tables", r"\bcontext_lens\b": "seq_lens", r"\bseq_starts\b": "seq_offset",
+                 r"\bcumsum=": "is_seq_lens_cumsum=", r"kv_cache_cfg = NZ": "NZ caches (both FRACTAL_NZ, 29)"}
+
+#: A message about a cache's shape (the only ones a layout hint helps).
+_CACHE_SHAPE_ERROR = re.compile(r"^(key|value)_cache\b.*shape", re.DOTALL)
+
+#: What each layout takes, for the hints.
+_ND_SHAPE = "ND caches [num_blocks, block_size, num_heads, head_size]"
+_NZ_SHAPE = "NZ caches [num_blocks, num_heads * head_size // E, block_size, E]"
 
 
-# ----------------------------------------------------------------------------- storage formats
+def _in_callers_words(error: TypeError | ValueError, names: dict[str, str], hint: str = "") -> None:
+    """Rewrite ``error``'s message in place: ascend_kv's argument names replaced by torch_npu's (``names``,
+    patterns to names), and ``hint`` appended to a message about a cache's shape. The caller re-raises it."""
+    message = str(error)
+    for pattern, name in names.items():
+        message = re.sub(pattern, name, message)
+    if hint and _CACHE_SHAPE_ERROR.match(message):
+        message = f"{message}; {hint}"
+    error.args = (message,)
 
 
-def get_npu_format(tensor: torch.Tensor) -> int:
-    """The ACL storage format of ``tensor``: 2 (ND) or 29 (FRACTAL_NZ), as torch_npu's ``get_npu_format``.
-
-    An NPU tensor reports its storage's format; any other tensor the format
-    :func:`npu_format_cast` tagged it with, else 2.
-    """
-    tensor = common.tensor_argument("tensor", tensor)
-    if runtime.is_npu(tensor.device):
-        code = runtime.storage_format(tensor)
-        return FORMAT_ND if code is None else code
-    return int(getattr(tensor, _FORMAT_ATTRIBUTE, FORMAT_ND))
-
-
-def npu_format_cast(tensor: torch.Tensor, acl_format: int) -> torch.Tensor:
-    """``tensor`` in storage format ``acl_format`` (2 = ND, 29 = FRACTAL_NZ), as torch_npu's ``npu_format_cast``.
-
-    On an NPU this is torch_npu's own cast (the bytes are rearranged there). On any other
-    device the result has the same shape and bytes (a view of ``tensor``), tagged with the
-    format: the way torch_npu's tests use it, on caches already shaped
-    ``[num_blocks, T // E, block_size, E]``, whose FRACTAL_NZ bytes are their row-major bytes.
-    The tag belongs to the returned tensor object (views taken from it later are ND), so cast
-    the per-layer caches that the cache ops are given.
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        Any tensor.
-    acl_format : int
-        2 or 29 (or a ``torch_npu.Format`` member of either value).
-
-    Returns
-    -------
-    torch.Tensor
-        The tensor in the new format.
-    """
-    tensor = common.tensor_argument("tensor", tensor)
-    code = common.int_argument("acl_format", getattr(acl_format, "value", acl_format))
-    if code not in (FORMAT_ND, FORMAT_FRACTAL_NZ):
-        raise ValueError(f"acl_format must be {FORMAT_ND} (ND) or {FORMAT_FRACTAL_NZ} (FRACTAL_NZ), got {code}")
-    if runtime.is_npu(tensor.device):
-        real = runtime.torch_npu().module
-        if real is None or not hasattr(real, "npu_format_cast"):
-            raise RuntimeError(
-                "npu_format_cast of an NPU tensor is torch_npu's own cast, and torch_npu is not loaded here"
-            )
-        cast: torch.Tensor = real.npu_format_cast(tensor, code)
-        return cast
-    cast = tensor.view(tensor.shape)
-    setattr(cast, _FORMAT_ATTRIBUTE, code)
-    return cast
-
-
-def _storage_layout(key_cache: object, value_cache: object) -> KvCacheCfg:
-    """NZ when both caches carry FRACTAL_NZ, ND when neither does (torch_npu's choice); one of each is an error."""
-    formats = [get_npu_format(common.tensor_argument(name, cache))
-               for name, cache in (("key_cache", key_cache), ("value_cache", value_cache))]
-    if formats == [FORMAT_FRACTAL_NZ] * 2:
-        return KvCacheCfg.K_CACHE_V_CACHE_NZ
-    if FORMAT_FRACTAL_NZ in formats:
-        raise ValueError(
-            f"key_cache has storage format {formats[0]} but value_cache has {formats[1]}: the layout (NZ when "
-            f"both are FRACTAL_NZ = 29, else ND) needs one format for both; npu_format_cast both caches"
-        )
-    return KvCacheCfg.K_CACHE_V_CACHE_ND
+def _format_hint(layout: str) -> str:
+    """Where ``_npu_reshape_and_cache``'s and the loads' layout came from (the caches' storage formats)."""
+    if layout == "nz":
+        return f"both caches are FRACTAL_NZ (29), so the layout is NZ: {_NZ_SHAPE}"
+    return (f"neither cache is FRACTAL_NZ (29), so the layout is ND: {_ND_SHAPE}; for NZ pass "
+            f"npu_format_cast(cache, 29) of both")
 
 
 # ----------------------------------------------------------------------------- the paged write
@@ -153,9 +112,12 @@ def _npu_reshape_and_cache(
     None
         As torch_npu: the caches are written in place.
     """
-    layout = _storage_layout(key_cache, value_cache)
-    reshape_and_cache(key, value, key_cache, value_cache, slot_indices,
-                      kv_cache_cfg="nz" if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ else "nd")
+    layout = cache_layout(key_cache, value_cache)
+    try:
+        reshape_and_cache(key, value, key_cache, value_cache, slot_indices, kv_cache_cfg=layout)
+    except (TypeError, ValueError) as error:
+        _in_callers_words(error, _RESHAPE_NAMES, _format_hint(layout))
+        raise
 
 
 def _npu_reshape_and_cache_siso(key: torch.Tensor, key_cache: torch.Tensor, slot_indices: torch.Tensor) -> None:
@@ -174,7 +136,11 @@ def _npu_reshape_and_cache_siso(key: torch.Tensor, key_cache: torch.Tensor, slot
     -------
     None
     """
-    reshape_and_cache(key, None, key_cache, None, slot_indices, kv_cache_cfg="nd")
+    try:
+        reshape_and_cache(key, None, key_cache, None, slot_indices, kv_cache_cfg="nd")
+    except (TypeError, ValueError) as error:
+        _in_callers_words(error, _RESHAPE_NAMES)
+        raise
 
 
 def npu_scatter_pa_kv_cache(
@@ -221,6 +187,8 @@ def npu_scatter_pa_kv_cache(
             f"npu_scatter_pa_kv_cache: {', '.join(given)} (torch_npu's head-compression scenario, 4-D key/value) "
             f"is not implemented by ascend_kv; pass none of them"
         )
+    if cache_mode is not None and not isinstance(cache_mode, str):
+        raise TypeError(f"cache_mode must be a str or None, got {common.describe(cache_mode)}")
     if cache_mode not in _CACHE_MODES:
         raise ValueError(f"cache_mode must be 'PA_NZ', 'Norm' or None, got {cache_mode!r}")
     layout = _CACHE_MODES[cache_mode]
@@ -230,10 +198,22 @@ def npu_scatter_pa_kv_cache(
             "npu_scatter_pa_kv_cache: a 4-D key [batch, seq_len, num_heads, head_size] is torch_npu's "
             "head-compression scenario, not implemented by ascend_kv; pass [num_tokens, num_heads, head_size]"
         )
-    if layout == "nz":
-        key_cache = _nz_cache("key_cache", common.tensor_argument("key_cache", key_cache), key)
-        value_cache = _nz_cache("value_cache", common.tensor_argument("value_cache", value_cache), value)
-    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
+    try:
+        if layout == "nz":
+            key_cache = _nz_cache("key_cache", common.tensor_argument("key_cache", key_cache), key)
+            value_cache = _nz_cache("value_cache", common.tensor_argument("value_cache", value_cache), value)
+        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_cfg=layout)
+    except (TypeError, ValueError) as error:
+        _in_callers_words(error, {}, _mode_hint(cache_mode))
+        raise
+
+
+def _mode_hint(cache_mode: str | None) -> str:
+    """What ``cache_mode`` takes, for a cache-shape error (a forgotten ``cache_mode="Norm"`` is the usual one)."""
+    if cache_mode == "PA_NZ":
+        return (f"cache_mode='PA_NZ' (torch_npu's default) takes {_NZ_SHAPE} or per head [num_blocks, num_heads, "
+                f"head_size // E, block_size, E]; {_ND_SHAPE} need cache_mode='Norm'")
+    return f"cache_mode={cache_mode!r} takes {_ND_SHAPE}; NZ caches need cache_mode='PA_NZ'"
 
 
 def _nz_cache(name: str, cache: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -302,13 +282,22 @@ def npu_gather_pa_kv_cache(
     None
         As torch_npu: ``key`` and ``value`` are written in place.
     """
-    layout = _storage_layout(key_cache, value_cache)
-    key, value = common.tensor_argument("key", key), common.tensor_argument("value", value)
-    if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ:
-        key, value = _token_rows("key", key), _token_rows("value", value)
+    for name, arg in (("key_cache", key_cache), ("value_cache", value_cache), ("block_tables", block_tables),
+                      ("seq_lens", seq_lens), ("key", key), ("value", value), ("seq_offset", seq_offset)):
+        if arg is not None or name != "seq_offset":  # the operator's schema would raise RuntimeError instead
+            common.tensor_argument(name, arg)
     cumsum = common.bool_argument("is_seq_lens_cumsum", is_seq_lens_cumsum)
-    torch.ops.ascend_kv.paged_cache_load.into(key_cache, value_cache, block_tables, seq_lens, key, value, int(layout),
-                                              cumsum, seq_offset, True)  # zero_fill=True
+    layout = cache_layout(key_cache, value_cache)
+    try:
+        if layout == "nz":
+            key, value = _token_rows("key", key), _token_rows("value", value)
+        torch.ops.ascend_kv.paged_cache_load.into(
+            key_cache, value_cache, block_tables, seq_lens, key, value,
+            int(KvCacheCfg.K_CACHE_V_CACHE_NZ if layout == "nz" else KvCacheCfg.K_CACHE_V_CACHE_ND),
+            cumsum, seq_offset, True)  # zero_fill=True: torch_npu's golden zero-fills rows of -1 / absent blocks
+    except (TypeError, ValueError) as error:
+        _in_callers_words(error, _GATHER_NAMES, _format_hint(layout))
+        raise
 
 
 def _token_rows(name: str, out: torch.Tensor) -> torch.Tensor:
@@ -336,14 +325,34 @@ def _atb_paged_cache_load(
     """torch_npu's ``atb.npu_paged_cache_load`` (ATB PagedCacheLoadOperation): :func:`ascend_kv.paged_cache_load`
     with the layout taken from the caches' storage format (NZ when both are FRACTAL_NZ, else ND).
 
+    Parameters
+    ----------
+    key_cache, value_cache : torch.Tensor
+        ND ``[num_blocks, block_size, num_heads, head_size_{k,v}]``; NZ
+        ``[num_blocks, T // E, block_size, E]`` when both carry FRACTAL_NZ (29).
+    block_table : torch.Tensor
+        ``[batch, max_blocks]`` int32/int64.
+    context_lens : torch.Tensor
+        ``[batch]`` lengths, or ``[batch + 1]`` cumulative ones with ``cumsum``.
+    seq_starts : torch.Tensor, optional
+        ``[batch]`` token offsets; whole blocks (ND only).
+    cumsum : bool, optional
+        ``context_lens`` holds cumulative lengths (ND only).
+    key, value : torch.Tensor, optional
+        Outputs written in place: ND ``[rows, num_heads, head_size_{k,v}]``, NZ ``[rows, T]``.
+
     Returns
     -------
     tuple of torch.Tensor
         ``(key, value)``: the given outputs, or new zero-filled ones with ``num_tokens`` rows.
     """
-    return paged_cache_load(key_cache, value_cache, block_table, context_lens,
-                            kv_cache_cfg=_storage_layout(key_cache, value_cache), cumsum=cumsum,
-                            seq_starts=seq_starts, key=key, value=value)
+    layout = cache_layout(key_cache, value_cache)
+    try:
+        return paged_cache_load(key_cache, value_cache, block_table, context_lens, kv_cache_cfg=layout, cumsum=cumsum,
+                                seq_starts=seq_starts, key=key, value=value)
+    except (TypeError, ValueError) as error:
+        _in_callers_words(error, {}, _format_hint(layout))
+        raise
 
 
 _atb_paged_cache_load.__name__ = _atb_paged_cache_load.__qualname__ = "npu_paged_cache_load"
@@ -356,6 +365,7 @@ __all__ = [
     "_npu_reshape_and_cache",
     "_npu_reshape_and_cache_siso",
     "atb",
+    "empty_with_format",
     "get_npu_format",
     "npu_format_cast",
     "npu_gather_pa_kv_cache",
