@@ -1,5 +1,6 @@
 #include "csrc/rules/text.h"
 
+#include <cctype>
 #include <sstream>
 
 namespace ascend_kv {
@@ -29,7 +30,12 @@ std::string DtypeName(at::ScalarType dtype)
         case at::kFloat8_e5m2fnuz: return "float8_e5m2fnuz";
         case at::kFloat8_e8m0fnu: return "float8_e8m0fnu";
         default: {
-            std::string name = c10::toString(dtype);  // e.g. "QInt8": not a type the rules name
+            // The other types as Python names them: c10's name in lower case ("UInt4" -> "uint4",
+            // "Float4_e2m1fn_x2" -> "float4_e2m1fn_x2", "Bits16" -> "bits16", "QInt8" -> "qint8").
+            std::string name = c10::toString(dtype);
+            for (char& c : name) {
+                c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            }
             return name;
         }
     }
