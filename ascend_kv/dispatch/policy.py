@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import os
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -200,8 +202,18 @@ def _warn_once(decision: Decision) -> None:
         f"ascend_kv: {decision.op} on {decision.device} runs on the vectorized fallback, not the AscendC "
         f"kernels: {decision.reason} (said once per reason; `ascend-kv info` explains)",
         FallbackWarning,
-        stacklevel=4,
+        stacklevel=_callers_level(),
     )
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside ascend_kv and torch: the caller's line, whatever
+    route (public function, facade, operator) the call took to the policy."""
+    inside = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def explain(op: str, device: str | torch.device | None = None, backend: str | None = None) -> Decision:
