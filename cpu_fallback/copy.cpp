@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <c10/util/SmallVector.h>
+
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(ASCEND_KV_PORTABLE_COPY)
 #include <emmintrin.h>  // SSE2: baseline on x86-64
 #define ASCEND_KV_CAN_STREAM 1
@@ -64,14 +66,14 @@ PieceCopy PieceCopy::Of(c10::IntArrayRef sizes, c10::IntArrayRef src_strides, c1
                         int64_t element)
 {
     // Dims of size > 1, innermost last, as (size, source step, destination step) in bytes.
-    int64_t size[kMaxDims + 1], src[kMaxDims + 1], dst[kMaxDims + 1];
+    const size_t rank = sizes.size();
+    c10::SmallVector<int64_t, kMaxDims + 1> size(rank), src(rank), dst(rank);
     int n = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) {
+    for (size_t d = 0; d < rank; ++d) {
         if (sizes[d] == 0) {
             return PieceCopy{};  // an empty piece: nothing to copy
         }
         if (sizes[d] > 1) {
-            TORCH_INTERNAL_ASSERT(n <= kMaxDims, "a piece of more than ", kMaxDims + 1, " dims");
             size[n] = sizes[d];
             src[n] = src_strides[d] * element;
             dst[n] = dst_strides[d] * element;
@@ -94,6 +96,10 @@ PieceCopy PieceCopy::Of(c10::IntArrayRef sizes, c10::IntArrayRef src_strides, c1
                 continue;
             }
         }
+        if (piece.dims == kMaxDims) {
+            piece.fits = false;  // more loops than a piece holds: the caller copies it otherwise
+            return piece;
+        }
         piece.size[piece.dims] = size[d];
         piece.src_step[piece.dims] = src[d];
         piece.dst_step[piece.dims] = dst[d];
@@ -115,6 +121,7 @@ bool ShouldStream(int64_t bytes, int64_t threshold) { return ASCEND_KV_CAN_STREA
 
 void Copy(const char* src, char* dst, const PieceCopy& piece, bool stream)
 {
+    TORCH_INTERNAL_ASSERT(piece.fits, "a piece of more than ", PieceCopy::kMaxDims, " loops reached Copy");
     if (piece.chunk == 0) {
         return;
     }
@@ -128,6 +135,7 @@ void Copy(const char* src, char* dst, const PieceCopy& piece, bool stream)
 void CopyRun(const char* src, char* dst, int64_t count, int64_t src_step, int64_t dst_step, const PieceCopy& piece,
              bool stream)
 {
+    TORCH_INTERNAL_ASSERT(piece.fits, "a piece of more than ", PieceCopy::kMaxDims, " loops reached CopyRun");
     if (count <= 0 || piece.chunk == 0) {
         return;
     }
@@ -142,6 +150,7 @@ void CopyRun(const char* src, char* dst, int64_t count, int64_t src_step, int64_
 
 void Zero(char* dst, const PieceCopy& piece)
 {
+    TORCH_INTERNAL_ASSERT(piece.fits, "a piece of more than ", PieceCopy::kMaxDims, " loops reached Zero");
     if (piece.chunk != 0) {
         ZeroDims(dst, piece, 0);
     }

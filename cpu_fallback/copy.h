@@ -22,10 +22,15 @@ struct PieceCopy {
     int64_t src_step[kMaxDims] = {};
     int64_t dst_step[kMaxDims] = {};
 
-    /// A piece of `sizes` elements of `element` bytes, at byte strides `src_strides` in the source
-    /// and `dst_strides` in the destination (at most kMaxDims + 1 dims).
+    bool fits = true;
+
+    /// A piece of `sizes` elements of `element` bytes, at element strides `src_strides` in the
+    /// source and `dst_strides` in the destination, any number of dims; when more than kMaxDims
+    /// outer loops remain after merging, the piece does not fit (Fits() false: copy it otherwise).
     static PieceCopy Of(c10::IntArrayRef sizes, c10::IntArrayRef src_strides, c10::IntArrayRef dst_strides,
                         int64_t element);
+    /// Whether Copy, CopyRun and Zero take this piece (false for a piece of more loops than kMaxDims).
+    bool Fits() const { return fits; }
     /// Bytes in one piece.
     int64_t Bytes() const;
     /// Whether the piece is one contiguous stretch on both sides.

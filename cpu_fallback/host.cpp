@@ -40,6 +40,13 @@ PieceCopy NzToken(const at::Tensor& tokens, const at::Tensor& cache)
                          {per_head * cache.stride(1), cache.stride(1), cache.stride(3)}, cache.element_size());
 }
 
+/// Block `s` of `src` to block `d` of `dst` through ATen, on this thread: for blocks whose dims
+/// do not merge into the loops of a PieceCopy (a cache of many strided dims).
+void CopyBlock(const at::Tensor& src, int64_t s, const at::Tensor& dst, int64_t d)
+{
+    dst.select(0, d).copy_(src.select(0, s));
+}
+
 }  // namespace
 
 void KvCache(const KvCacheCall& call, const KvCachePlan& plan)
@@ -189,12 +196,20 @@ void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan)
     std::vector<PieceCopy> blocks;
     int64_t bytes = 0;
     for (const at::Tensor& cache : call.caches) {
-        if (cache.numel()) {
-            caches.push_back(&cache);
-            blocks.push_back(PieceCopy::Of(cache.sizes().slice(1), cache.strides().slice(1), cache.strides().slice(1),
-                                           cache.element_size()));
-            bytes = std::max(bytes, blocks.back().Bytes());
+        if (!cache.numel()) {
+            continue;
         }
+        const PieceCopy block = PieceCopy::Of(cache.sizes().slice(1), cache.strides().slice(1),
+                                              cache.strides().slice(1), cache.element_size());
+        if (!block.Fits()) {  // blocks of more strided dims than a piece loops over
+            for (int64_t j = 0; j < copies; ++j) {
+                CopyBlock(cache, plan.sources[j], cache, plan.destinations[j]);
+            }
+            continue;
+        }
+        caches.push_back(&cache);
+        blocks.push_back(block);
+        bytes = std::max(bytes, block.Bytes());
     }
     const int64_t items = copies * static_cast<int64_t>(caches.size());
     const bool stream = ShouldStream(items * bytes, kStreamWrites);
@@ -216,6 +231,12 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
     }
     const int64_t size = src.element_size(), n = static_cast<int64_t>(pairs.sources.size());
     const PieceCopy block = PieceCopy::Of(src.sizes().slice(1), src.strides().slice(1), dst.strides().slice(1), size);
+    if (!block.Fits()) {  // blocks of more strided dims than a piece loops over
+        for (int64_t i = 0; i < n; ++i) {
+            CopyBlock(src, pairs.sources[i], dst, pairs.destinations[i]);
+        }
+        return;
+    }
     const bool stream = ShouldStream(n * block.Bytes(), kStreamWrites);
     ParallelFor(n, block.Bytes(), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
