@@ -35,14 +35,19 @@ std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& tensors, const a
         }
         return result;
     }
-    at::Tensor flat;
-    try {
-        flat = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-    } catch (const c10::Error&) {  // no pinned memory for this device: the copy is then from pageable memory
-        flat = at::empty({total}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor moved;
+    if (total == 0) {
+        moved = at::empty({0}, at::TensorOptions().dtype(at::kLong).device(device));
+    } else {
+        at::Tensor flat;
+        try {
+            flat = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+        } catch (const c10::Error&) {  // no pinned memory for this device: the copy is then from pageable memory
+            flat = at::empty({total}, at::TensorOptions().dtype(at::kLong));
+        }
+        at::cat_out(flat, host);
+        moved = flat.to(device, /*non_blocking=*/true);
     }
-    at::cat_out(flat, host);
-    const at::Tensor moved = flat.to(device, /*non_blocking=*/true);
     int64_t start = 0;
     for (const at::Tensor& t : tensors) {
         if (!t.defined() || t.device() == device) {
