@@ -19,6 +19,12 @@ does:
   (not ``non_blocking=True`` from pinned memory), host index tensors moved by advanced indexing
   included.
 
+For tests that look closer: ``same_layout()`` puts host tensors on the device with their exact
+memory layout (the bytes between a view's elements included) and copies the device memory back
+afterwards; ``recording()`` keeps host copies of the arguments of chosen ops as the device runs
+them (e.g. ``aten::_index_put_impl_``, or ``aten::_copy_from`` with its ``non_blocking`` flag);
+``memory_capacity()`` limits the device memory, so an allocation beyond it fails as on a device.
+
 ``install()`` builds the C++ extension once (cached under ``$ASCEND_KV_CACHE_DIR`` or
 ``~/.cache/ascend_kv``, keyed by a hash of the sources and the torch version) and installs it for
 the whole process. CPU tensors and ops behave as before; what changes is that torch now has an
@@ -218,3 +224,79 @@ def set_storage_format(tensor: torch.Tensor, format: int) -> None:
     """Make the memory behind ``tensor`` (and every view of it) report ``format``, as after
     torch_npu's ``npu_format_cast``; the bytes are not rearranged."""
     _installed().set_storage_format(tensor, format)
+
+
+@contextlib.contextmanager
+def memory_capacity(nbytes: int) -> Iterator[None]:
+    """Inside the block, an allocation that would take the device memory in use (:func:`memory_in_use`)
+    past ``nbytes`` fails as a device out of memory does (``torch.OutOfMemoryError``)."""
+    previous = int(_installed().memory_capacity())
+    _installed().set_memory_capacity(nbytes)
+    try:
+        yield
+    finally:
+        _installed().set_memory_capacity(previous)
+
+
+def memory_in_use() -> int:
+    """Bytes of device memory allocated and not yet freed (memory borrowed from host results excluded)."""
+    return int(_installed().memory_in_use())
+
+
+@dataclass
+class RecordedCall:
+    """One call of a recorded op: ``args`` its arguments as they were when it was called (tensors
+    copied to host memory, lists as lists), ``devices`` where each argument's tensors were (``""``
+    for a value holding none)."""
+
+    name: str
+    args: list[Any]
+    devices: list[str]
+
+
+@contextlib.contextmanager
+def recording(*names: str) -> Iterator[list[RecordedCall]]:
+    """Record the calls of the ops ``names`` (``"aten::_index_put_impl_"``, ``"aten::_copy_from"``, ...)
+    the device runs inside the block: ``with recording(name) as calls: ...``; ``calls`` is complete once
+    the block ends. Copying the arguments is not counted as a transfer."""
+    calls: list[RecordedCall] = []
+    _installed().start_recording(list(names))
+    try:
+        yield calls
+    finally:
+        calls.extend(RecordedCall(name, list(args), list(devices)) for name, args, devices in _installed().stop_recording())
+
+
+@dataclass
+class Mirror:
+    """Host tensors on the device, laid out as on the host (see :func:`same_layout`)."""
+
+    values: list[Any]
+    _storages: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def copy_back(self) -> None:
+        """Copy each device memory back into the host memory it came from, the bytes between elements included."""
+        for host_bytes, device_bytes in self._storages:
+            host_bytes.copy_(device_bytes)
+
+
+def same_layout(values: Any, device: str | torch.device = "npu:0") -> Mirror:
+    """``values`` with each host tensor on ``device`` over a copy of its whole storage, with its sizes,
+    strides and storage offset: views of one host storage stay views of one device storage, and the
+    bytes between a view's elements come along (``tensor.to()`` would make a strided view contiguous).
+    Other values stay as they are."""
+    storages: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    moved: list[Any] = []
+    for value in values:
+        if not isinstance(value, torch.Tensor):
+            moved.append(value)
+            continue
+        storage = value.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            host_bytes = torch.empty(0, dtype=torch.uint8).set_(storage)
+            storages[key] = (host_bytes, host_bytes.to(device))
+        device_bytes = storages[key][1]
+        moved.append(device_bytes.view(value.dtype).as_strided(value.shape, value.stride(), value.storage_offset()))
+    return Mirror(moved, list(storages.values()))
+

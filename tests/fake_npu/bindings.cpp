@@ -1,6 +1,7 @@
 // The fake NPU's Python functions (the module tests/fake_npu/__init__.py wraps them).
 #include "fake_npu.h"
 
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace fake_npu {
@@ -35,5 +36,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
   module.def("storage_format", &storage_format);
   module.def("set_storage_format", &set_storage_format);
+  module.def("memory_capacity", &memory_capacity);
+  module.def("set_memory_capacity", &set_memory_capacity);
+  module.def("memory_in_use", &memory_in_use);
+  module.def("start_recording", &start_recording);
+  module.def("stop_recording", [] {
+    py::list calls;
+    for (RecordedCall& call : stop_recording()) {
+      py::list arguments;
+      for (c10::IValue& argument : call.arguments) arguments.append(torch::jit::toPyObject(std::move(argument)));
+      calls.append(py::make_tuple(call.name, arguments, call.devices));
+    }
+    return calls;
+  });
   module.attr("FORMAT_ND") = kFormatNd;
 }

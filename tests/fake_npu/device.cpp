@@ -8,8 +8,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 namespace fake_npu {
 
@@ -23,6 +25,13 @@ namespace {
 constexpr size_t kAlignment = 512;
 
 std::atomic<c10::DeviceIndex> configured_device_count{2};
+std::atomic<int64_t> capacity{std::numeric_limits<int64_t>::max()};
+std::atomic<int64_t> in_use{0};
+
+std::mutex recording_mutex;
+std::unordered_set<std::string> recorded_names;
+std::atomic<bool> recording_any{false};
+std::vector<RecordedCall> recorded;
 thread_local c10::DeviceIndex current_index = 0;
 
 void* aligned_host_memory(size_t nbytes) {
@@ -37,10 +46,26 @@ void* aligned_host_memory(size_t nbytes) {
 // the storage format reported for it (per allocation, as torch_npu keeps it per storage).
 struct Allocation {
   void* owned = nullptr;
+  int64_t reserved = 0;  // bytes counted against the capacity
   c10::Storage borrowed;
   int format = kFormatNd;
-  ~Allocation() { std::free(owned); }
+  ~Allocation() {
+    std::free(owned);
+    in_use -= reserved;
+  }
 };
+
+// Counts `nbytes` against the device's capacity, or fails as a device out of memory.
+int64_t reserve(size_t nbytes) {
+  const auto bytes = static_cast<int64_t>(nbytes);
+  const int64_t before = in_use.fetch_add(bytes);
+  if (bytes < 0 || before > capacity.load() - bytes) {
+    in_use -= bytes;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "fake NPU: out of device memory: tried to allocate ", nbytes,
+                     " bytes with ", before, " of ", capacity.load(), " bytes in use");
+  }
+  return bytes;
+}
 
 void delete_allocation(void* context) { delete static_cast<Allocation*>(context); }
 
@@ -56,8 +81,17 @@ Allocation* allocation_of(const at::Tensor& tensor) {
 class DeviceAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
+    const int64_t reserved = reserve(nbytes);
+    void* memory = nullptr;
+    try {
+      memory = aligned_host_memory(nbytes);
+    } catch (...) {
+      in_use -= reserved;
+      throw;
+    }
     auto* allocation = new Allocation;
-    allocation->owned = aligned_host_memory(nbytes);
+    allocation->owned = memory;
+    allocation->reserved = reserved;
     c10::Device device(c10::DeviceType::PrivateUse1, current_index);
     return {allocation->owned, allocation, &delete_allocation, device};
   }
@@ -214,6 +248,38 @@ void set_storage_format(const at::Tensor& tensor, int format) {
   Allocation* allocation = allocation_of(tensor);
   TORCH_CHECK(allocation != nullptr, "fake NPU: cannot set the storage format of a tensor without memory");
   allocation->format = format;
+}
+
+int64_t memory_capacity() { return capacity.load(); }
+void set_memory_capacity(int64_t bytes) {
+  TORCH_CHECK(bytes >= 0, "fake NPU: the memory capacity must be >= 0, got ", bytes);
+  capacity = bytes;
+}
+int64_t memory_in_use() { return in_use.load(); }
+
+void start_recording(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(recording_mutex);
+  recorded_names = std::unordered_set<std::string>(names.begin(), names.end());
+  recorded.clear();
+  recording_any = !recorded_names.empty();
+}
+
+std::vector<RecordedCall> stop_recording() {
+  std::lock_guard<std::mutex> lock(recording_mutex);
+  recording_any = false;
+  recorded_names.clear();
+  return std::move(recorded);
+}
+
+bool is_recorded(const std::string& name) {
+  if (!recording_any.load()) return false;
+  std::lock_guard<std::mutex> lock(recording_mutex);
+  return recorded_names.count(name) > 0;
+}
+
+void record(RecordedCall call) {
+  std::lock_guard<std::mutex> lock(recording_mutex);
+  if (recorded_names.count(call.name)) recorded.push_back(std::move(call));
 }
 
 }  // namespace fake_npu

@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace fake_npu {
 
@@ -26,6 +28,11 @@ extern std::atomic<int64_t> uploads;
 extern std::atomic<int64_t> blocking_uploads;
 
 c10::Allocator* device_allocator();
+// Device memory: an allocation that would take the bytes in use past the capacity (unlimited
+// unless set) fails as a device's out-of-memory does, with c10::OutOfMemoryError.
+int64_t memory_capacity();
+void set_memory_capacity(int64_t bytes);
+int64_t memory_in_use();
 bool is_pinned_host_pointer(const void* data);
 
 c10::DeviceIndex device_count();
@@ -38,5 +45,18 @@ c10::Storage device_storage_over(const c10::Storage& host, c10::DeviceIndex inde
 // The storage format recorded with a device allocation (kFormatNd unless set).
 int storage_format(const at::Tensor& tensor);
 void set_storage_format(const at::Tensor& tensor, int format);
+
+// Recording: while an op's name is recorded, each call of it keeps copies, in host memory, of
+// its arguments as they were when it was called, with each argument's device ("" for a value).
+// The ops run through the boxed fallback can be recorded, and aten::_copy_from.
+struct RecordedCall {
+  std::string name;
+  std::vector<c10::IValue> arguments;
+  std::vector<std::string> devices;
+};
+void start_recording(const std::vector<std::string>& names);
+std::vector<RecordedCall> stop_recording();
+bool is_recorded(const std::string& name);
+void record(RecordedCall call);
 
 }  // namespace fake_npu

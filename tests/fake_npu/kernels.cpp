@@ -197,6 +197,20 @@ c10::IValue map_tensors(const c10::IValue& value, Convert&& convert) {
   return list;
 }
 
+// A copy of `value`'s tensors (already host tensors) as they are now, for a recorded call.
+c10::IValue snapshot(const c10::IValue& value) {
+  return map_tensors(value, [](const at::Tensor& tensor) { return tensor.defined() ? tensor.clone() : tensor; });
+}
+
+// The device of `value`'s first defined tensor, "" for a value holding none.
+std::string device_name(const c10::IValue& value) {
+  std::string name;
+  for_each_tensor(value, [&](const at::Tensor& tensor) {
+    if (name.empty() && tensor.defined()) name = tensor.device().str();
+  });
+  return name;
+}
+
 c10::DeviceIndex device_of_call(const std::vector<c10::IValue>& args) {
   std::optional<c10::DeviceIndex> index;
   for (const c10::IValue& value : args) {
@@ -250,6 +264,14 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else {
       host_args.push_back(map_tensors(value, [&](const at::Tensor& tensor) { return mirror.host(tensor); }));
     }
+  }
+  if (is_recorded(schema.name())) {
+    RecordedCall call{schema.name(), {}, {}};
+    for (size_t i = 0; i < host_args.size(); ++i) {
+      call.arguments.push_back(snapshot(host_args[i]));
+      call.devices.push_back(device_name(device_args[i]));
+    }
+    record(std::move(call));
   }
   std::copy(host_args.begin(), host_args.end(), stack->begin() + static_cast<std::ptrdiff_t>(first));
   {
@@ -329,6 +351,10 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& destination, bo
     if (!(non_blocking && is_pinned_host_pointer(source.storage().data()))) ++blocking_uploads;
   }
   HostMirror mirror(to_device ? destination.device().index() : source.device().index());
+  if (is_recorded("aten::_copy_from")) {
+    record({"aten::_copy_from", {mirror.host(source).clone(), mirror.host(destination).clone(), non_blocking},
+            {source.device().str(), destination.device().str(), ""}});
+  }
   mirror.host(destination).copy_(mirror.host(source));
   return destination;
 }
