@@ -39,7 +39,6 @@ from cases import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv.backends import npu, sim
@@ -321,26 +320,30 @@ def test_explicit_npu_on_an_unsupported_soc_is_an_error(soc: str) -> None:
                 ascend_kv.kv_cache(*case.args)
 
 
-def test_library_checks_direct_calls(kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch.ops of the kernel library can be called directly: it checks every tensor the kernels index."""
+def test_the_operator_checks_every_tensor_of_an_npu_call(kernel_library: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel library takes its tensors unchecked: the operator's rules refuse a bad call on the NPU
+    path before any backend runs, naming the tensor, and write nothing."""
     monkeypatch.setenv("ASCEND_KV_SOC", SUPPORTED)
+    policy.forget()
     case = to(paged_case(ND, [20, 3], give_outputs=True), NPU, NPU)
     key_cache, value_cache, table, lens = case.args
-    ops = getattr(torch.ops, npu.library().namespace)
-    with pytest.raises(RuntimeError, match="value_cache"):
-        ops.paged_cache_load(key_cache, value_cache[:3], table, lens, None, case.kwargs["key"], case.kwargs["value"],
-                             1, False)
-    with pytest.raises(RuntimeError, match="block_table"):
-        ops.paged_cache_load(key_cache, value_cache, table.float(), lens, None, case.kwargs["key"],
-                             case.kwargs["value"], 1, False)
-    key = case.kwargs["key"]
-    before = host(key).clone()
-    with pytest.raises(RuntimeError, match="key is written in place, so each element needs its own memory"):
-        ops.paged_cache_load(key_cache, value_cache, table, lens, None, key[:1].expand(key.shape), case.kwargs["value"],
-                             1, False)
-    with pytest.raises(RuntimeError, match=re.escape("context_lens must be 1-D [batch], got shape [2, 1]")):
-        ops.paged_cache_load(key_cache, value_cache, table, lens[:, None], None, key, case.kwargs["value"], 1, False)
+    key, value = case.kwargs["key"], case.kwargs["value"]
+    before, runs = host(key).clone(), torch.ops.ascend_kv._runs()
+    for error, message, call in (
+        (ValueError, "value_cache.shape[0] (num_blocks) = 3 must equal key_cache.shape[0] = 8",
+         (key_cache, value_cache[:3], table, lens, key, value)),
+        (TypeError, "block_table must have dtype int32 or int64, got float32", (key_cache, value_cache, table.float(),
+                                                                                lens, key, value)),
+        (ValueError, "key is written in place, so each element needs its own memory",
+         (key_cache, value_cache, table, lens, key[:1].expand(key.shape), value)),
+        (ValueError, "context_lens must be a 1-D tensor [batch], got shape (2, 1)",
+         (key_cache, value_cache, table, lens[:, None], key, value)),
+    ):
+        with pytest.raises(error, match=re.escape(message)):
+            ascend_kv.paged_cache_load(*call[:4], kv_cache_cfg=ND, key=call[4], value=call[5])
     assert bits_equal(host(key), before)  # a refused call wrote nothing
+    assert torch.ops.ascend_kv._runs() == runs  # and ran nowhere
+    policy.forget()
 
 
 @pytest.mark.parametrize("name", sorted(empty_calls()))
@@ -368,24 +371,18 @@ def test_a_padding_only_write_on_the_device_fallback_changes_no_byte(kernel_libr
     """On a 310P part (the device fallback), a reshape_and_cache whose slots are all padding or out of
     range adds zero everywhere: no slot, not even (0, 0), is rewritten with bytes read earlier."""
     monkeypatch.setenv("ASCEND_KV_SOC", UNSUPPORTED)
-    monkeypatch.setattr(policy, "_warned", set())
+    policy.forget()
     case = to(reshape_and_cache_case(layout, [-1, -1, -7], num_tokens=3), NPU, NPU)
     before = [host(t) for t in case.args[2:4]]
-    recorder = IndexPutRecorder()  # as a mode it would see only our operator: record the fallback's method calls
-    index_put_ = torch.Tensor.index_put_
-
-    def recorded(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
-        recorder.calls.append(([host(i) for i in indices], host(values), accumulate))
-        return index_put_(self, indices, values, accumulate)
-
-    monkeypatch.setattr(torch.Tensor, "index_put_", recorded)
-    with warnings.catch_warnings():
+    recorder = IndexPutRecorder()  # the writes the device runs: the fallback's, inside the C++ operator
+    with warnings.catch_warnings(), fake_npu.recording("aten::_index_put_impl_") as calls:
         warnings.simplefilter("ignore", ascend_kv.FallbackWarning)
         ascend_kv.reshape_and_cache(*case.args, **case.kwargs)
-    monkeypatch.undo()
+    recorder.calls = [(indices, values, accumulate) for _, indices, values, accumulate, *_ in (c.args for c in calls)]
     assert recorder.calls, "the device fallback did not run"
     recorder.require_no_change()
     assert all(bits_equal(host(t), b) for t, b in zip(case.args[2:4], before))
+    policy.forget()
 
 
 # ----------------------------------------------------------------------------- block copies
@@ -461,23 +458,11 @@ def test_block_copy_garbage_device_indices_are_skipped(soc: str, args: BlockCopy
 
 
 def cross_device_copies(call: Any) -> list[bool]:
-    """``non_blocking`` of each copy between devices that ``call()`` makes (through the fallback's own
-    functions: a dispatch mode sees the operator, not the copies inside it)."""
-    flags: list[bool] = []
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
-            if func.overloadpacket in (torch.ops.aten.copy_, torch.ops.aten._to_copy):
-                devices = {a.device for a in args[:2] if isinstance(a, torch.Tensor)}
-                devices |= {torch.device(kwargs["device"])} if kwargs.get("device") is not None else set()
-                if len(devices) > 1:
-                    flags.append(bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False)))
-            return func(*args, **kwargs)
-
-    with Recorder():
+    """``non_blocking`` of each copy between devices that ``call()`` makes (the device records its
+    copies: a dispatch mode would see the operator, not the copies inside it)."""
+    with fake_npu.recording("aten::_copy_from") as copies:
         call()
-    return flags
+    return [bool(c.args[2]) for c in copies if c.devices[0] != c.devices[1]]
 
 
 def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str) -> None:
@@ -496,8 +481,7 @@ def test_swap_blocks_between_pinned_host_memory_and_the_npu_never_waits(soc: str
     expected[[1, 3, 7]] = original[[5, 6, 2]]
     assert bits_equal(host(cache), expected)
     for src, dst, mapping in ((cache, offloaded, out_mapping), (offloaded, cache, in_mapping)):
-        flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: host_blocks.swap_blocks(
-            block_rules.swap_blocks(src, dst, mapping)))
+        flags = cross_device_copies(lambda src=src, dst=dst, mapping=mapping: ascend_kv.swap_blocks(src, dst, mapping))
         assert flags and all(flags)
 
 
