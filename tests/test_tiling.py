@@ -1,6 +1,7 @@
 """The host tiling (ascendc/host/tiling.cpp), read through the op library's ``*_tiling`` ops.
 
-The ops take the same tensors as the kernels' ops and return the tiling the call would run, as
+The ops take the tensors the kernel library's entries take (ascendc/host/kernel_library.h), which
+the operators' rules have checked (the ops check nothing), and return the tiling the call would run, as
 ``name=value`` words (printed from the one field list in ascendc/tiling.h). The tiling fixes how
 many cores run, how UB is divided and the byte geometry the kernels address; it depends on
 shapes, strides, the core count and the UB size only, never on index values.
@@ -136,7 +137,7 @@ def test_default_ub_stages_whole_index_tensors_and_copies_in_large_chunks(monkey
 
 
 def test_impossible_ub_is_a_tiling_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(RuntimeError, match="kv_cache_tiling: tiling failed: the UB size leaves no room"):
+    with pytest.raises(RuntimeError, match="ascend_kv_host.kv_cache: tiling failed: the UB size leaves no room"):
         kv_tiling(monkeypatch, torch.empty((2, 16), dtype=torch.float16), torch.empty((1, 1, 4, 16), dtype=torch.float16),
                   ub=64)
 
