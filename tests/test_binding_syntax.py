@@ -2,11 +2,12 @@
 
 torch_npu's wheel ships its headers and the ACL headers. The wheel matching the installed torch
 is downloaded once (``pip download --no-deps``, never installed) and its ``include`` folder is
-unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then the shared op
-binding (``ascendc/host/torch_binding.cpp``, as ``ascend_kv_npu``) and the NPU launcher
-(``ascendc/host/launch_npu.cpp``: device queries, storage-format check, tiling upload, launches)
-must pass ``g++ -fsyntax-only``, and our declarations of the generated kernel launchers must
-match the kernels' parameter lists. (The host build compiles the same binding for real.)
+unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then the kernel entries
+(``ascendc/host/kernel_entry.cpp``, as ``ascend_kv_npu``) and the NPU launcher
+(``ascendc/host/launch_npu.cpp``: device queries, storage format, tiling upload, launches) must
+pass ``g++ -fsyntax-only`` with the flags the NPU build takes from torch, and our declarations of
+the generated kernel launchers must match the kernels' parameter lists. (The host build compiles
+the same kernel entries for real.)
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from ascend_kv.operators import build
 
 pytestmark = pytest.mark.slow  # g++ parses the binding against the torch and torch_npu headers
 
@@ -56,11 +59,10 @@ def torch_npu_include() -> Path:
 
 
 def _syntax_check(source: Path, torch_npu_include: Path) -> subprocess.CompletedProcess[str]:
-    torch_include = Path(torch.__file__).parent / "include"
+    compile_flags, _ = build.flags(build.Library("ascend_kv_npu", "", (), ()))  # what CMakeLists.txt takes too
     command = [
-        os.environ.get("CXX", "g++"), "-std=c++17", "-fsyntax-only", "-Werror=return-type",
-        "-DASCEND_KV_OP_NAMESPACE=ascend_kv_npu",
-        f"-I{torch_include}", f"-I{torch_include / 'torch' / 'csrc' / 'api' / 'include'}",
+        build.compiler(), *compile_flags, "-fsyntax-only", "-Werror=return-type",
+        "-DASCEND_KV_KERNEL_LIBRARY=ascend_kv_npu",
         f"-I{torch_npu_include}", f"-I{torch_npu_include / 'third_party' / 'acl' / 'inc'}",
         f"-I{HOST}", str(source),
     ]
@@ -82,13 +84,13 @@ def syntax_checks(
     torch_npu_include: Path, tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
     """Every translation unit below, checked concurrently (each parses all of torch's headers)."""
-    sources = {name: HOST / name for name in ("torch_binding.cpp", "launch_npu.cpp")}
+    sources = {name: HOST / name for name in ("kernel_entry.cpp", "launch_npu.cpp")}
     sources["broken launch_npu.cpp"] = _launcher_without_the_layer_argument(tmp_path_factory.mktemp("broken"))
     with ThreadPoolExecutor(max_workers=len(sources)) as pool:
         yield {name: pool.submit(_syntax_check, source, torch_npu_include) for name, source in sources.items()}
 
 
-@pytest.mark.parametrize("source", ["torch_binding.cpp", "launch_npu.cpp"])
+@pytest.mark.parametrize("source", ["kernel_entry.cpp", "launch_npu.cpp"])
 def test_npu_host_code_compiles_against_torch_and_torch_npu_headers(
     syntax_checks: dict[str, Future[subprocess.CompletedProcess[str]]], source: str,
 ) -> None:

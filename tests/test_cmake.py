@@ -118,11 +118,14 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, C
         yield runs
 
 
-def test_without_cann_only_the_host_targets(configured: dict[str, Configured]) -> None:
+def test_without_cann_no_target_and_the_reason(configured: dict[str, Configured]) -> None:
+    """The operator library and the kernels' host build are not CMake targets (ascend_kv/operators/build.py
+    compiles them): without CANN there is nothing to build, and configuring says why."""
     run = configured["without CANN"]
     assert "ascend_kv: CANN not found" in run.stdout
     assert "skipping the NPU targets" in run.stdout
-    assert "ascend_kv_host" in (run.build / "Makefile").read_text()
+    makefile = (run.build / "Makefile").read_text()
+    assert "ascend_kv_npu" not in makefile and "ascend_kv_host" not in makefile
 
 
 @pytest.mark.parametrize(("soc", "why"), SKIP_REASONS)
@@ -141,13 +144,15 @@ def test_with_everything_present_the_npu_targets_are_configured(configured: dict
     assert "ascend_kv: building the NPU kernels for Ascend910_9391 (atlas-a3)" in run.stdout
     assert "skipping" not in run.stdout
     makefile = (run.build / "Makefile").read_text()
-    assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_host" in makefile
+    assert "ascend_kv_npu" in makefile and "ascend_kv_kernels" in makefile and "ascend_kv_host" not in makefile
     # CANN's own ACL headers win over the copies torch_npu bundles
     flags = (run.build / "CMakeFiles" / "ascend_kv_npu.dir" / "flags.make").read_text()
     cann_include = flags.index(f"-I{run.folder / 'cann' / 'include'}")
     bundled_acl = flags.index("include/third_party/acl/inc")
     assert cann_include < bundled_acl
-    assert "-DASCEND_KV_OP_NAMESPACE=ascend_kv_npu" in flags
+    assert "-DASCEND_KV_KERNEL_LIBRARY=ascend_kv_npu" in flags
+    # torch's flags as the operator library takes them (torch's own CMake config is not used)
+    assert "-D_GLIBCXX_USE_CXX11_ABI=" in flags and "torch/include" in flags
 
 
 def test_native_builds_run_a_bounded_number_of_jobs() -> None:
