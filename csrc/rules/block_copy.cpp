@@ -19,31 +19,29 @@ const char* kCacheShape = "a tensor [num_blocks, ...] of at least 2 dimensions (
 /// How an entry of an index list is named in an error: Namer(i) for entry i.
 using Namer = std::function<std::string(int64_t)>;
 
-void RequireCache(const std::string& name, const at::Tensor& cache, Check check)
+void RequireCache(const std::string& name, const at::Tensor& cache, bool allow_meta)
 {
-    RequireData(name, cache, check == Check::kShapes);
+    RequireData(name, cache, allow_meta);
     RequireCacheDtype(name, cache);
     TORCH_CHECK_VALUE(cache.dim() >= 2, name, " must be ", kCacheShape, ", got shape ", ShapeOf(cache));
     RequireWritable(name, cache);
 }
 
 /// The caches checked one by one, then together: one device, one num_blocks, no two sharing a byte.
-void RequireCaches(const BlockCopyCall& call, Check check)
+void RequireCaches(const BlockCopyCall& call, bool allow_meta)
 {
     for (size_t i = 0; i < call.caches.size(); ++i) {
-        RequireCache(call.names[i], call.caches[i], check);
+        RequireCache(call.names[i], call.caches[i], allow_meta);
     }
     if (call.caches.empty()) {
         return;
     }
     const at::Tensor& first = call.caches[0];
-    if (check == Check::kCall) {
-        std::vector<Named> named;
-        for (size_t i = 0; i < call.caches.size(); ++i) {
-            named.push_back({call.names[i], call.caches[i]});
-        }
-        RequireSameDevice(named);
+    std::vector<Named> named;
+    for (size_t i = 0; i < call.caches.size(); ++i) {
+        named.push_back({call.names[i], call.caches[i]});
     }
+    RequireSameDevice(named);
     for (size_t i = 1; i < call.caches.size(); ++i) {
         TORCH_CHECK_VALUE(call.caches[i].sym_size(0) == first.sym_size(0), call.names[i], ".shape[0] (num_blocks) = ",
                           call.caches[i].sym_size(0), " must equal ", call.names[0], ".shape[0] = ", first.sym_size(0));
@@ -160,9 +158,9 @@ std::vector<int64_t> ExpandedSources(const std::vector<int64_t>& sources, const 
     return expanded;
 }
 
-void RequireBlockMapping(const at::Tensor& mapping)
+void RequireBlockMapping(const at::Tensor& mapping, bool allow_meta)
 {
-    RequireData("block_mapping", mapping, /*allow_meta=*/true);
+    RequireData("block_mapping", mapping, allow_meta);
     RequireDtype("block_mapping", mapping, {at::kInt, at::kLong});
     TORCH_CHECK_VALUE(mapping.dim() == 2 && mapping.sym_size(1) == 2,
                       "block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape ", ShapeOf(mapping));
@@ -186,14 +184,15 @@ BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& valu
         call.caches.push_back(value_cache);
         call.names.emplace_back("value_cache");
     }
-    RequireCaches(call, check);
-    RequireIndexTensor("src_block_indices", src);
-    RequireIndexTensor("dst_block_indices", dst);
-    RequireIndexTensor("cum_sum", cum_sum);
+    const bool meta = AllowsMeta(check, key_cache);
+    RequireCaches(call, meta);
+    RequireIndexTensor("src_block_indices", src, 1, meta);
+    RequireIndexTensor("dst_block_indices", dst, 1, meta);
+    RequireIndexTensor("cum_sum", cum_sum, 1, meta);
     RequireEntries("cum_sum", cum_sum, src.sym_size(0), "one running end per source, len(src_block_indices)");
+    RequireIndexDevices(key_cache.device(), {{"src_block_indices", src}, {"dst_block_indices", dst},
+                                             {"cum_sum", cum_sum}});
     if (check == Check::kCall) {
-        RequireIndexDevices(key_cache.device(), {{"src_block_indices", src}, {"dst_block_indices", dst},
-                                                 {"cum_sum", cum_sum}});
         RequireCachesApart(call);
     }
     call.src = src;
@@ -218,12 +217,13 @@ BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_ca
         call.caches.push_back(value_caches[i]);
         call.names.push_back("value_caches[" + std::to_string(i) + "]");
     }
-    RequireCaches(call, check);
-    RequireBlockMapping(block_mapping);
+    const bool meta = !call.caches.empty() && AllowsMeta(check, call.caches[0]);
+    RequireCaches(call, meta);
+    RequireBlockMapping(block_mapping, meta);
+    if (!call.caches.empty()) {
+        RequireIndexDevices(call.caches[0].device(), {{"block_mapping", block_mapping}});
+    }
     if (check == Check::kCall) {
-        if (!call.caches.empty()) {
-            RequireIndexDevices(call.caches[0].device(), {{"block_mapping", block_mapping}});
-        }
         RequireCachesApart(call);
     }
     call.src = block_mapping.select(1, 0);
@@ -252,15 +252,16 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
 BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
                               Check check)
 {
-    RequireData("src", src, check == Check::kShapes);
+    const bool meta = AllowsMeta(check, src);
+    RequireData("src", src, meta);
     RequireCacheDtype("src", src);
-    RequireCache("dst", dst, check);
+    RequireCache("dst", dst, meta);
     TORCH_CHECK_VALUE(src.dim() >= 2, "src must be ", kCacheShape, ", got shape ", ShapeOf(src));
     TORCH_CHECK_TYPE(src.scalar_type() == dst.scalar_type(), "dst.dtype must equal src.dtype = ",
                      TorchDtype(src.scalar_type()), ", got ", TorchDtype(dst.scalar_type()));
     TORCH_CHECK_VALUE(src.sym_sizes().slice(1) == dst.sym_sizes().slice(1), "dst.shape[1:] (one block) = ",
                       Tuple(dst.sym_sizes().slice(1)), " must equal src.shape[1:] = ", Tuple(src.sym_sizes().slice(1)));
-    RequireBlockMapping(block_mapping);
+    RequireBlockMapping(block_mapping, meta);
     BlockCopyPlan plan;
     if (check == Check::kShapes) {
         return plan;

@@ -26,8 +26,9 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
                          const at::Tensor& past, const at::Tensor& token_offset, const at::Tensor& seq_len, Check check)
 {
     const bool shapes = check == Check::kShapes;
-    RequireData("new_kv", new_kv, shapes);
-    RequireData("past", past, shapes);
+    const bool meta = AllowsMeta(check, past);
+    RequireData("new_kv", new_kv, meta);
+    RequireData("past", past, meta);
     RequireCacheDtype("past", past);
     RequireCacheDtype("new_kv", new_kv);
     RequireSameDtype("new_kv", new_kv, "past", past);
@@ -42,16 +43,14 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
     TORCH_CHECK_VALUE(new_hidden == hidden, flat ? "new_kv.shape[1]" : "new_kv.shape[2] * new_kv.shape[3]", " = ",
                       new_hidden, " must equal hidden = ", hidden, " (past.shape[3])");
     if (layer_tensor.defined()) {
-        RequireScalarIndexTensor("layer_id", layer_tensor);
+        RequireScalarIndexTensor("layer_id", layer_tensor, meta);
     } else {
         RequireLayerInRange(layer_id, past.size(0));
     }
-    RequireIndexTensor("token_offset", token_offset);
-    RequireIndexTensor("seq_len", seq_len);
-    if (!shapes) {
-        const at::Device device = RequireSameDevice({{"past", past}, {"new_kv", new_kv}});
-        RequireIndexDevices(device, {{"token_offset", token_offset}, {"seq_len", seq_len}, {"layer_id", layer_tensor}});
-    }
+    RequireIndexTensor("token_offset", token_offset, 1, meta);
+    RequireIndexTensor("seq_len", seq_len, 1, meta);
+    const at::Device device = RequireSameDevice({{"past", past}, {"new_kv", new_kv}});
+    RequireIndexDevices(device, {{"token_offset", token_offset}, {"seq_len", seq_len}, {"layer_id", layer_tensor}});
     RequireEntries("token_offset", token_offset, past.sym_size(1), "batch = past.shape[1]");
     RequireEntries("seq_len", seq_len, past.sym_size(1), "batch = past.shape[1]");
     if (!shapes) {

@@ -50,7 +50,7 @@ std::optional<__int128> RowsOnHost(const at::Tensor& context_lens, bool cumsum)
 void RequireOutput(const std::string& name, const at::Tensor& out, const at::Tensor& cache,
                    const std::vector<c10::SymInt>& row, const at::Tensor& context_lens, bool cumsum, Check check)
 {
-    RequireData(name, out, check == Check::kShapes);
+    RequireData(name, out, AllowsMeta(check, cache));
     RequireSameDtype(name, out, name + "_cache", cache);
     bool same = out.dim() == static_cast<int64_t>(row.size()) + 1;
     for (size_t d = 0; same && d < row.size(); ++d) {
@@ -83,9 +83,10 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
                              const at::Tensor& value, Check check)
 {
     const bool shapes = check == Check::kShapes;
+    const bool meta = AllowsMeta(check, key_cache);
     const Layout layout = LoadLayout(kv_cache_cfg);
-    RequireData("key_cache", key_cache, shapes);
-    RequireData("value_cache", value_cache, shapes);
+    RequireData("key_cache", key_cache, meta);
+    RequireData("value_cache", value_cache, meta);
     RequireCacheDtype("key_cache", key_cache);
     RequireCacheDtype("value_cache", value_cache);
     TORCH_CHECK_VALUE(layout == Layout::kNd || !cumsum,
@@ -94,8 +95,8 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
                       "seq_starts is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND");
     PagedLoadCall call;
     call.geometry = ReadGeometry(layout, key_cache, value_cache);
-    RequireIndexTensor("block_table", block_table, 2);
-    RequireIndexTensor("context_lens", context_lens);
+    RequireIndexTensor("block_table", block_table, 2, meta);
+    RequireIndexTensor("context_lens", context_lens, 1, meta);
     const c10::SymInt batch = block_table.sym_size(0);
     if (cumsum) {
         RequireEntries("context_lens", context_lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]");
@@ -103,15 +104,13 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
         RequireEntries("context_lens", context_lens, batch, "batch = block_table.shape[0]");
     }
     if (seq_starts.defined()) {
-        RequireIndexTensor("seq_starts", seq_starts);
+        RequireIndexTensor("seq_starts", seq_starts, 1, meta);
         RequireEntries("seq_starts", seq_starts, batch, "batch = block_table.shape[0]");
     }
-    if (!shapes) {
-        const at::Device device = RequireSameDevice(
-            {{"key_cache", key_cache}, {"value_cache", value_cache}, {"key", key}, {"value", value}});
-        RequireIndexDevices(device, {{"block_table", block_table}, {"context_lens", context_lens},
-                                     {"seq_starts", seq_starts}});
-    }
+    const at::Device device = RequireSameDevice(
+        {{"key_cache", key_cache}, {"value_cache", value_cache}, {"key", key}, {"value", value}});
+    RequireIndexDevices(device, {{"block_table", block_table}, {"context_lens", context_lens},
+                                 {"seq_starts", seq_starts}});
     if (key.defined()) {
         RequireOutput("key", key, key_cache, call.geometry.key_row, context_lens, cumsum, check);
     }

@@ -22,9 +22,10 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
                                          const std::string& kv_cache_cfg, Check check)
 {
     const bool shapes = check == Check::kShapes;
+    const bool meta = AllowsMeta(check, key_cache);
     const Layout layout = WriteLayout(kv_cache_cfg);
-    RequireData("key", key, shapes);
-    RequireData("key_cache", key_cache, shapes);
+    RequireData("key", key, meta);
+    RequireData("key_cache", key_cache, meta);
     if (value.defined() != value_cache.defined()) {
         const char* given = value_cache.defined() ? "value_cache" : "value";
         const char* missing = value_cache.defined() ? "value" : "value_cache";
@@ -35,8 +36,8 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     TORCH_CHECK_VALUE(pair || layout == Layout::kNd,
                       "the key-only mode (value and value_cache None) is ND only, got kv_cache_cfg = NZ");
     if (pair) {
-        RequireData("value", value, shapes);
-        RequireData("value_cache", value_cache, shapes);
+        RequireData("value", value, meta);
+        RequireData("value_cache", value_cache, meta);
     }
     for (const char* side : {"key", "value"}) {
         const bool is_key = side[0] == 'k';
@@ -60,15 +61,13 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     }
     ReshapeAndCacheCall call;
     call.geometry = WriteGeometry(layout, key, key_cache, value, value_cache);
-    RequireIndexTensor("slot_mapping", slot_mapping);
+    RequireIndexTensor("slot_mapping", slot_mapping, 1, meta);
     TORCH_CHECK_VALUE(slot_mapping.sym_size(0) <= key.sym_size(0), "slot_mapping has ", slot_mapping.sym_size(0),
                       " entries, more than num_tokens = ", key.sym_size(0),
                       " (key.shape[0]): at most one slot per token");
-    if (!shapes) {
-        const at::Device device = RequireSameDevice(
-            {{"key", key}, {"key_cache", key_cache}, {"value", value}, {"value_cache", value_cache}});
-        RequireIndexDevices(device, {{"slot_mapping", slot_mapping}});
-    }
+    const at::Device device = RequireSameDevice(
+        {{"key", key}, {"key_cache", key_cache}, {"value", value}, {"value_cache", value_cache}});
+    RequireIndexDevices(device, {{"slot_mapping", slot_mapping}});
     RequireWritable("key_cache", key_cache);
     if (pair) {
         RequireWritable("value_cache", value_cache);

@@ -103,9 +103,9 @@ at::Device RequireSameDevice(c10::ArrayRef<Named> tensors)
     return first->tensor.device();
 }
 
-void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t ndim)
+void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t ndim, bool allow_meta)
 {
-    RequireData(name, t, /*allow_meta=*/true);
+    RequireData(name, t, allow_meta);
     RequireDtype(name, t, IndexDtypes());
     TORCH_CHECK_VALUE(t.dim() == ndim, name, " must be ",
                       ndim == 1 ? "a 1-D tensor [batch]" : "a 2-D tensor [batch, max_blocks]", ", got shape ",
@@ -118,9 +118,9 @@ void RequireEntries(const std::string& name, const at::Tensor& t, const c10::Sym
                       t.sym_size(0));
 }
 
-void RequireScalarIndexTensor(const std::string& name, const at::Tensor& t)
+void RequireScalarIndexTensor(const std::string& name, const at::Tensor& t, bool allow_meta)
 {
-    RequireData(name, t, /*allow_meta=*/true);
+    RequireData(name, t, allow_meta);
     const auto dtype = t.scalar_type();
     TORCH_CHECK_TYPE(c10::isIntegralType(dtype, /*includeBool=*/false), name,
                      " must be an int or an integer tensor, got ", Describe(t));

@@ -46,14 +46,16 @@ bool HasDistinctElements(const at::Tensor& t);
 /// The one device every defined tensor is on, or ValueError naming the odd one out.
 at::Device RequireSameDevice(c10::ArrayRef<Named> tensors);
 
-/// `t` an int32/int64 index tensor of rank `ndim` (1: [batch], 2: [batch, max_blocks]).
-void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t ndim = 1);
+/// `t` an int32/int64 index tensor of rank `ndim` (1: [batch], 2: [batch, max_blocks]); a meta
+/// tensor only with `allow_meta`.
+void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t ndim = 1, bool allow_meta = true);
 
 /// ValueError unless the 1-D index tensor `t` has `expected` entries; `why` says where that count comes from.
 void RequireEntries(const std::string& name, const at::Tensor& t, const c10::SymInt& expected, const std::string& why);
 
-/// `t` a one-element integer tensor (a layer id read by the kernels, or on the host).
-void RequireScalarIndexTensor(const std::string& name, const at::Tensor& t);
+/// `t` a one-element integer tensor (a layer id read by the kernels, or on the host); a meta
+/// tensor only with `allow_meta`.
+void RequireScalarIndexTensor(const std::string& name, const at::Tensor& t, bool allow_meta = true);
 
 /// ValueError unless every defined index tensor is on the host or on the data's device.
 void RequireIndexDevices(const at::Device& data_device, c10::ArrayRef<Named> tensors);
