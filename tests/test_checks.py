@@ -28,8 +28,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ascend_kv
-from ascend_kv.rules.dtypes import CACHE_DTYPES, dtype_names
+from ascend_kv.operators.library import cache_dtypes
 from ascend_kv.tools import reference
+
+CACHE_DTYPES = cache_dtypes()
+
+
+def dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
+    """``"float16, bfloat16 or int8"``: a dtype list as the messages give it."""
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 Mutation = Callable[[Case], None]
 
@@ -192,14 +200,16 @@ def test_unneeded_block_table_entries_are_ignored() -> None:
     ascend_kv.paged_cache_load(*case.args, **case.kwargs)
 
 
-def test_call_holds_the_blocks_tokens_read_in_output_order() -> None:
-    """Entry 0 reads columns 1..2 (seq_starts 4, block 4, 6 tokens), entry 1 nothing, entry 2 columns 0..1."""
-    cache = torch.zeros((10, 4, 1, 16), dtype=torch.float16)
-    table = torch.tensor([[5, 1, 2, -1], [3, 0, -1, -1], [7, 6, 4, 9]], dtype=torch.int32)
-    call = ascend_kv.rules.paged_cache_load.check(
-        cache, cache.clone(), table, torch.tensor([6, 0, 5]), kv_cache_cfg=ND, seq_starts=torch.tensor([4, 0, 0]))
-    assert call.blocks == [1, 2, 7, 6]
-    assert call.block_table == [row[:3] for row in table.tolist()]              # up to the furthest column needed
+def test_a_call_reads_the_blocks_its_tokens_need_in_output_order_and_no_other_entry() -> None:
+    """Entry 0 reads columns 1..2 (seq_starts 4, block_size 4, 6 tokens: blocks 1, 2), entry 1
+    nothing, entry 2 columns 0..1 (5 tokens: blocks 7, 6); every other entry of the block table,
+    however far out of range, is never read."""
+    cache = random_bits((10, 4, 1, 16), torch.float16, 30)
+    table = torch.tensor([[99, 1, 2, -1], [2**31 - 1, -(2**31), -1, 10], [7, 6, -7, 12]], dtype=torch.int32)
+    key, value = ascend_kv.paged_cache_load(cache, cache.clone(), table, torch.tensor([6, 0, 5]), kv_cache_cfg=ND,
+                                            seq_starts=torch.tensor([4, 0, 0]))
+    want = torch.cat([cache[1], cache[2, :2], cache[7], cache[6, :1]])
+    assert bits_equal(key, want) and bits_equal(value, want)
 
 
 def test_operation_param_checks() -> None:
@@ -234,23 +244,36 @@ def test_numpy_integer_layer_id_is_accepted() -> None:
 
 
 def test_mixed_devices_name_the_odd_argument() -> None:
-    """Only one real device exists here, so the rule is exercised on stand-ins with a device."""
-    from types import SimpleNamespace
+    """A data tensor on another device than the others is a ValueError naming both devices, an index
+    tensor on a device that is neither the host nor the data's too, and nothing is written (the
+    fake NPU of tests/fake_npu is the second device)."""
+    import fake_npu
 
-    from ascend_kv.rules.common import require_same_device
-
-    cpu, npu = SimpleNamespace(device=torch.device("cpu")), SimpleNamespace(device=torch.device("meta"))
-    assert require_same_device({"past": cpu, "seq_len": cpu}) == torch.device("cpu")  # type: ignore[dict-item]
-    with pytest.raises(ValueError, match=r"seq_len is on meta but past is on cpu"):
-        require_same_device({"past": cpu, "seq_len": npu})  # type: ignore[dict-item]
+    fake_npu.install()
+    npu = torch.device("npu", 0)
+    case = kv_base()
+    new_kv, layer, past, offsets, lens = case.args
+    assert_rejected(lambda: ascend_kv.kv_cache(new_kv.to(npu), layer, past, offsets, lens), case, ValueError,
+                    "new_kv is on npu:0 but past is on cpu: all tensor arguments must be on one device")
+    paged = paged_base()
+    for name in ("key", "value"):
+        moved = dict(paged.kwargs, **{name: paged.kwargs[name].to(npu)})
+        assert_rejected(lambda: ascend_kv.paged_cache_load(*paged.args, **moved), paged, ValueError,
+                        f"{name} is on npu:0 but key_cache is on cpu")
+    on_npu = [t.to(npu) for t in (new_kv, past)]
+    other = torch.device("npu", 1)
+    with pytest.raises(ValueError, match=re.escape("seq_len is on npu:1, but index tensors must be on the host (cpu) "
+                                                   "or on the data's device npu:0")):
+        ascend_kv.kv_cache(on_npu[0], layer, on_npu[1], offsets, lens.to(other))
+    assert bits_equal(on_npu[1].cpu(), past)
 
 
 @st.composite
 def views_of_one_buffer(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two strided views ``[rows, columns]`` (or ``[rows, 1, columns]``) of one ``[n, w]`` buffer whose
-    elements hold their own index."""
+    """Two strided views ``[rows, columns]`` (or ``[rows, 1, columns]``) of one ``[n, w]`` int32 buffer
+    (a cache element type) whose elements hold their own index."""
     n, w = draw(st.integers(1, 8)), draw(st.integers(1, 12))
-    buffer = torch.arange(n * w, dtype=torch.int64).view(n, w)
+    buffer = torch.arange(n * w, dtype=torch.int32).view(n, w)
     views = []
     for _ in range(2):
         r0, c0 = draw(st.integers(0, n - 1)), draw(st.integers(0, w - 1))
@@ -260,36 +283,57 @@ def views_of_one_buffer(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
     return views[0], views[1]
 
 
+def empty_copies() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32)
+
+
 @given(views=views_of_one_buffer())
 def test_memory_sharing_is_never_missed(views: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """Any two views that share an element are reported as possibly sharing memory."""
+    """Any two views that share an element are refused as two written tensors (block_copy's two
+    caches, as ``[1, ...]`` caches of one block), in either order, and nothing is written."""
     a, b = views
     if set(a.flatten().tolist()) & set(b.flatten().tolist()):
-        assert ascend_kv.rules.memory.may_share_memory(a, b) and ascend_kv.rules.memory.may_share_memory(b, a)
+        buffer = a._base if a._base is not None else a
+        before = buffer.clone()
+        for key_cache, value_cache in ((a[None], b[None]), (b[None], a[None])):
+            with pytest.raises(ValueError, match="value_cache shares memory with key_cache"):
+                ascend_kv.block_copy(key_cache, value_cache, *empty_copies())
+        assert bits_equal(buffer, before)
 
 
 @given(rows=st.integers(1, 8), width=st.integers(2, 12), data=st.data())
 def test_column_ranges_of_one_buffer_are_apart(rows: int, width: int, data: st.DataObject) -> None:
-    """Two disjoint column ranges of one ``[rows, width]`` buffer (interleaved rows) share no memory."""
-    buffer = torch.zeros(rows, width, dtype=torch.float16)
+    """Two disjoint column ranges of one ``[rows, width]`` buffer (interleaved rows) share no memory:
+    accepted as block_copy's two caches of ``rows`` blocks, in either order, and copied exactly."""
+    buffer = random_bits((rows, width), torch.float16, data.draw(st.integers(0, 99)))
     split = data.draw(st.integers(1, width - 1))
     left, right = buffer[:, data.draw(st.integers(0, split - 1)) : split], buffer[:, split:]
-    assert not ascend_kv.rules.memory.may_share_memory(left, right)
-    assert not ascend_kv.rules.memory.may_share_memory(right, left)
+    copies = [torch.tensor(v, dtype=torch.int32) for v in ([0], [rows - 1], [1])] if rows > 1 else empty_copies()
+    for key_cache, value_cache in ((left, right), (right, left)):
+        expected = buffer.clone()
+        reference.block_copy(*(expected.as_strided(t.shape, t.stride(), t.storage_offset()) for t in
+                               (key_cache, value_cache)), *copies)
+        ascend_kv.block_copy(key_cache, value_cache, *copies)
+        assert bits_equal(buffer, expected)
 
 
 @given(views=st.integers(0, 3), data=st.data())
 def test_column_slices_of_higher_rank_buffers_are_apart(views: int, data: st.DataObject) -> None:
     """Column ranges of one ``[nb, bs, h, w]`` buffer (MLA's 512 + 64 split) share no byte, at any
-    rank; one column more on either side does."""
+    rank: accepted as two caches; one column more on either side shares one: refused, nothing written."""
     shape = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
     width = data.draw(st.integers(2, 12))
-    buffer = torch.zeros(*shape, width, dtype=torch.float16)
+    buffer = random_bits((*shape, width), torch.float16, views)
     split = data.draw(st.integers(1, width - 1))
     left, right = buffer[..., :split], buffer[..., split:]
-    assert not ascend_kv.rules.memory.may_share_memory(left, right)
-    assert not ascend_kv.rules.memory.may_share_memory(right, left)
-    assert ascend_kv.rules.memory.may_share_memory(buffer[..., : split + 1], right)
+    ascend_kv.block_copy(left, right, *empty_copies())
+    ascend_kv.block_copy(right, left, *empty_copies())
+    before = buffer.clone()
+    for key_cache, value_cache in ((buffer[..., : split + 1], right), (right, buffer[..., : split + 1]),
+                                   (left, buffer[..., split - 1 :])):
+        with pytest.raises(ValueError, match="value_cache shares memory with key_cache"):
+            ascend_kv.block_copy(key_cache, value_cache, *empty_copies())
+    assert bits_equal(buffer, before)
 
 
 def _mla_buffer() -> torch.Tensor:

@@ -1,7 +1,11 @@
-"""The structure rules remembered per call signature (ascend_kv/rules/memo.py), through the public
-functions: a remembered call never lets through a call whose structure differs in anything the
-rules read, the aliasing rules run on every call, and what later stages derive per signature (the
-host copier's routes) follows the tensors' structure."""
+"""A repeated call is checked afresh, through the public functions.
+
+The Python rules once remembered each call signature's structure rules (ascend_kv/rules/memo.py);
+the C++ rules (csrc/rules/) remember nothing per signature and run on every call. Either way the
+promise is the same, and these tests hold it: a call the rules accepted never lets through a
+later call whose structure differs in anything the rules read (dtype, shape, strides,
+requires_grad, inference-ness, index ranks), the aliasing rules run on every call, and what the
+host paths derive from a call's strides follows each call's own tensors."""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ import torch
 from cases import bits_equal, random_bits
 
 import ascend_kv
-from ascend_kv.rules import memo
 from ascend_kv.tools import reference
 
 F16 = torch.float16
@@ -24,17 +27,22 @@ def kv_call(past: torch.Tensor | None = None, new_kv: torch.Tensor | None = None
     past = torch.zeros(2, 2, 8, 16, dtype=F16) if past is None else past
     new_kv = random_bits((2, 16), F16, 0) if new_kv is None else new_kv
     seq_len = torch.tensor([1, 1]) if seq_len is None else seq_len
-    return lambda: ascend_kv.kv_cache(new_kv, layer, past, torch.tensor([3, 4]), seq_len)
+
+    def call() -> object:
+        return ascend_kv.kv_cache(new_kv, layer, past, torch.tensor([3, 4]), seq_len)
+
+    call.past = past  # type: ignore[attr-defined]  (what the call writes)
+    return call
 
 
-def test_a_signature_is_remembered_once_and_asked_again_for_the_next_call() -> None:
-    """The memo answers a repeated signature from what it kept (the kept dict is the same object)."""
-    checked = memo.Memo(lambda *arguments: object(), written=(0,))
-    t = torch.zeros(2, 16)
-    first = checked.checked((t, 1))
-    assert checked.checked((torch.zeros(2, 16), 1)) is first     # another tensor, the same signature
-    assert checked.checked((torch.zeros(3, 16), 1)) is not first  # another shape
-    assert checked.checked((t, 2)) is not first                  # another non-tensor argument
+def test_calls_of_one_signature_each_write_their_own_tensors() -> None:
+    """Two calls with the same shapes, dtypes and strides on other tensors: each writes its own
+    past, exactly the reference's bytes (nothing of the first call is reused for the second)."""
+    for seed in range(2):
+        past, new_kv = random_bits((2, 2, 8, 16), F16, 10 + seed), random_bits((2, 16), F16, 20 + seed)
+        expected = reference.kv_cache(new_kv, 1, past.clone(), torch.tensor([3, 4]), torch.tensor([1, 1]))
+        kv_call(past=past, new_kv=new_kv)()
+        assert bits_equal(past, expected)
 
 
 # Each pair: a call the rules accept, then one whose signature differs from it in one thing the
@@ -55,22 +63,24 @@ STRUCTURAL_CHANGES: dict[str, tuple[Callable[[], object], Callable[[], object], 
 def test_a_remembered_call_lets_no_structurally_different_call_through(change: str) -> None:
     accepted, rejected, error, fragment = STRUCTURAL_CHANGES[change]
     accepted()
-    accepted()                                                   # now remembered
+    accepted()                                                   # the same call again: accepted again
+    before = rejected.past.detach().clone()  # type: ignore[attr-defined]
     with pytest.raises(error, match=re.escape(fragment)):
         rejected()
+    assert bits_equal(rejected.past, before)                     # type: ignore[attr-defined]
 
 
 def test_an_inference_tensor_written_outside_inference_mode_is_refused_after_the_same_call_inside() -> None:
-    """Inside inference mode inference-ness is no part of the signature; outside it is."""
+    """Accepted inside inference mode, the same call on the same inference tensor is refused outside it."""
     with torch.inference_mode():
         past = torch.zeros(2, 2, 8, 16, dtype=F16)
-        kv_call(past=past)()                                     # accepted, and remembered, inside
+        kv_call(past=past)()                                     # accepted inside
     with pytest.raises(ValueError, match="under torch.inference_mode"):
         kv_call(past=past)()
 
 
 def test_the_aliasing_rule_runs_on_every_call_of_a_remembered_signature() -> None:
-    """Addresses are no part of the signature: the same shapes with new_kv inside past are refused."""
+    """The same shapes, dtypes and strides with new_kv inside past are refused after a valid call."""
     past = torch.zeros(2, 2, 8, 16, dtype=F16)
     kv_call(past=past, new_kv=random_bits((2, 16), F16, 0))()
     inside = past[0, 0, :2]                                      # [2, 16], the signature of the call above
