@@ -285,6 +285,7 @@ def same_layout(values: Any, device: str | torch.device = "npu:0") -> Mirror:
     strides and storage offset: views of one host storage stay views of one device storage, and the
     bytes between a view's elements come along (``tensor.to()`` would make a strided view contiguous).
     Other values stay as they are."""
+    _installed()
     storages: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
     moved: list[Any] = []
     for value in values:
