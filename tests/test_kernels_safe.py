@@ -2,18 +2,23 @@
 
 Index tensors on a device are never read back by a call, so the kernels meet raw values:
 negative, huge, the int32/int64 limits, lengths that sum to nonsense, decreasing cumulative
-lengths, bad block ids and columns. Whatever they are, the result must equal
-tests/safe_reference.py bit for bit (in-range tokens move, the rest are skipped), and no byte
-outside the tensors' elements may change: the data tensors here are views into wider buffers
-whose other bytes are watched. Each index tensor is int32 or int64 independently. The host
-model stops the kernel on any access outside a tensor's elements, so a pass also means nothing
-outside was read.
+lengths, bad block ids and columns. The calls here go through the public functions on the fake
+NPU of an A2 part with the kernels' host build as its kernel library (every tensor, index tensors
+included, on the device with its host memory layout: :func:`test_sim.on_the_kernels`). Whatever
+the values are, the result must equal tests/safe_reference.py bit for bit (in-range tokens move,
+the rest are skipped), and no byte outside the tensors' elements may change: the data tensors here
+are views into wider buffers whose other bytes are watched. Each index tensor is int32 or int64
+independently. The host model stops the kernel on any access outside a tensor's elements, so a
+pass also means nothing outside was read. An int ``layer_id`` is a host value, which the operator
+always checks: an out-of-range layer is given as a one-element device tensor.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
+import pytest
 import safe_reference
 import torch
 from cases import (
@@ -31,12 +36,19 @@ from cases import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from test_sim import CORES, UB_SIZES, assert_gaps_unchanged
+from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, kernels_on_the_fake_npu, on_the_kernels
 
-from ascend_kv.backends import sim
 from ascend_kv.api.arguments import nz_elements
 from ascend_kv.operators.library import cache_dtypes
 from calls import KvCacheArgs, PagedLoadArgs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels() -> Iterator[None]:
+    """Calls on the fake NPU run the kernels (the host build as the NPU kernel library)."""
+    with kernels_on_the_fake_npu():
+        yield
+
 
 INDEX_DTYPES = [torch.int32, torch.int64]
 
@@ -69,8 +81,8 @@ def kv_calls(draw: st.DrawFn) -> tuple[KvCacheArgs, torch.Tensor]:
     seq_len = values(draw, st.integers(-1, 6), batch)
     token_offset = values(draw, st.integers(-1, max_seq_len + 3), batch)
     layer: int | torch.Tensor = draw(st.integers(-1, layers))
-    if draw(st.booleans()):
-        layer = values(draw, st.integers(0, layers - 1), 1)
+    if draw(st.booleans()) or not 0 <= layer < layers:  # an int layer must be in range: the operator checks it
+        layer = values(draw, st.integers(0, layers - 1), 1) if 0 <= layer < layers else torch.tensor([layer])
     return KvCacheArgs(new_kv, past, layer, token_offset, seq_len), buffer
 
 
@@ -81,7 +93,7 @@ def test_kv_cache_raw_indices_follow_the_safe_semantics(configure, call, cores: 
     expected = cloned(args)
     safe_reference.kv_cache(expected)
     before = buffer.clone()
-    sim.kv_cache(args)
+    on_the_kernels(args)
     assert bits_equal(args.past, expected.past)
     if buffer.numel() != args.past.numel():
         assert_gaps_unchanged(buffer, before, args.past)
@@ -93,7 +105,7 @@ def test_kv_cache_offsets_at_the_int64_limits_never_wrap_into_past(configure) ->
     past = random_bits((1, 2, 8, 16), torch.float16, 0)
     args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), 0,
                        torch.tensor([INT64_MIN, INT64_MAX]), torch.tensor([INT64_MAX, INT64_MIN]))
-    sim.kv_cache(args)
+    on_the_kernels(args)
     assert bits_equal(args.past, past)
 
 
@@ -112,7 +124,7 @@ def paged_calls(draw: st.DrawFn) -> tuple[PagedLoadArgs, torch.Tensor, torch.Ten
     seed = draw(st.integers(0, 2**31))
     key_cache = random_cache(layout, num_blocks, block_size, num_heads, head_k, key_dtype, seed)
     value_cache = random_cache(layout, num_blocks, block_size, num_heads, head_v, value_dtype, seed + 1)
-    cumsum = draw(st.booleans())
+    cumsum = layout == ND and draw(st.booleans())  # NZ takes neither cumsum nor seq_starts (the operator refuses them)
     span = 3 * block_size
     table = values(draw, st.integers(0, num_blocks - 1), batch * columns).reshape(batch, columns)
     if cumsum:  # cumulative lengths, mostly non-decreasing
@@ -123,7 +135,7 @@ def paged_calls(draw: st.DrawFn) -> tuple[PagedLoadArgs, torch.Tensor, torch.Ten
         context_lens = torch.tensor([draw(mostly(st.just(v), dtype)) for v in plausible], dtype=dtype)
     else:
         context_lens = values(draw, st.integers(-1, span), batch)
-    seq_starts = values(draw, st.integers(-2, span), batch) if draw(st.booleans()) else None
+    seq_starts = values(draw, st.integers(-2, span), batch) if layout == ND and draw(st.booleans()) else None
     buffers = []
     outputs = []
     for k, cache in enumerate((key_cache, value_cache)):
@@ -143,7 +155,7 @@ def test_paged_raw_indices_follow_the_safe_semantics(configure, call, cores: int
     expected = cloned(args)
     safe_reference.paged_cache_load(expected)
     before = key_buffer.clone(), value_buffer.clone()
-    sim.paged_cache_load(args)
+    on_the_kernels(args)
     assert bits_equal(args.key, expected.key) and bits_equal(args.value, expected.value)
     assert_gaps_unchanged(key_buffer, before[0], args.key)
     assert_gaps_unchanged(value_buffer, before[1], args.value)
@@ -160,6 +172,6 @@ def test_decreasing_cumulative_lengths_leave_the_last_entry_in_shared_rows(confi
                              None, True, key, value)
         expected = cloned(args)
         safe_reference.paged_cache_load(expected)
-        sim.paged_cache_load(args)
+        on_the_kernels(args)
         assert bits_equal(args.key, expected.key) and bits_equal(args.value, expected.value)
         assert bits_equal(args.key[2], cache[2, 0]) and bits_equal(args.key[7], cache[1, 3])

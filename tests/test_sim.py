@@ -131,6 +131,25 @@ def kernels_on_the_fake_npu() -> Iterator[None]:
             policy.forget()
 
 
+def on_the_kernels(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs) -> None:
+    """``args`` (host tensors) on the kernels, through the public function on the fake NPU (inside
+    :func:`kernels_on_the_fake_npu`): every tensor on the device with its host memory layout, so the
+    index values reach the kernels unchecked (the default validation reads no device index tensor).
+    Asserts the kernels ran it and nothing was read back, then copies the device memory back into the
+    host tensors' (the bytes around views included)."""
+    fake_npu.install()
+    fields = dict(vars(args))
+    caches = list(fields.pop("caches", ()))
+    mirror = fake_npu.same_layout([*caches, *fields.values()])
+    moved = dict(zip(fields, mirror.values[len(caches):]))
+    if caches:
+        moved["caches"] = tuple(mirror.values[:len(caches)])
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        public(type(args)(**moved))
+    assert seen.transfers == 0
+    mirror.copy_back()
+
+
 def outside_reason(function: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
     """Why the kernels cannot take this call's tensors in place (the operators' kernel-domain rule), or
     None when they take it: the call runs on the fake NPU, each tensor with its host memory layout, with
