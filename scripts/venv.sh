@@ -19,6 +19,9 @@ if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
   echo "installing ascend_kv${extras:+[$extras]} into $venv ..." >&2
   pip_install -r "$root/scripts/constraints-cpu.txt"
   pip_install -e "$spec"
+  # The operator library is compiled against this torch on first import (cached in ~/.cache/ascend_kv):
+  # do it now, so the first command does not wait for it.
+  "$venv/bin/python" -c "import ascend_kv"
   touch "$stamp"
 fi
 python="$venv/bin/python"

@@ -131,9 +131,12 @@ def flags(library: Library) -> tuple[list[str], list[str]]:
 
 
 def _key(library: Library, compile_flags: list[str], link_flags: list[str]) -> str:
+    """The hash naming a build: the sources' names and bytes (not where they are: a wheel's copy of the
+    repository's sources is the same library), the flags, the compiler, torch and Python."""
     digest = hashlib.sha256()
+    flags = [flag for flag in compile_flags if not flag.startswith("-I")]
     for part in (torch.__version__, str(_torch_lib()), _compiler_version(compiler()), sys.version,
-                 sysconfig.get_platform(), *compile_flags, *link_flags):
+                 sysconfig.get_platform(), *flags, *link_flags):
         digest.update(part.encode() + b"\0")
     for path in sorted({*library.sources, *library.hashed, *([library.precompiled] if library.precompiled else [])}):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -174,7 +177,7 @@ def _compile_and_link(library: Library, compile_flags: list[str], link_flags: li
             shutil.copy2(library.precompiled, header)
             _run([cxx, *compile_flags, "-x", "c++-header", str(header), "-o", f"{header}.gch"],
                  f"precompiling {library.precompiled}")
-            compile_flags = [*compile_flags, "-include", str(header)]
+            compile_flags = [*compile_flags, "-include", str(header), "-Winvalid-pch"]
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             builds = [pool.submit(_run, [cxx, *compile_flags, "-c", str(source), "-o", str(obj)], f"compiling {source}")
                       for source, obj in zip(library.sources, objects)]
