@@ -1,18 +1,21 @@
 """The reshape_and_cache kernel on the host model (sim backend), bit for bit against the reference.
 
-Calls go straight to ``ascend_kv.backends.sim.reshape_and_cache`` with :class:`ReshapeAndCacheArgs`
+Calls go through ``ascend_kv.reshape_and_cache`` with the sim backend requested (:func:`test_sim.on_the_sim`)
 under core counts 1, 2, 7, 40 and 48 and UB sizes small enough to force many groups, row
 segments and staged windows. ND rows of any byte size (7 and 33 float16 elements are not
 32-byte multiples), MLA's 512 + 64, key-only, NZ in ATB's six dtype pairs with block sizes 16
 and 128; key/value as column slices of a fused QKV buffer and caches as views of wider buffers,
-written in place with the bytes around them watched. Then raw slot values (the safe semantics),
-the op binding's checks and the tiling.
+written in place with the bytes around them watched. Then raw slot values (the safe semantics): slots
+nobody checked reach the kernels on the fake NPU (:func:`test_sim.on_the_kernels`, the host build as
+the NPU kernel library); the operator's checks before the kernels, and the tiling.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import safe_reference
@@ -33,9 +36,21 @@ from cases import (
 from hypothesis import given
 from hypothesis import strategies as st
 from test_kernels_safe import INDEX_DTYPES
-from test_sim import CORES, DEFAULT_UB, UB_SIZES, assert_gaps_unchanged
+from test_sim import (
+    CORES,
+    DEFAULT_UB,
+    SIM,
+    UB_SIZES,
+    assert_gaps_unchanged,
+    kernels_on_the_fake_npu,
+    on_the_kernels,
+    on_the_sim,
+    outside_reason,
+    ran_on,
+)
 
-from ascend_kv.backends import kernel_domain, sim
+import ascend_kv
+from ascend_kv.backends import sim
 from calls import ReshapeAndCacheArgs
 from ascend_kv.tools import reference
 
@@ -55,7 +70,7 @@ def assert_reshape_matches(case: Case) -> None:
         key, value, key_cache.contiguous(), None if value_cache is None else value_cache.contiguous(), slots,
         **ref.kwargs)
     args = reshape_args(case.cloned())
-    sim.reshape_and_cache(args)
+    on_the_sim(args)
     assert bits_equal(args.key_cache, expected_key)
     assert args.value_cache is None or bits_equal(args.value_cache, expected_value)
 
@@ -144,11 +159,12 @@ def test_fused_qkv_slices_and_cache_views_in_place(configure, layout: str, cores
         key_cache, value_cache = buffer[:, 0, 1:], buffer[:, 1, :-1]
     slots = torch.tensor([17, 18, 19, -1, 63, 0, 30, 31, 32, 2], dtype=torch.int64)
     args = ReshapeAndCacheArgs(ND if layout == "nd" else NZ, key, value, key_cache, value_cache, slots)
-    assert kernel_domain.outside_reason(args) is None
+    assert outside_reason(ascend_kv.reshape_and_cache, key, value, key_cache, value_cache, slots,
+                          kv_cache_cfg=layout) is None
     expected_key, expected_value = reference.reshape_and_cache(key, value, key_cache.clone(), value_cache.clone(),
                                                                slots, kv_cache_cfg=layout)
     cache_before, qkv_before = buffer.clone(), qkv.clone()
-    sim.reshape_and_cache(args)
+    on_the_sim(args)
     assert bits_equal(key_cache, expected_key) and bits_equal(value_cache, expected_value)
     assert_gaps_unchanged(buffer, cache_before, key_cache, value_cache)
     assert bits_equal(qkv, qkv_before)
@@ -162,9 +178,10 @@ def test_nd_slots_strided_and_rows_unaligned_in_place(configure) -> None:
     key = random_bits((6, 1, 33), torch.float16, 4)
     slots = torch.tensor([1, 2, 3, 11, -3, 4], dtype=torch.int32)
     args = ReshapeAndCacheArgs(ND, key, None, cache, None, slots)
+    assert outside_reason(ascend_kv.reshape_and_cache, key, None, cache, None, slots) is None
     expected, _ = reference.reshape_and_cache(key, None, cache.clone(), None, slots)
     before = buffer.clone()
-    sim.reshape_and_cache(args)
+    on_the_sim(args)
     assert bits_equal(cache, expected)
     assert_gaps_unchanged(buffer, before, cache)
 
@@ -178,12 +195,21 @@ def test_outside_the_domain_runs_on_contiguous_copies(configure) -> None:
     key, value, key_cache, value_cache, slots = case.args
     transposed = key.transpose(1, 2).contiguous().transpose(1, 2)
     args = ReshapeAndCacheArgs(ND, transposed, value, key_cache, value_cache, slots)
-    assert "key has sizes (4, 2, 16)" in (kernel_domain.outside_reason(args) or "")
-    sim.reshape_and_cache(args)
+    reason = outside_reason(ascend_kv.reshape_and_cache, transposed, value, key_cache, value_cache, slots)
+    assert "key has sizes (4, 2, 16)" in (reason or "")
+    on_the_sim(args)
     assert bits_equal(key_cache, expected_key) and bits_equal(value_cache, expected_value)
 
 
 # ----------------------------------------------------------------------------- raw slot values
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Iterator[None]:
+    """Calls on the fake NPU run the kernels (the host build as the NPU kernel library)."""
+    with kernels_on_the_fake_npu():
+        yield
+
 
 
 def widened(cache: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +259,7 @@ def assert_safe_reference_result(args: ReshapeAndCacheArgs, buffers: list[torch.
     expected = cloned(args)
     safe_reference.reshape_and_cache(expected)
     before = [b.clone() for b in buffers]
-    sim.reshape_and_cache(args)
+    on_the_kernels(args)
     assert bits_equal(args.key_cache, expected.key_cache)
     assert args.value_cache is None or bits_equal(args.value_cache, expected.value_cache)
     for buffer, old, cache in zip(buffers, before, (args.key_cache, args.value_cache)):
@@ -242,13 +268,13 @@ def assert_safe_reference_result(args: ReshapeAndCacheArgs, buffers: list[torch.
 
 
 @given(call=raw_calls(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES))
-def test_raw_slots_follow_the_safe_semantics(configure, call, cores: int, ub: int) -> None:
+def test_raw_slots_follow_the_safe_semantics(configure, kernels: None, call, cores: int, ub: int) -> None:
     configure(cores, ub)
     assert_safe_reference_result(*call)
 
 
 @given(call=duplicated_calls(), cores=st.sampled_from(CORES), ub=st.sampled_from(UB_SIZES))
-def test_duplicate_raw_slots_keep_the_last_token(configure, call, cores: int, ub: int) -> None:
+def test_duplicate_raw_slots_keep_the_last_token(configure, kernels: None, call, cores: int, ub: int) -> None:
     """A slot named several times holds the whole row of the last token naming it, on every core
     count: its one owning core writes the tokens in order (two writing cores would be a race the
     host model reports)."""
@@ -257,14 +283,14 @@ def test_duplicate_raw_slots_keep_the_last_token(configure, call, cores: int, ub
 
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-def test_slots_at_the_integer_limits_write_nothing(configure, index_dtype: torch.dtype) -> None:
+def test_slots_at_the_integer_limits_write_nothing(configure, kernels: None, index_dtype: torch.dtype) -> None:
     configure(2, DEFAULT_UB)
     info = torch.iinfo(index_dtype)
     limits = sorted({v for v in EXTREMES if info.min <= v <= info.max} | {4 * 16, 4 * 16 + 1})  # 64 slots: first out
     case = reshape_and_cache_case("nd", limits, index_dtype=index_dtype, seed=40)
     key, value, key_cache, value_cache, slots = case.args
     before = key_cache.clone(), value_cache.clone()
-    sim.reshape_and_cache(ReshapeAndCacheArgs(ND, key, value, key_cache, value_cache, slots))
+    on_the_kernels(ReshapeAndCacheArgs(ND, key, value, key_cache, value_cache, slots))
     assert bits_equal(key_cache, before[0]) and bits_equal(value_cache, before[1])
 
 
@@ -281,7 +307,8 @@ DUPLICATES = {
 @pytest.mark.parametrize("cores", CORES)
 @pytest.mark.parametrize("layout", ["nd", "nz"])
 @pytest.mark.parametrize("slots", DUPLICATES.values(), ids=DUPLICATES.keys())
-def test_a_slot_named_twice_holds_its_last_token(configure, slots: list[int], layout: str, cores: int) -> None:
+def test_a_slot_named_twice_holds_its_last_token(configure, kernels: None, slots: list[int], layout: str,
+                                                 cores: int) -> None:
     """Exactly the safe reference: the last token naming a slot is in it, whole; every other slot
     as usual."""
     configure(cores, 1024)
@@ -293,7 +320,11 @@ def test_a_slot_named_twice_holds_its_last_token(configure, slots: list[int], la
     assert_safe_reference_result(args, [key_buffer, value_buffer])
 
 
-# ----------------------------------------------------------------------------- the op binding
+# ----------------------------------------------------------------------------- the operator's checks before the kernels
+#
+# The kernel library checks nothing (ascendc/host/kernel_library.h): the operator's rules refuse a bad
+# call before the sim runs, naming the tensor, and write nothing; tensors outside the kernels' domain
+# (token rows not contiguous, strided slots) are no longer refused but run on contiguous copies.
 
 
 def _call() -> dict[str, object]:
@@ -303,66 +334,87 @@ def _call() -> dict[str, object]:
             "slot_mapping": torch.tensor([1, 9, -1]), "layout": 1}
 
 
+def _public(call: dict[str, Any]) -> None:
+    layout = {1: "nd", 0: "nz"}.get(call["layout"], call["layout"])
+    ascend_kv.reshape_and_cache(call["key"], call["value"], call["key_cache"], call["value_cache"],
+                                call["slot_mapping"], kv_cache_cfg=layout)
+
+
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "error", "message"),
     [
-        ({"value": None}, "value and value_cache must both be given or both be None (key-only mode), got value None"),
-        ({"value_cache": random_bits((3, 8, 2, 5), torch.float16, 5)},
-         "value_cache has 3 blocks of 8 slots, key_cache 4 of 8; they must match"),
-        ({"key": random_bits((3, 2, 8), torch.float16, 6)}, "key rows [2, 8] do not match the token rows of key_cache"),
-        ({"value": random_bits((3, 2, 5), torch.bfloat16, 7)}, "value has dtype BFloat16, value_cache has Half"),
-        ({"slot_mapping": torch.tensor([1, 2, 3, 4])}, "slot_mapping has 4 entries, more than the 3 tokens of key"),
-        ({"value": random_bits((2, 2, 5), torch.float16, 8), "slot_mapping": torch.tensor([1, 2, 3])},
-         "slot_mapping has 3 entries, more than the 2 tokens of value"),
-        ({"slot_mapping": torch.tensor([1.0, 2.0])}, "slot_mapping must be int32 or int64, got Float"),
-        ({"slot_mapping": torch.tensor([[1, 2]])}, "slot_mapping must be 1-D [n], got shape [1, 2]"),
-        ({"key_cache": torch.zeros((1, 8, 2, 7), dtype=torch.float16).expand(4, 8, 2, 7)},
-         ("key_cache is written in place, so each element needs its own memory, but sizes [4, 8, 2, 7] with strides "
-          "[0, 14, 7, 1]")),
+        ({"value": None}, ValueError, "value is None but value_cache is given: pass both, or neither for the key-only mode"),
+        ({"value_cache": random_bits((3, 8, 2, 5), torch.float16, 5)}, ValueError,
+         "value_cache.shape[0] (num_blocks) = 3 must equal key_cache.shape[0] = 4"),
+        ({"key": random_bits((3, 2, 8), torch.float16, 6)}, ValueError,
+         "key_cache.shape[2:] (num_heads, head_size) = (2, 7) must equal key.shape[1:] = (2, 8)"),
+        ({"value": random_bits((3, 2, 5), torch.bfloat16, 7)}, TypeError,
+         "value.dtype must equal value_cache.dtype = torch.float16, got torch.bfloat16"),
+        ({"slot_mapping": torch.tensor([1, 2, 3, 4])}, ValueError,
+         "slot_mapping has 4 entries, more than num_tokens = 3 (key.shape[0])"),
+        ({"value": random_bits((2, 2, 5), torch.float16, 8), "slot_mapping": torch.tensor([1, 2, 3])}, ValueError,
+         "value.shape[0] (num_tokens) = 2 must equal key.shape[0] = 3"),
+        ({"slot_mapping": torch.tensor([1.0, 2.0])}, TypeError, "slot_mapping must have dtype int32 or int64, got float32"),
+        ({"slot_mapping": torch.tensor([[1, 2]])}, ValueError, "slot_mapping must be a 1-D tensor [batch], got shape (1, 2)"),
+        ({"key_cache": torch.zeros((1, 8, 2, 7), dtype=torch.float16).expand(4, 8, 2, 7)}, ValueError,
+         ("key_cache is written in place, so each element needs its own memory, but shape (4, 8, 2, 7) with strides "
+          "(0, 14, 7, 1)")),
         ({"value_cache": torch.zeros(4 * 8 * 10, dtype=torch.float16).as_strided((4, 8, 2, 5), (79, 10, 5, 1))},
-         "value_cache is written in place, so each element needs its own memory"),
-        ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, "slot_mapping must be contiguous"),
-        ({"key": random_bits((3, 7, 2), torch.float16, 9).transpose(1, 2)},
-         "key's token rows must be contiguous"),
-        ({"key_cache": random_bits((4, 8, 7, 2), torch.float16, 10).transpose(2, 3)},
-         "key_cache's token rows (dims 2, 3) must be contiguous"),
-        ({"layout": 2}, "layout must be 0 (NZ) or 1 (ND), got 2"),
-        ({"layout": 0}, "key_cache (NZ) must have 32-byte last dimension pieces, got 7 x 2 bytes"),
+         ValueError, "value_cache is written in place, so each element needs its own memory"),
+        # outside the kernels' domain: run on contiguous copies
+        ({"slot_mapping": torch.tensor([1, 5, 2, 6])[::2]}, None, None),
+        ({"key": random_bits((3, 7, 2), torch.float16, 9).transpose(1, 2)}, None, None),
+        ({"key_cache": random_bits((4, 8, 7, 2), torch.float16, 10).transpose(2, 3)}, None, None),
+        ({"layout": "bogus"}, ValueError, "kv_cache_cfg must be 'nd' or 'nz', got 'bogus'"),
+        ({"layout": 0}, ValueError, "key_cache.shape[3] must be E = 16 for float16 in NZ, got 7"),
+        # rows of no bytes: the rules take them (ND rows of any size), the kernels' tiling refuses them
         ({"key": torch.zeros((3, 2, 0), dtype=torch.float16), "key_cache": torch.zeros((4, 8, 2, 0),
                                                                                         dtype=torch.float16)},
-         "key rows must not be empty"),
+         RuntimeError, "ascend_kv_host.reshape_and_cache: tiling failed: a row is empty"),
     ],
 )
-def test_binding_checks_every_tensor(change: dict[str, object], message: str) -> None:
-    sim.load()
-    call = {**_call(), **change}
-    with pytest.raises(RuntimeError, match="ascend_kv_host.reshape_and_cache: .*" + re.escape(message)):
-        torch.ops.ascend_kv_host.reshape_and_cache(**call)
+def test_checks_every_tensor_before_the_sim(change: dict[str, object], error: type[Exception] | None,
+                                            message: str | None) -> None:
+    call: dict[str, Any] = {**_call(), **change}
+    if error is None:  # accepted: the sim's result is the reference's
+        expected = reference.reshape_and_cache(call["key"], call["value"], call["key_cache"].contiguous(),
+                                               call["value_cache"].contiguous(), call["slot_mapping"])
+        with ran_on(SIM), ascend_kv.use_backend("sim"):
+            _public(call)
+        assert bits_equal(call["key_cache"], expected[0]) and bits_equal(call["value_cache"], expected[1])
+        return
+    before = {k: v.clone() for k, v in call.items() if isinstance(v, torch.Tensor)}
+    with ascend_kv.use_backend("sim"), pytest.raises(error, match=re.escape(message)):
+        _public(call)
+    assert all(bits_equal(call[k], v) for k, v in before.items())  # nothing written
 
 
-def test_binding_takes_written_caches_whose_elements_just_do_not_overlap() -> None:
+def test_written_caches_whose_elements_just_do_not_overlap_are_taken() -> None:
     """value_cache blocks 80 elements apart: one past the 79 its slots reach (79 apart is refused above)."""
-    sim.load()
-    call = _call()
+    call: dict[str, Any] = _call()
     call["value_cache"] = random_bits((4 * 80,), torch.float16, 11).as_strided((4, 8, 2, 5), (80, 10, 5, 1))
     expected = reference.reshape_and_cache(call["key"], call["value"], call["key_cache"].clone(),
                                            call["value_cache"].clone(), call["slot_mapping"])
-    torch.ops.ascend_kv_host.reshape_and_cache(**call)
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
+        _public(call)
     assert bits_equal(call["key_cache"], expected[0]) and bits_equal(call["value_cache"], expected[1])
 
 
-def test_binding_nz_rows_must_be_whole_pieces() -> None:
-    sim.load()
+def test_nz_rows_must_be_whole_pieces() -> None:
     cache = random_bits((2, 1, 16, 16), torch.float16, 1)
-    with pytest.raises(RuntimeError, match=re.escape("key rows [1, 8] do not match the token rows of key_cache")):
-        torch.ops.ascend_kv_host.reshape_and_cache(random_bits((2, 1, 8), torch.float16, 2), None, cache, None,
-                                                   torch.tensor([0, 1]), 0)
+    key = random_bits((2, 1, 8), torch.float16, 2)
+    with ran_on(SIM, calls=0), ascend_kv.use_backend("sim"), pytest.raises(ValueError, match=re.escape(
+            "key_cache.shape[1] * E = 16 must equal num_heads * head_size = 8 (key.shape[1] * shape[2])")):
+        ascend_kv.reshape_and_cache(key, key.clone(), cache, cache.clone(), torch.tensor([0, 1]), kv_cache_cfg="nz")
 
 
 def test_meta_implementation_traces_without_data() -> None:
-    sim.load()
     call = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in _call().items()}
-    torch.ops.ascend_kv_host.reshape_and_cache(**call)
+    with ran_on(SIM, calls=0), ascend_kv.use_backend("sim"):
+        _public(call)
+    call["key"] = call["key"][..., :6]
+    with pytest.raises(ValueError, match=re.escape("must equal key.shape[1:] = (2, 6)")):
+        _public(call)  # the rules still run on shapes
 
 
 # ----------------------------------------------------------------------------- the tiling
