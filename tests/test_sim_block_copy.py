@@ -1,10 +1,12 @@
-"""The block_copy kernel on the host model (the ``sim`` backend): bit for bit against the reference
-on every core count and UB size, one launch for every layer of a ``copy_blocks``, unchecked
-indices skipped, and the binding's own checks."""
+"""The block_copy kernel on the host model (the ``sim`` backend, through the public functions): bit
+for bit against the reference on every core count and UB size, one launch for every layer of a
+``copy_blocks``, unchecked indices skipped (on the fake NPU, whose kernel library is the host build:
+index tensors on a device are never checked), and the operator's checks before the kernel."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -13,9 +15,10 @@ from cases import bits_equal, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 
+from test_sim import SIM, kernels_on_the_fake_npu, on_the_kernels, ran_on
+
 import ascend_kv
-from ascend_kv.backends import kernel_domain, sim
-from ascend_kv.rules import block_copy as block_rules
+from ascend_kv.backends import sim
 from calls import BlockCopyArgs
 from ascend_kv.tools import reference
 
@@ -38,7 +41,7 @@ def test_block_copy_on_the_kernel_matches_the_reference(configure: Callable[[int
     expected = case.cloned_args()
     reference.block_copy(*expected)
     before = launches()
-    with ascend_kv.use_backend("sim"):
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
         ascend_kv.block_copy(*case.args())
     assert launches() - before == (1 if case.copies.destinations else 0)
     assert bits_equal(case.key_cache, expected[0])
@@ -58,7 +61,7 @@ def test_large_blocks_in_segments_and_strided_rows(configure: Callable[[int, int
         expected = [t.clone() for t in pair]
         reference.block_copy(*expected, *copies.tensors(torch.int64))
         pointers = [t.data_ptr() for t in pair]
-        with ascend_kv.use_backend("sim"):
+        with ran_on(SIM), ascend_kv.use_backend("sim"):
             ascend_kv.block_copy(*pair, *copies.tensors(torch.int64))
         assert all(bits_equal(a, b) for a, b in zip(pair, expected))
         assert [t.data_ptr() for t in pair] == pointers
@@ -72,7 +75,7 @@ def test_copy_blocks_over_32_layers_is_one_kernel_launch(configure: Callable[[in
     expected = buf.clone()
     reference.copy_blocks([expected[i, 0] for i in range(32)], [expected[i, 1] for i in range(32)], mapping)
     before = launches()
-    with ascend_kv.use_backend("sim"):
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
         ascend_kv.copy_blocks(keys, values, mapping)
     assert launches() - before == 1
     assert bits_equal(buf, expected)
@@ -103,9 +106,16 @@ def safe_copy(cache: torch.Tensor, sources: list[int], destinations: list[int], 
     return out
 
 
+@pytest.fixture(scope="module")
+def kernels() -> Iterator[None]:
+    """Calls on the fake NPU run the kernels (the host build as the NPU kernel library)."""
+    with kernels_on_the_fake_npu():
+        yield
+
+
 @pytest.mark.parametrize("cores", [1, 7])
 @given(case=unchecked_copies(), index_dtype=st.sampled_from([torch.int32, torch.int64]))
-def test_the_kernel_skips_out_of_range_indices(configure: Callable[[int, int], None], cores: int,
+def test_the_kernel_skips_out_of_range_indices(configure: Callable[[int, int], None], kernels: None, cores: int,
                                                case: tuple[torch.Tensor, list[int], list[int], list[int]],
                                                index_dtype: torch.dtype) -> None:
     configure(cores, 1024)
@@ -117,15 +127,15 @@ def test_the_kernel_skips_out_of_range_indices(configure: Callable[[int, int], N
         ends = [max(min(v, 2**31 - 1), -(2**31)) for v in ends]
     expected = safe_copy(cache, sources, destinations, ends)
     index = [torch.tensor(v, dtype=torch.int64).to(index_dtype) for v in (sources, destinations, ends)]
-    sim.block_copy(BlockCopyArgs((cache,), *index))
+    on_the_kernels(BlockCopyArgs((cache,), *index))
     assert bits_equal(cache, expected)
 
 
 def test_tiling_names_every_field_and_skips_empty_calls() -> None:
     sim.load()
     key, value = caches("plain", "nd", 4, torch.float16, torch.int8, seed=0)
-    args = block_rules.block_copy_args(key, value, *Copies([0], [1, 2], [2]).tensors(torch.int32))
-    views, src, dst, cum_sum = kernel_domain.block_copy_operands(args)
+    src, dst, cum_sum = Copies([0], [1, 2], [2]).tensors(torch.int32)
+    views = [cache.reshape(cache.shape[0], 1, -1) for cache in (key, value)]  # each block one row, as the operator gives them
     text = torch.ops.ascend_kv_host.block_copy_tiling(views, src, dst, cum_sum)
     fields = dict(item.split("=") for item in text.split())
     assert list(fields) == ["usedCores", "numCaches", "numBlocks", "pairs", "copies", "srcElemBytes", "dstElemBytes",
@@ -135,19 +145,31 @@ def test_tiling_names_every_field_and_skips_empty_calls() -> None:
     assert "usedCores=0" in empty
 
 
-def test_the_binding_checks_what_the_kernel_indexes() -> None:
-    sim.load()
-    cache = torch.zeros(4, 2, 16, dtype=torch.float16)
-    src, dst = torch.tensor([0], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
-    op = torch.ops.ascend_kv_host.block_copy
-    for call, message in (
-        (lambda: op([cache[..., :8].transpose(1, 2)], src, dst, None), r"caches\[0\]'s rows \(dim 2\) must be contiguous"),
-        (lambda: op([cache, torch.zeros(5, 2, 16, dtype=torch.float16)], src, dst, None),
-         r"caches\[1\] has 5 blocks, caches\[0\] 4"),
-        (lambda: op([cache], src, torch.tensor([1, 2]), None), r"without cum_sum, src and dst must have one entry per copy"),
-        (lambda: op([cache], src.float(), dst, None), r"src must be int32 or int64"),
-        (lambda: op([cache], src, dst, torch.tensor([1, 1])), r"cum_sum must have 1 entries"),
-        (lambda: op([cache.reshape(4, 32)], src, dst, None), r"caches\[0\] must be 3-D"),
+def test_the_operator_checks_what_the_kernel_indexes() -> None:
+    """The kernel library checks nothing: the operator's rules refuse a bad call before the sim runs,
+    writing nothing; a cache whose rows are not contiguous (outside the kernel's domain) runs on a
+    contiguous copy, and a cache of any rank as the [num_blocks, rows, row] view the kernel takes."""
+    cache = random_bits((4, 2, 16), torch.float16, 5)
+    src, dst, cum_sum = (torch.tensor([v], dtype=torch.int32) for v in (0, 1, 1))
+    for taken in (cache.clone()[..., :8].transpose(1, 2), cache.clone().reshape(4, 32)):  # rows strided; 2-D blocks
+        expected = taken.clone()
+        reference.block_copy(expected, None, src, dst, cum_sum)
+        with ran_on(SIM), ascend_kv.use_backend("sim"):
+            ascend_kv.block_copy(taken, None, src, dst, cum_sum)
+        assert bits_equal(taken, expected)
+    before = cache.clone()
+    for call, error, message in (
+        (lambda: ascend_kv.block_copy(cache, torch.zeros(5, 2, 16, dtype=torch.float16), src, dst, cum_sum),
+         ValueError, "value_cache.shape[0] (num_blocks) = 5 must equal key_cache.shape[0] = 4"),
+        (lambda: ascend_kv.block_copy(cache, None, src, torch.tensor([1, 2]), cum_sum),
+         ValueError, "cum_sum[-1] = 1, but dst_block_indices has 2 entries: cum_sum[-1] must equal len(dst_block_indices)"),
+        (lambda: ascend_kv.block_copy(cache, None, src.float(), dst, cum_sum),
+         TypeError, "src_block_indices must have dtype int32 or int64, got float32"),
+        (lambda: ascend_kv.block_copy(cache, None, src, dst, torch.tensor([1, 1])),
+         ValueError, "cum_sum must have 1 entries (one running end per source, len(src_block_indices)), got 2"),
+        (lambda: ascend_kv.copy_blocks([cache], [cache.clone()], torch.tensor([[0, 1, 2]])),
+         ValueError, "block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape (1, 3)"),
     ):
-        with pytest.raises(RuntimeError, match=message):
+        with ran_on(SIM, calls=0), ascend_kv.use_backend("sim"), pytest.raises(error, match=re.escape(message)):
             call()
+    assert bits_equal(cache, before)
