@@ -19,7 +19,7 @@ const char* kCacheShape = "a tensor [num_blocks, ...] of at least 2 dimensions (
 /// How an entry of an index list is named in an error: Namer(i) for entry i.
 using Namer = std::function<std::string(int64_t)>;
 
-void RequireCache(const std::string& name, const at::Tensor& cache, bool allow_meta)
+void RequireCache(std::string_view name, const at::Tensor& cache, bool allow_meta)
 {
     RequireData(name, cache, allow_meta);
     RequireCacheDtype(name, cache);
@@ -166,7 +166,10 @@ void RequireBlockMapping(const at::Tensor& mapping, bool allow_meta)
                       "block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape ", ShapeOf(mapping));
 }
 
-Namer Entry(const std::string& name) { return [name](int64_t i) { return name + "[" + std::to_string(i) + "]"; }; }
+Namer Entry(std::string_view name)
+{
+    return [name = std::string(name)](int64_t i) { return name + "[" + std::to_string(i) + "]"; };
+}
 Namer Pair(int column)
 {
     return [column](int64_t i) { return "block_mapping[" + std::to_string(i) + ", " + std::to_string(column) + "]"; };

@@ -34,7 +34,7 @@ CacheGeometry GeometryOf(Layout layout, const at::Tensor& key_cache, const at::T
 }
 
 /// ValueError unless an NZ cache's last dim is one 32-byte piece, E elements.
-void RequireNzPieces(const std::string& name, const at::Tensor& cache)
+void RequireNzPieces(std::string_view name, const at::Tensor& cache)
 {
     const int64_t e = NzElements(cache.element_size());
     TORCH_CHECK_VALUE(cache.sym_size(3) == e, name, ".shape[3] must be E = ", e, " for ",
@@ -84,7 +84,7 @@ CacheGeometry ReadGeometryAs(Layout layout, const at::Tensor& key_cache, const a
 }
 
 /// ValueError unless an NZ head is a positive multiple of 32 bytes below the kernels' limit.
-void RequireNzHeadBytes(const std::string& name, const c10::SymInt& head_size, at::ScalarType dtype)
+void RequireNzHeadBytes(std::string_view name, const c10::SymInt& head_size, at::ScalarType dtype)
 {
     const c10::SymInt head_bytes = head_size * static_cast<int64_t>(c10::elementSize(dtype));
     TORCH_CHECK_VALUE(head_bytes != 0 && head_bytes % kBlockBytes == 0 && head_bytes < kNzMaxHeadBytes, name,
@@ -94,7 +94,7 @@ void RequireNzHeadBytes(const std::string& name, const c10::SymInt& head_size, a
 }
 
 /// ValueError unless `cache`'s per-token part matches `tokens` [num_tokens, num_heads, head_size].
-void RequireCacheMatches(const std::string& name, const at::Tensor& cache, const std::string& tokens_name,
+void RequireCacheMatches(std::string_view name, const at::Tensor& cache, const std::string& tokens_name,
                          const at::Tensor& tokens, Layout layout)
 {
     if (layout == Layout::kNd) {
@@ -128,13 +128,13 @@ Layout WriteLayout(const std::string& kv_cache_cfg)
     return Layout::kNz;
 }
 
-void RequireCacheNdim(const std::string& name, const at::Tensor& cache, Layout layout)
+void RequireCacheNdim(std::string_view name, const at::Tensor& cache, Layout layout)
 {
     RequireNdim(name, cache, {4}, layout == Layout::kNd ? kNdShape : kNzShape);
 }
 
-void RequireRowAlignment(const std::string& name, const c10::SymInt& elements, at::ScalarType dtype,
-                         const std::string& what)
+void RequireRowAlignment(std::string_view name, const c10::SymInt& elements, at::ScalarType dtype,
+                         std::string_view what)
 {
     const int64_t itemsize = static_cast<int64_t>(c10::elementSize(dtype));
     const c10::SymInt row_bytes = elements * itemsize;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -55,10 +56,10 @@ CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tens
                             const at::Tensor& value, const at::Tensor& value_cache);
 
 /// ValueError unless `cache` is 4-D (its shape in `layout` named in the message).
-void RequireCacheNdim(const std::string& name, const at::Tensor& cache, Layout layout);
+void RequireCacheNdim(std::string_view name, const at::Tensor& cache, Layout layout);
 
 /// ValueError unless a row of `elements` of `dtype` is a positive multiple of 32 bytes.
-void RequireRowAlignment(const std::string& name, const c10::SymInt& elements, at::ScalarType dtype,
-                         const std::string& what);
+void RequireRowAlignment(std::string_view name, const c10::SymInt& elements, at::ScalarType dtype,
+                         std::string_view what);
 
 }  // namespace ascend_kv

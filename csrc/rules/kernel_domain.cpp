@@ -66,7 +66,7 @@ std::string OutsideReason(const std::vector<Rows>& rows)
 {
     for (const Rows& r : rows) {
         if (r.tensor.defined() && !DenseFrom(r.tensor, r.first_dim)) {
-            return r.name + " has sizes " + Tuple(r.tensor.sizes()) + " and strides " + Tuple(r.tensor.strides()) +
+            return std::string(r.name) + " has sizes " + Tuple(r.tensor.sizes()) + " and strides " + Tuple(r.tensor.strides()) +
                    ": the kernels need its " + r.what + " contiguous";
         }
     }

@@ -73,7 +73,7 @@ bool MayShareMemory(const at::Tensor& a, const at::Tensor& b)
     return sa.first < sb.end && sb.first < sa.end && !InterleavedApart(a, b);
 }
 
-void RequireApart(const std::string& name, const at::Tensor& out, c10::ArrayRef<Named> inputs)
+void RequireApart(std::string_view name, const at::Tensor& out, c10::ArrayRef<Named> inputs)
 {
     if (out.numel() == 0) {
         return;
@@ -89,7 +89,7 @@ void RequireApart(const std::string& name, const at::Tensor& out, c10::ArrayRef<
     }
 }
 
-void RequireSeparateOutputs(const std::string& first_name, const at::Tensor& first, const std::string& name,
+void RequireSeparateOutputs(std::string_view first_name, const at::Tensor& first, std::string_view name,
                             const at::Tensor& out)
 {
     if (!first.defined() || !out.defined() || first.numel() == 0 || out.numel() == 0 ||

@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include <ATen/core/Tensor.h>
 
@@ -19,10 +20,10 @@ bool MayShareMemory(const at::Tensor& a, const at::Tensor& b);
 
 /// ValueError when output `out` may share memory with a tensor in `inputs`, which the call reads
 /// while it writes `out` (absent and empty tensors, and tensors on other devices, are skipped).
-void RequireApart(const std::string& name, const at::Tensor& out, c10::ArrayRef<Named> inputs);
+void RequireApart(std::string_view name, const at::Tensor& out, c10::ArrayRef<Named> inputs);
 
 /// ValueError when two written tensors may share memory: which write lands would be undefined.
-void RequireSeparateOutputs(const std::string& first_name, const at::Tensor& first, const std::string& name,
+void RequireSeparateOutputs(std::string_view first_name, const at::Tensor& first, std::string_view name,
                             const at::Tensor& out);
 
 }  // namespace ascend_kv

@@ -47,11 +47,11 @@ std::optional<__int128> RowsOnHost(const at::Tensor& context_lens, bool cumsum)
     return sum;
 }
 
-void RequireOutput(const std::string& name, const at::Tensor& out, const at::Tensor& cache,
+void RequireOutput(std::string_view name, const at::Tensor& out, const at::Tensor& cache,
                    const std::vector<c10::SymInt>& row, const at::Tensor& context_lens, bool cumsum, Check check)
 {
     RequireData(name, out, AllowsMeta(check, cache));
-    RequireSameDtype(name, out, name + "_cache", cache);
+    RequireSameDtype(name, out, std::string(name) + "_cache", cache);
     bool same = out.dim() == static_cast<int64_t>(row.size()) + 1;
     for (size_t d = 0; same && d < row.size(); ++d) {
         same = out.sym_size(static_cast<int64_t>(d) + 1) == row[d];

@@ -11,7 +11,7 @@
 
 namespace ascend_kv {
 
-void RequireData(const std::string& name, const at::Tensor& t, bool allow_meta)
+void RequireData(std::string_view name, const at::Tensor& t, bool allow_meta)
 {
     TORCH_CHECK_TYPE(t.layout() == at::kStrided, name, " must be a dense (strided) tensor, got layout torch.",
                      t.layout() == at::kSparse ? "sparse_coo" : c10::str(t.layout()));
@@ -19,29 +19,29 @@ void RequireData(const std::string& name, const at::Tensor& t, bool allow_meta)
     TORCH_CHECK_TYPE(allow_meta || !t.is_meta(), name, " must hold data, got a meta tensor");
 }
 
-void RequireDtype(const std::string& name, const at::Tensor& t, c10::ArrayRef<at::ScalarType> allowed)
+void RequireDtype(std::string_view name, const at::Tensor& t, c10::ArrayRef<at::ScalarType> allowed)
 {
     const auto dtype = t.scalar_type();
     TORCH_CHECK_TYPE(std::find(allowed.begin(), allowed.end(), dtype) != allowed.end(), name, " must have dtype ",
                      DtypeList(allowed), ", got ", DtypeName(dtype));
 }
 
-void RequireCacheDtype(const std::string& name, const at::Tensor& t)
+void RequireCacheDtype(std::string_view name, const at::Tensor& t)
 {
     if (!IsCacheDtype(t.scalar_type())) {
         RequireDtype(name, t, CacheDtypes());
     }
 }
 
-void RequireSameDtype(const std::string& name, const at::Tensor& t, const std::string& cache_name,
+void RequireSameDtype(std::string_view name, const at::Tensor& t, std::string_view cache_name,
                       const at::Tensor& cache)
 {
     TORCH_CHECK_TYPE(t.scalar_type() == cache.scalar_type(), name, ".dtype must equal ", cache_name, ".dtype = ",
                      TorchDtype(cache.scalar_type()), ", got ", TorchDtype(t.scalar_type()));
 }
 
-void RequireNdim(const std::string& name, const at::Tensor& t, std::initializer_list<int64_t> ndims,
-                 const std::string& shape)
+void RequireNdim(std::string_view name, const at::Tensor& t, std::initializer_list<int64_t> ndims,
+                 std::string_view shape)
 {
     TORCH_CHECK_VALUE(std::find(ndims.begin(), ndims.end(), t.dim()) != ndims.end(), name, " must be ", shape,
                       ", got shape ", ShapeOf(t));
@@ -69,7 +69,7 @@ bool HasDistinctElements(const at::Tensor& t)
     return true;
 }
 
-void RequireWritable(const std::string& name, const at::Tensor& t)
+void RequireWritable(std::string_view name, const at::Tensor& t)
 {
     TORCH_CHECK_VALUE(!t.requires_grad(), name, " requires grad, but it is written in place and the operation is not "
                       "differentiable: pass ", name, ".detach()");
@@ -103,7 +103,7 @@ at::Device RequireSameDevice(c10::ArrayRef<Named> tensors)
     return first->tensor.device();
 }
 
-void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t ndim, bool allow_meta)
+void RequireIndexTensor(std::string_view name, const at::Tensor& t, int64_t ndim, bool allow_meta)
 {
     RequireData(name, t, allow_meta);
     RequireDtype(name, t, IndexDtypes());
@@ -112,13 +112,13 @@ void RequireIndexTensor(const std::string& name, const at::Tensor& t, int64_t nd
                       ShapeOf(t));
 }
 
-void RequireEntries(const std::string& name, const at::Tensor& t, const c10::SymInt& expected, const std::string& why)
+void RequireEntries(std::string_view name, const at::Tensor& t, const c10::SymInt& expected, std::string_view why)
 {
     TORCH_CHECK_VALUE(t.sym_size(0) == expected, name, " must have ", expected, " entries (", why, "), got ",
                       t.sym_size(0));
 }
 
-void RequireScalarIndexTensor(const std::string& name, const at::Tensor& t, bool allow_meta)
+void RequireScalarIndexTensor(std::string_view name, const at::Tensor& t, bool allow_meta)
 {
     RequireData(name, t, allow_meta);
     const auto dtype = t.scalar_type();
