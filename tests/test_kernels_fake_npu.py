@@ -1,31 +1,36 @@
-"""The host build's ops run unchanged on a PrivateUse1 device whose tensors hold host memory.
+"""The kernels' host build runs unchanged as the kernel library of a PrivateUse1 device whose tensors hold host memory.
 
-On the fake NPU of tests/fake_npu the kernels' op library (``torch.ops.ascend_kv_host``) reads
-the raw index tensors where they live, on the device: a call reads nothing back to the host,
-writes strided caches' views in place, and its results equal the safe reference computed on
-host copies. Index tensors on another device than the data are refused, naming the tensor.
+On the fake NPU of tests/fake_npu (an A2 part, the host build as its kernel library) the public
+functions run the kernels, which read the raw index tensors where they live, on the device: a call
+reads nothing back to the host, writes strided caches' views in place, and its results equal the
+safe reference computed on host copies. Host index tensors are moved to the device in one upload;
+index tensors on another device than the data are refused, naming the tensor.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterator
 
 import fake_npu
 import pytest
 import safe_reference
 import torch
 from cases import ND, NZ, bits_equal, random_bits
+from test_sim import KERNELS, kernels_on_the_fake_npu, ran_on
 
-from ascend_kv.backends import sim
+import ascend_kv
 from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 @pytest.fixture(scope="module", autouse=True)
-def library() -> None:
-    fake_npu.install()
-    sim.load()
+def kernels() -> Iterator[None]:
+    with kernels_on_the_fake_npu():
+        yield
 
 
-def npu(t: torch.Tensor) -> torch.Tensor:
-    return t.to("npu")
+def npu(t: torch.Tensor, index: int = 0) -> torch.Tensor:
+    return t.to(f"npu:{index}")
 
 
 def test_kv_cache_reads_device_indices_without_a_transfer() -> None:
@@ -36,10 +41,10 @@ def test_kv_cache_reads_device_indices_without_a_transfer() -> None:
     layer = torch.tensor([1], dtype=torch.int32)
     expected = KvCacheArgs(new_kv, past.clone(), layer, token_offset, seq_len)
     safe_reference.kv_cache(expected)
-    device_past = npu(past)
-    with fake_npu.counting() as seen:
-        torch.ops.ascend_kv_host.kv_cache(npu(new_kv), device_past, npu(token_offset), npu(seq_len), npu(layer), 0)
-    assert seen.transfers == 0
+    device_past, device_args = npu(past), [npu(t) for t in (new_kv, layer, token_offset, seq_len)]
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.kv_cache(device_args[0], device_args[1], device_past, *device_args[2:])
+    assert seen.transfers == 0 and seen.uploads == 0
     assert bits_equal(device_past.cpu(), expected.past)
 
 
@@ -57,10 +62,11 @@ def test_paged_load_of_block_interleaved_caches_on_the_device(layout) -> None:
     safe_reference.paged_cache_load(expected)
     device_buffer, key_out, value_out = npu(buffer), npu(out), npu(out)
     key, value = key_out[:, 4:36].unflatten(1, row), value_out[:, 4:36].unflatten(1, row)
-    with fake_npu.counting() as seen:
-        torch.ops.ascend_kv_host.paged_cache_load(device_buffer[:, 0], device_buffer[:, 1], npu(table),
-                                                  npu(context_lens), None, key, value, int(layout), False)
-    assert seen.transfers == 0
+    device_table, device_lens = npu(table), npu(context_lens)
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.paged_cache_load(device_buffer[:, 0], device_buffer[:, 1], device_table, device_lens,
+                                   kv_cache_cfg=layout, key=key, value=value)
+    assert seen.transfers == 0 and seen.uploads == 0
     assert bits_equal(key.cpu(), expected.key) and bits_equal(value.cpu(), expected.value)
     assert bits_equal(key_out.cpu()[:, :4], out[:, :4]) and bits_equal(key_out.cpu()[:, 36:], out[:, 36:])
 
@@ -80,43 +86,52 @@ def test_reshape_and_cache_reads_device_slots_without_a_transfer(layout, index_d
     device_qkv, device_buffer = npu(qkv), npu(buffer)
     device_key, device_value = device_qkv[:, 36:68].unflatten(1, (2, 16)), device_qkv[:, 68:].unflatten(1, (2, 16))
     device_slots = npu(slots)
-    with fake_npu.counting() as seen:
-        torch.ops.ascend_kv_host.reshape_and_cache(device_key, device_value, device_buffer[:, 0], device_buffer[:, 1],
-                                                   device_slots, int(layout))
-    assert seen.transfers == 0
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.reshape_and_cache(device_key, device_value, device_buffer[:, 0], device_buffer[:, 1], device_slots,
+                                    kv_cache_cfg="nd" if layout == ND else "nz")
+    assert seen.transfers == 0 and seen.uploads == 0
     written = device_buffer.cpu()
     assert bits_equal(written[:, 0], expected.key_cache) and bits_equal(written[:, 1], expected.value_cache)
 
 
-def test_sim_reshape_and_cache_takes_device_caches_in_key_only_mode() -> None:
-    """``sim.reshape_and_cache`` with host slots and device data: the slots move to the device."""
+def test_host_slots_move_to_the_device_caches_in_key_only_mode() -> None:
+    """Host slots with device data (key only): the slots move to the device in one non-blocking upload."""
     cache = random_bits((3, 8, 1, 33), torch.float16, 9)
     key = random_bits((4, 1, 33), torch.float16, 10)
     slots = torch.tensor([23, -1, 0, 9])
     expected = ReshapeAndCacheArgs(ND, key, None, cache.clone(), None, slots)
     safe_reference.reshape_and_cache(expected)
-    args = ReshapeAndCacheArgs(ND, npu(key), None, npu(cache), None, slots)
-    sim.reshape_and_cache(args)
-    assert bits_equal(args.key_cache.cpu(), expected.key_cache)
+    device_cache, device_key = npu(cache), npu(key)
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.reshape_and_cache(device_key, None, device_cache, None, slots)
+    assert (seen.transfers, seen.uploads, seen.blocking_uploads) == (0, 1, 0)
+    assert bits_equal(device_cache.cpu(), expected.key_cache)
 
 
 def test_index_tensors_on_another_device_are_refused() -> None:
+    """Index tensors on the host or on the data's device are taken; on another NPU they are refused,
+    naming the tensor, before anything runs."""
     past = npu(torch.zeros((1, 2, 4, 16), dtype=torch.float16))
-    with pytest.raises(RuntimeError, match="ascend_kv_host.kv_cache: seq_len is on cpu, expected npu:0"):
-        torch.ops.ascend_kv_host.kv_cache(npu(torch.zeros((2, 16), dtype=torch.float16)), past,
-                                          npu(torch.tensor([1, 1])), torch.tensor([1, 1]), None, 0)
+    message = "seq_len is on npu:1, but index tensors must be on the host (cpu) or on the data's device npu:0"
+    with ran_on(KERNELS, calls=0), pytest.raises(ValueError, match=re.escape(message)):
+        ascend_kv.kv_cache(npu(torch.zeros((2, 16), dtype=torch.float16)), 0, past, npu(torch.tensor([1, 1])),
+                           npu(torch.tensor([1, 1]), 1))
     cache = npu(torch.zeros((2, 4, 1, 16), dtype=torch.float16))
-    with pytest.raises(RuntimeError, match="ascend_kv_host.reshape_and_cache: slot_mapping is on cpu, expected npu:0"):
-        torch.ops.ascend_kv_host.reshape_and_cache(npu(torch.zeros((2, 1, 16), dtype=torch.float16)), None, cache,
-                                                   None, torch.tensor([1, 2]), 1)
+    message = "slot_mapping is on npu:1, but index tensors must be on the host (cpu) or on the data's device npu:0"
+    with ran_on(KERNELS, calls=0), pytest.raises(ValueError, match=re.escape(message)):
+        ascend_kv.reshape_and_cache(npu(torch.zeros((2, 1, 16), dtype=torch.float16)), None, cache, None,
+                                    npu(torch.tensor([1, 2]), 1))
+    assert not cache.cpu().any()
 
 
-def test_sim_backend_takes_device_data_with_host_index_tensors() -> None:
-    """``sim.kv_cache`` moves host index tensors to the data's device (a test instrument may upload)."""
+def test_host_index_tensors_move_to_the_device_data() -> None:
+    """Host index tensors with device data: one non-blocking upload, then the kernels."""
     past = random_bits((1, 2, 8, 32), torch.float16, 5)
     new_kv = random_bits((3, 32), torch.float16, 6)
     expected = KvCacheArgs(new_kv, past.clone(), 0, torch.tensor([2, 8]), torch.tensor([2, 1]))
     safe_reference.kv_cache(expected)
-    args = KvCacheArgs(npu(new_kv), npu(past), 0, torch.tensor([2, 8]), torch.tensor([2, 1]))
-    sim.kv_cache(args)
-    assert bits_equal(args.past.cpu(), expected.past)
+    device_past, device_new_kv = npu(past), npu(new_kv)
+    with ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.kv_cache(device_new_kv, 0, device_past, torch.tensor([2, 8]), torch.tensor([2, 1]))
+    assert (seen.transfers, seen.uploads, seen.blocking_uploads) == (0, 1, 0)
+    assert bits_equal(device_past.cpu(), expected.past)
