@@ -1,10 +1,16 @@
-"""The dispatch policy (docs/hardware.md#dispatch), decision by decision.
+"""The dispatch policy (docs/hardware.md#dispatch), decision by decision, and the decisions the
+operators keep.
 
 Every combination of: requested backend (auto, npu, sim, fallback) x the tensors' device (cpu,
 or an NPU faked by monkeypatching device detection) x SoC product line (supported A2/A3,
 unsupported 310P, unknown) x kernel library loaded or not x inputs inside the kernels' domain
 (token rows contiguous) or not x operation. The expected outcome comes from a small table written here,
 independently of ascend_kv.dispatch.policy.
+
+The C++ operators ask Python (``policy.choose``) once per operation, device, requested backend and
+reason the kernels cannot take a call, and keep the answer per thread; ``policy.forget()`` drops
+what they kept. The table is checked on ``policy.choose`` itself; what the operators keep, on the
+fake NPU of tests/fake_npu through the public functions.
 """
 
 from __future__ import annotations
@@ -15,51 +21,33 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import fake_npu
 import pytest
 import torch
+from cases import bits_equal, kv_cache_case, paged_case
 
 import ascend_kv
-from ascend_kv.backends import kernel_domain, npu
+from ascend_kv.backends import npu, sim
 from ascend_kv.dispatch import device as runtime
 from ascend_kv.dispatch import policy
-from ascend_kv.operators.run import decision as decide_call
-from ascend_kv.rules import kv_cache as kv_rules
-from ascend_kv.rules import paged_cache_load as load_rules
+from ascend_kv.tools import reference
 
 ERROR = "error"
 SOCS = {"Ascend910B3": True, "Ascend910_9382": True, "Ascend310P3": False, "Ascend999X": None}  # supported?
 LINES = {"Ascend910B3": "atlas-a2", "Ascend910_9382": "atlas-a3", "Ascend310P3": "atlas-inference", "Ascend999X": None}
+#: Why the kernels cannot take a call whose token rows are not contiguous, as the operators say it
+#: (csrc/rules/kernel_domain.cpp); None: inside the kernels' domain.
+OUTSIDE = {
+    "KVCacheOperation": "past has sizes (2, 2, 8, 32) and strides (512, 256, 1, 8): the kernels need its rows "
+                        "(dim 3) contiguous",
+    "PagedCacheLoadOperation": "key has sizes (20, 2, 16) and strides (32, 1, 2): the kernels need its rows contiguous",
+}
+CPU = torch.device("cpu")
 
 
-def rows_apart(t: torch.Tensor) -> torch.Tensor:
-    """``t`` with its last dimension strided in memory: token rows no longer contiguous."""
-    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-
-
-def kv_call(contiguous: bool) -> ascend_kv.rules.forms.KvCacheArgs:
-    past = torch.zeros(2, 2, 8, 32, dtype=torch.float16)
-    new_kv = torch.ones(3, 32, dtype=torch.float16)
-    return kv_rules.args(new_kv, 1, past if contiguous else rows_apart(past), torch.tensor([4, 2]),
-                                torch.tensor([1, 2]))
-
-
-def paged_call(contiguous: bool) -> ascend_kv.rules.forms.PagedLoadArgs:
-    cache = torch.zeros(4, 16, 2, 16, dtype=torch.float16)
-    key, value = torch.zeros(20, 2, 16, dtype=torch.float16), torch.zeros(20, 2, 16, dtype=torch.float16)
-    return load_rules.args(
-        cache, cache, torch.tensor([[2, 0], [1, -1]]), torch.tensor([17, 3]), kv_cache_cfg="nd",
-        key=key if contiguous else rows_apart(key), value=value,
-    )
-
-
-def select(args: ascend_kv.rules.forms.KvCacheArgs | ascend_kv.rules.forms.PagedLoadArgs) -> str:
-    """The backend the operator's implementation would run for ``args``."""
-    decision = decide_call(args)
-    device = torch.device(decision.device)
-    return policy.choose(decision.op, device, kernel_domain.outside_reason(args))
-
-
-CALLS = {"KVCacheOperation": kv_call, "PagedCacheLoadOperation": paged_call}
+def select(op: str, requested: str, contiguous: bool) -> str:
+    """The backend the operators would run: what they ask ``policy.choose`` for a call of ``op``."""
+    return policy.choose(op, CPU, requested, None if contiguous else OUTSIDE[op])
 
 
 def expected_backend(requested: str, on_npu: bool, supported: bool | None, library: bool, contiguous: bool) -> str:
@@ -96,12 +84,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
 
     monkeypatch.setattr(npu, "library", library)
     monkeypatch.delenv(policy.BACKEND_ENV, raising=False)
-    monkeypatch.setattr(policy, "_warned", set())
+    policy.forget()  # every reason warns once more
     yield state
+    policy.forget()
 
 
 COMBINATIONS = list(
-    itertools.product(policy.BACKEND_CHOICES, [False, True], SOCS, [False, True], [False, True], CALLS)
+    itertools.product(policy.BACKEND_CHOICES, [False, True], SOCS, [False, True], [False, True], OUTSIDE)
 )
 
 
@@ -112,20 +101,19 @@ def test_decision_for_every_combination(
 ) -> None:
     fake.on_npu, fake.library = on_npu, library
     monkeypatch.setenv(runtime.SOC_ENV, soc)
-    call = CALLS[op](contiguous)
     want = expected_backend(requested, on_npu, SOCS[soc], library, contiguous)
     with ascend_kv.use_backend(requested), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        decision = decide_call(call)
+        decision = policy.decide(op, CPU, None if contiguous else OUTSIDE[op])
         assert decision.op == op and decision.requested == requested
         if want == ERROR:
             assert decision.backend is None
             with pytest.raises(ascend_kv.BackendUnavailableError, match=f"backend '{requested}' cannot run {op}"):
-                select(call)
+                select(op, requested, contiguous)
         else:
             assert decision.backend == want
-            assert select(call) == want
-            select(call)  # the same reason again: no second warning
+            assert select(op, requested, contiguous) == want
+            select(op, requested, contiguous)  # the same reason again: no second warning
     if requested in ("auto", "npu") and want != "npu":
         assert expected_reason(on_npu, SOCS[soc], library, contiguous) in decision.reason
     if on_npu and requested in ("auto", "npu"):
@@ -142,7 +130,7 @@ def test_one_warning_per_reason_not_per_call(fake: SimpleNamespace, monkeypatch:
         warnings.simplefilter("always")
         for soc in ["Ascend310P3", "Ascend310P3", "Ascend910B3", "Ascend910B3", "Ascend310P1"]:
             monkeypatch.setenv(runtime.SOC_ENV, soc)
-            select(kv_call(True))
+            select("KVCacheOperation", "auto", True)
     messages = [str(w.message) for w in caught if issubclass(w.category, ascend_kv.FallbackWarning)]
     assert len(messages) == 3  # 310P3, 910B3 (library missing), 310P1: three distinct reasons
     assert "Ascend310P3" in messages[0] and "not loaded" in messages[1] and "Ascend310P1" in messages[2]
@@ -225,3 +213,123 @@ def test_default_library_location_is_inside_the_package(monkeypatch: pytest.Monk
     assert npu.DEFAULT_LIBRARY.parent.parent == Path(ascend_kv.__file__).parent
 
 
+
+
+# ----------------------------------------------------------------------------- the decisions the operators keep
+
+
+SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"
+KERNELS, DEVICE_FALLBACK = 2, 3  # positions in torch.ops.ascend_kv._runs()
+
+
+@pytest.fixture
+def on_fake_npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The fake NPU, the kernels' host build as its kernel library, ``auto``, nothing kept or warned yet."""
+    fake_npu.install()
+    monkeypatch.setenv(npu.LIBRARY_ENV, str(sim.library_path()))
+    monkeypatch.delenv(policy.BACKEND_ENV, raising=False)
+    npu.library.cache_clear()
+    policy.forget()
+    yield
+    monkeypatch.undo()
+    npu.library.cache_clear()
+    policy.forget()
+
+
+def kv_call_on_npu(rows_apart: bool = False) -> tuple[tuple, torch.Tensor]:
+    """A kv_cache call on the fake NPU (past's rows strided apart, or not) and the past it must leave."""
+    case = kv_cache_case(torch.float16, [1, 2], [4, 2], hidden=32)
+    new_kv, layer, past, offsets, lens = case.args
+    expected = reference.kv_cache(new_kv, layer, past.clone(), offsets, lens)
+    on_npu = past.to("npu")
+    if rows_apart:
+        on_npu = on_npu.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return (new_kv.to("npu"), layer, on_npu, offsets, lens), expected
+
+
+def fallback_warnings(call: tuple) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ascend_kv.kv_cache(*call)
+    return [str(w.message) for w in caught if issubclass(w.category, ascend_kv.FallbackWarning)]
+
+
+def test_a_kept_fallback_decision_warns_once_until_forgotten(on_fake_npu: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a 310P part the device fallback runs and says so once: the operators keep the decision
+    (no second warning, even with Python's record of warnings cleared); after ``forget()`` they
+    ask again and it warns again."""
+    monkeypatch.setenv(runtime.SOC_ENV, UNSUPPORTED)
+    before = torch.ops.ascend_kv._runs()[DEVICE_FALLBACK]
+    call, expected = kv_call_on_npu()
+    first = fallback_warnings(call)
+    assert len(first) == 1 and "the kernels do not support KVCacheOperation" in first[0] and UNSUPPORTED in first[0]
+    assert fallback_warnings(call) == []
+    policy._warned.clear()                    # the decision is kept by the operators, not asked again
+    assert fallback_warnings(call) == []
+    policy.forget()
+    assert len(fallback_warnings(call)) == 1
+    assert torch.ops.ascend_kv._runs()[DEVICE_FALLBACK] - before == 4
+    assert bits_equal(call[2].cpu(), expected)
+
+
+def test_a_kept_decision_follows_what_forget_drops(on_fake_npu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SoC is read when the operators ask: a changed ASCEND_KV_SOC takes effect after ``forget()``."""
+    monkeypatch.setenv(runtime.SOC_ENV, SUPPORTED)
+    call, expected = kv_call_on_npu()
+    runs = torch.ops.ascend_kv._runs()
+    assert fallback_warnings(call) == []
+    monkeypatch.setenv(runtime.SOC_ENV, UNSUPPORTED)
+    assert fallback_warnings(call) == []                                  # kept: the kernels again
+    after = torch.ops.ascend_kv._runs()
+    assert after[KERNELS] - runs[KERNELS] == 2 and after[DEVICE_FALLBACK] == runs[DEVICE_FALLBACK]
+    policy.forget()
+    assert len(fallback_warnings(call)) == 1                              # asked again: the fallback
+    assert torch.ops.ascend_kv._runs()[DEVICE_FALLBACK] == after[DEVICE_FALLBACK] + 1
+    assert bits_equal(call[2].cpu(), expected)
+
+
+def test_a_call_outside_the_kernels_domain_falls_back_once_per_reason(on_fake_npu: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a supported part with the kernel library loaded, strided token rows are outside the
+    kernels' domain: the device fallback runs, with the reason the operators give (the strides);
+    contiguous rows run the kernels; each reason is one decision, warned once."""
+    monkeypatch.setenv(runtime.SOC_ENV, SUPPORTED)
+    runs = torch.ops.ascend_kv._runs()
+    inside, expected = kv_call_on_npu()
+    outside, _ = kv_call_on_npu(rows_apart=True)
+    assert fallback_warnings(inside) == []
+    said = fallback_warnings(outside)
+    assert len(said) == 1 and "the call is outside the kernels' domain: past has sizes (2, 2, 16, 32)" in said[0]
+    assert "the kernels need its rows (dim 3) contiguous" in said[0]
+    assert fallback_warnings(outside) == [] and fallback_warnings(inside) == []
+    after = torch.ops.ascend_kv._runs()
+    assert (after[KERNELS] - runs[KERNELS], after[DEVICE_FALLBACK] - runs[DEVICE_FALLBACK]) == (2, 2)
+    assert bits_equal(inside[2].cpu(), expected) and bits_equal(outside[2].cpu(), expected)
+
+
+def test_an_explicit_npu_request_that_cannot_run_raises_every_call(on_fake_npu: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """No decision is kept for a backend that cannot run: each call raises, writing nothing."""
+    monkeypatch.setenv(runtime.SOC_ENV, UNSUPPORTED)
+    call, _ = kv_call_on_npu()
+    before = call[2].cpu()
+    with ascend_kv.use_backend("npu"):
+        for _ in range(2):
+            with pytest.raises(ascend_kv.BackendUnavailableError, match="backend 'npu' cannot run KVCacheOperation"):
+                ascend_kv.kv_cache(*call)
+    assert bits_equal(call[2].cpu(), before)
+
+
+def test_the_host_never_asks_python_under_auto_or_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host calls under auto and fallback run the host paths without a decision asked of Python."""
+    asked: list[object] = []
+    choose = policy.choose
+    monkeypatch.setattr(policy, "choose", lambda *args: asked.append(args) or choose(*args))
+    policy.forget()
+    case = paged_case(ascend_kv.KvCacheCfg.K_CACHE_V_CACHE_ND, [5, 3])
+    for requested in ("auto", "fallback"):
+        with ascend_kv.use_backend(requested):
+            ascend_kv.paged_cache_load(*case.args, **case.kwargs)
+    assert asked == []
+    policy.forget()
