@@ -1,16 +1,16 @@
 """The public ``block_copy`` (ATB BlockCopyOperation), ``copy_blocks`` and ``swap_blocks`` (vLLM's):
 against the reference of the spec's loop bit for bit, every host rule at its boundary (nothing
-written on an error), the device fallback on unchecked values, and the graph tools."""
+written on an error), the device fallback (on the fake NPU of tests/fake_npu) on unchecked
+values, and the graph tools."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import fake_npu
 import pytest
 import torch
-from ascend_kv.cpu_fallback import block_copy as host_blocks
-from ascend_kv.cpu_fallback import on_device
 from block_cases import BlockCase, Copies, block_cases, caches
 from cases import bits_equal, random_bits, require_compiled_as_eager
 from hypothesis import given
@@ -18,10 +18,24 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ascend_kv
-from ascend_kv.rules import block_copy as block_rules
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
+HOST_PATHS, DEVICE_FALLBACK = 0, 3  # positions in torch.ops.ascend_kv._runs()
+fake_npu.install()
+
+
+def on_the_device_fallback(call: Callable[..., None], *args: Any) -> None:
+    """``call(*args)`` on the fake NPU's device fallback: every tensor there with its host layout (index
+    tensors too, so no value is checked), nothing read back; then the device memory is copied back
+    over the host tensors."""
+    mirror = fake_npu.same_layout(list(args))
+    before = torch.ops.ascend_kv._runs()[DEVICE_FALLBACK]
+    with ascend_kv.use_backend("fallback"), fake_npu.counting() as seen:
+        call(*mirror.values)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert torch.ops.ascend_kv._runs()[DEVICE_FALLBACK] == before + 1
+    mirror.copy_back()
 
 
 def untouched(before: torch.Tensor, after: torch.Tensor, destinations: list[int]) -> bool:
@@ -46,8 +60,7 @@ def test_block_copy_matches_the_reference_in_place(backend: str, case: BlockCase
 def test_the_device_fallback_matches_the_reference(case: BlockCase) -> None:
     expected = case.cloned_args()
     reference.block_copy(*expected)
-    args = block_rules.block_copy_args(*case.args())
-    on_device.block_copy(args)
+    on_the_device_fallback(ascend_kv.block_copy, *case.args())
     assert bits_equal(case.key_cache, expected[0])
     assert case.value_cache is None or bits_equal(case.value_cache, expected[1])
 
@@ -84,7 +97,7 @@ def test_the_device_fallback_skips_out_of_range_blocks(case: tuple[torch.Tensor,
         return
     expected = safe_copy(cache, sources, destinations, ends)
     index = [torch.tensor(v, dtype=torch.int64) for v in (sources, destinations, ends)]
-    on_device.block_copy(ascend_kv.rules.forms.BlockCopyArgs((cache,), *index))
+    on_the_device_fallback(ascend_kv.block_copy, cache, None, *index)
     assert bits_equal(cache, expected)
 
 
@@ -106,12 +119,35 @@ def test_empty_copies_write_nothing(backend: str, copies: Copies) -> None:
     assert bits_equal(key, before[0]) and bits_equal(value, before[1])
 
 
-def test_host_path_takes_the_copier_for_whole_32_byte_rows_and_indexes_otherwise() -> None:
-    column_key, column_value = caches("column slices", "nd", 4, torch.float16, torch.float16, seed=1, head_size=5)
-    key, value = caches("interleaved", "nz", 4, torch.bfloat16, torch.bfloat16, seed=1)
-    for pair, expected in (((key, value), ("native", "native")), ((column_key, column_value), ("indexed", "native"))):
-        call = block_rules.block_copy_plan(block_rules.block_copy_args(*pair, *Copies([0], [1], [1]).tensors(torch.int32)))
-        assert host_blocks.paths(call) == (expected if host_blocks.native.AVAILABLE else ("indexed", "indexed"))
+@pytest.mark.parametrize("storage", ["column slices, 10-byte rows", "interleaved NZ", "7-D, every dim strided"])
+def test_host_paths_copy_every_block_layout(storage: str) -> None:
+    """Blocks of rows that are not whole 32-byte pieces (once the indexed path), K and V block by block
+    (once the copier), and blocks of six strided dims (more loops than the copy primitive holds):
+    each copied exactly on the host paths, nothing else changed."""
+    if storage.startswith("column"):
+        key, value = caches("column slices", "nd", 4, torch.float16, torch.float16, seed=1, head_size=5)
+    elif storage.startswith("interleaved"):
+        key, value = caches("interleaved", "nz", 4, torch.bfloat16, torch.bfloat16, seed=1)
+    else:
+        key = random_bits((4, 4, 4, 4, 4, 4, 4), torch.float32, 1)[:, ::2, ::2, ::2, ::2, ::2, ::2]
+        value = random_bits((4, 3, 4, 5, 2, 3, 2), torch.int8, 2)[:, :, ::2, ::3]
+    bases = [t._base if t._base is not None else t for t in (key, value)]
+    buffers = list({id(b): b for b in bases}.values())                          # K and V may share one
+    expected = {id(b): b.clone() for b in buffers}
+    views = [expected[id(b)].as_strided(t.shape, t.stride(), t.storage_offset()) for b, t in zip(bases, (key, value))]
+    index = Copies([0, 3], [1, 2], [1, 2]).tensors(torch.int32)
+    reference.block_copy(*views, *index)
+    before = torch.ops.ascend_kv._runs()[HOST_PATHS]
+    with ascend_kv.use_backend("fallback"):
+        ascend_kv.block_copy(key, value, *index)
+    assert torch.ops.ascend_kv._runs()[HOST_PATHS] == before + 1
+    assert all(bits_equal(b, expected[id(b)]) for b in buffers)
+    if storage.startswith("7-D"):
+        target = random_bits((3, 2, 2, 2, 2, 2, 2), torch.float32, 3)
+        want = target.clone()
+        reference.swap_blocks(key, want, torch.tensor([[3, 0], [1, 2]]))
+        ascend_kv.swap_blocks(key, target, torch.tensor([[3, 0], [1, 2]]))
+        assert bits_equal(target, want)
 
 
 # ----------------------------------------------------------------------------- copy_blocks
