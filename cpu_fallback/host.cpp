@@ -19,7 +19,7 @@ char* MutableBytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()
 
 /// The last entry b with start[b] <= x (starts non-decreasing; entries of length 0 share their
 /// successor's start, so this is the entry holding x).
-int64_t EntryAt(const std::vector<int64_t>& start, int64_t x)
+int64_t EntryAt(c10::ArrayRef<int64_t> start, int64_t x)
 {
     return std::upper_bound(start.begin(), start.end(), x) - start.begin() - 1;
 }

@@ -75,7 +75,9 @@ def kv_cache(
     """
     if not type(new_kv) is type(past) is type(token_offset) is type(seq_len) is torch.Tensor:
         _tensors(new_kv=new_kv, past=past, token_offset=token_offset, seq_len=seq_len)
-    if isinstance(layer_id, torch.Tensor):
+    if type(layer_id) is int and -(2**63) <= layer_id < 2**63:  # the usual case, without the tests below
+        _KV_CACHE(new_kv, layer_id, past, token_offset, seq_len)
+    elif isinstance(layer_id, torch.Tensor):
         _KV_CACHE_LAYER_TENSOR(new_kv, common.tensor_argument("layer_id", layer_id), past, token_offset, seq_len)
     else:
         _KV_CACHE(new_kv, common.int64_argument("layer_id", layer_id), past, token_offset, seq_len)
@@ -156,7 +158,8 @@ def paged_cache_load(
     """
     if not type(key_cache) is type(value_cache) is type(block_table) is type(context_lens) is torch.Tensor:
         _tensors(key_cache=key_cache, value_cache=value_cache, block_table=block_table, context_lens=context_lens)
-    if not {type(seq_starts), type(key), type(value)} <= _TENSOR_OR_NONE:
+    if not ((seq_starts is None or type(seq_starts) is torch.Tensor) and (key is None or type(key) is torch.Tensor)
+            and (value is None or type(value) is torch.Tensor)):
         _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
     options = _load_options(kv_cache_cfg, cumsum, seq_starts)
     if key is None and value is None:
@@ -228,15 +231,13 @@ def reshape_and_cache(
     16.0
     """
     if not (type(key) is type(key_cache) is type(slot_mapping) is torch.Tensor
-            and {type(value), type(value_cache)} <= _TENSOR_OR_NONE):
+            and (value is None or type(value) is torch.Tensor)
+            and (value_cache is None or type(value_cache) is torch.Tensor)):
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
     layout = reshape_and_cache_layout(kv_cache_cfg, value is not None)
     _RESHAPE_AND_CACHE(key, value, key_cache, value_cache, slot_mapping, layout)
     return key_cache, value_cache
-
-
-_TENSOR_OR_NONE = frozenset({torch.Tensor, type(None)})
 
 
 def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:

@@ -27,7 +27,7 @@ std::vector<at::Tensor> BlockViews(const std::vector<at::Tensor>& caches)
     return views;
 }
 
-void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, const std::vector<at::Tensor>& index)
+void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, c10::ArrayRef<at::Tensor> index)
 {
     const std::vector<at::Tensor> views = BlockViews(caches);
     if (!views.empty()) {
@@ -63,7 +63,7 @@ void Run(BlockCopyCall& call)
     if (ReadsValues(call.IndexTensors())) {
         PlanBlockCopy(call);
     }
-    const std::vector<at::Tensor> index = OnDevice(call.IndexTensors(), device);
+    const IndexTensors index = OnDevice(call.IndexTensors(), device);
     const Backend backend = DeviceBackend(Operation::kBlockCopy, device, BlockCopyOutsideReason(call.caches));
     if (backend == Backend::kNpu) {
         Count(Ran::kKernels);

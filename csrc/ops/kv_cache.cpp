@@ -10,7 +10,7 @@
 namespace ascend_kv {
 namespace {
 
-void Launch(const KernelLibrary& kernels, const KvCacheCall& call, const std::vector<at::Tensor>& index)
+void Launch(const KernelLibrary& kernels, const KvCacheCall& call, c10::ArrayRef<at::Tensor> index)
 {
     kernels.kv_cache(call.new_kv, call.past, index[0], index[1], index[2], call.layer_id);
 }
@@ -40,7 +40,7 @@ void Run(const at::Tensor& new_kv, const at::Tensor& layer_tensor, int64_t layer
     if (ReadsValues(call.IndexTensors())) {
         PlanKvCache(call);
     }
-    const std::vector<at::Tensor> index = OnDevice(call.IndexTensors(), past.device());
+    const IndexTensors index = OnDevice(call.IndexTensors(), past.device());
     const Backend backend = DeviceBackend(Operation::kKvCache, past.device(), OutsideReason(call.DataRows()));
     if (backend == Backend::kNpu) {
         Count(Ran::kKernels);

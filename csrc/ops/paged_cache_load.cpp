@@ -54,7 +54,7 @@ void Allocate(PagedLoadCall& call, const c10::SymInt& rows)
     }
 }
 
-void Launch(const KernelLibrary& kernels, const PagedLoadCall& call, const std::vector<at::Tensor>& index)
+void Launch(const KernelLibrary& kernels, const PagedLoadCall& call, c10::ArrayRef<at::Tensor> index)
 {
     kernels.paged_cache_load(call.key_cache, call.value_cache, index[0], index[1], index[2], call.key, call.value,
                              static_cast<int64_t>(call.geometry.layout), call.cumsum);
@@ -114,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor> Run(const at::Tensor& key_cache, const at::Te
     } else if (!key.defined()) {  // the one synchronisation of the allocating form: its row count
         Allocate(call, on_device::OutputRows(call.context_lens, cumsum).item<int64_t>());
     }
-    const std::vector<at::Tensor> index = OnDevice(call.IndexTensors(), key_cache.device());
+    const IndexTensors index = OnDevice(call.IndexTensors(), key_cache.device());
     const Backend backend = DeviceBackend(Operation::kPagedLoad, key_cache.device(), OutsideReason(call.DataRows()));
     call.block_table = index[0];
     call.context_lens = index[1];

@@ -11,7 +11,7 @@
 
 namespace ascend_kv {
 
-bool ReadsValues(const std::vector<at::Tensor>& index_tensors) { return AllOnHost(index_tensors) || ValidateFull(); }
+bool ReadsValues(c10::ArrayRef<at::Tensor> index_tensors) { return AllOnHost(index_tensors) || ValidateFull(); }
 
 const KernelLibrary& Kernels(Backend backend)
 {

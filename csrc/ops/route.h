@@ -16,7 +16,7 @@ namespace ascend_kv {
 using BelowAutograd = at::AutoDispatchBelowADInplaceOrView;
 
 /// Whether a call on a device checks its index values: every index tensor on the host, or full validation.
-bool ReadsValues(const std::vector<at::Tensor>& index_tensors);
+bool ReadsValues(c10::ArrayRef<at::Tensor> index_tensors);
 
 /// The kernel table of `backend` (kNpu or kSim), registered by the policy before it chose it.
 const KernelLibrary& Kernels(Backend backend);

@@ -17,7 +17,7 @@ at::Tensor AsKernelsTakeIt(const at::Tensor& t)
 
 }  // namespace
 
-std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& tensors, const at::Device& device)
+IndexTensors OnDevice(c10::ArrayRef<at::Tensor> tensors, const at::Device& device)
 {
     std::vector<at::Tensor> host;
     int64_t total = 0;
@@ -27,8 +27,7 @@ std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& tensors, const a
             total += t.numel();
         }
     }
-    std::vector<at::Tensor> result;
-    result.reserve(tensors.size());
+    IndexTensors result;
     if (host.empty()) {
         for (const at::Tensor& t : tensors) {
             result.push_back(AsKernelsTakeIt(t));

@@ -7,10 +7,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "csrc/rules/index_values.h"
+
 namespace ascend_kv {
 
 /// `tensors` with every defined one on `device`, int32/int64 and contiguous as the kernels take
 /// them: those already there as they are (contiguous), the host ones moved in one copy as int64.
-std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& tensors, const at::Device& device);
+IndexTensors OnDevice(c10::ArrayRef<at::Tensor> tensors, const at::Device& device);
 
 }  // namespace ascend_kv

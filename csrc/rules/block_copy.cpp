@@ -236,7 +236,7 @@ BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_ca
 
 BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
 {
-    const std::vector<at::Tensor> host = OnHost(call.IndexTensors());
+    const IndexTensors host = OnHost(call.IndexTensors());
     BlockCopyPlan plan;
     const std::vector<int64_t> listed = Values(host[0]);
     plan.destinations = Values(host[1]);

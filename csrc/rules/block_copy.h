@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/check.h"
+#include "csrc/rules/index_values.h"
 
 namespace ascend_kv {
 
@@ -23,7 +24,7 @@ struct BlockCopyCall {
     at::Tensor cum_sum;               ///< [pairs] running ends of each source's destinations, or undefined
     bool mapping = false;             ///< copy_blocks: the index values come from block_mapping
 
-    std::vector<at::Tensor> IndexTensors() const { return {src, dst, cum_sum}; }
+    ascend_kv::IndexTensors IndexTensors() const { return {src, dst, cum_sum}; }
 };
 
 BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& src,

@@ -18,15 +18,15 @@ IndexReader::IndexReader(const at::Tensor& t)
                           "IndexReader takes host int32/int64 tensors of rank 1 or 2");
 }
 
-bool AllOnHost(const std::vector<at::Tensor>& tensors)
+bool AllOnHost(c10::ArrayRef<at::Tensor> tensors)
 {
     return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return !t.defined() || t.is_cpu(); });
 }
 
-std::vector<at::Tensor> OnHost(const std::vector<at::Tensor>& tensors)
+IndexTensors OnHost(c10::ArrayRef<at::Tensor> tensors)
 {
     if (AllOnHost(tensors)) {
-        return tensors;  // the usual case
+        return IndexTensors(tensors.begin(), tensors.end());  // the usual case
     }
     std::vector<at::Tensor> flat;
     for (const at::Tensor& t : tensors) {
@@ -35,7 +35,7 @@ std::vector<at::Tensor> OnHost(const std::vector<at::Tensor>& tensors)
         }
     }
     const at::Tensor fetched = at::cat(flat).cpu();
-    std::vector<at::Tensor> result;
+    IndexTensors result;
     int64_t start = 0;
     for (const at::Tensor& t : tensors) {
         if (!t.defined() || t.is_cpu()) {

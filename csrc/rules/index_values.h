@@ -5,11 +5,16 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 namespace ascend_kv {
+
+/// A call's index tensors (undefined: absent), and its per-batch values: no allocation for the usual few.
+using IndexTensors = c10::SmallVector<at::Tensor, 4>;
+using BatchValues = c10::SmallVector<int64_t, 16>;
 
 /// A host index tensor, read entry by entry.
 class IndexReader {
@@ -36,10 +41,10 @@ private:
 
 /// The index tensors as host tensors: host ones as they are, undefined ones undefined, the
 /// device-resident ones gathered on their device as int64 and read back in one transfer.
-std::vector<at::Tensor> OnHost(const std::vector<at::Tensor>& tensors);
+IndexTensors OnHost(c10::ArrayRef<at::Tensor> tensors);
 
 /// Whether every defined index tensor is on the host.
-bool AllOnHost(const std::vector<at::Tensor>& tensors);
+bool AllOnHost(c10::ArrayRef<at::Tensor> tensors);
 
 /// A 128-bit integer in decimal, for messages about sums of int64 entries.
 std::string WideText(__int128 value);

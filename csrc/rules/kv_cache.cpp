@@ -68,7 +68,7 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
 
 KvCachePlan PlanKvCache(const KvCacheCall& call)
 {
-    const std::vector<at::Tensor> host = OnHost(call.IndexTensors());
+    const IndexTensors host = OnHost(call.IndexTensors());
     KvCachePlan plan;
     plan.layer = call.layer_id;
     if (host[2].defined()) {

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/check.h"
+#include "csrc/rules/index_values.h"
 
 namespace ascend_kv {
 
@@ -19,7 +20,7 @@ struct KvCacheCall {
     at::Tensor token_offset;  ///< [batch] int32/int64: the position after each entry's last new token
     at::Tensor seq_len;       ///< [batch] int32/int64: new tokens per entry
 
-    std::vector<at::Tensor> IndexTensors() const { return {token_offset, seq_len, layer_tensor}; }
+    ascend_kv::IndexTensors IndexTensors() const { return {token_offset, seq_len, layer_tensor}; }
     std::vector<Rows> DataRows() const;
 };
 
@@ -32,7 +33,7 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
 /// read_start[b] + j of new_kv and goes to past[layer, b, write_start[b] + j].
 struct KvCachePlan {
     int64_t layer = 0;
-    std::vector<int64_t> seq_len, read_start, write_start;  ///< [batch] each
+    BatchValues seq_len, read_start, write_start;  ///< [batch] each
 };
 
 /// The rules of a kv_cache call on its index values, read on the host (one transfer at most).

@@ -140,7 +140,7 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
 PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
 {
     // With zero_fill the block table is not checked, so a device one is not read back.
-    const std::vector<at::Tensor> host =
+    const IndexTensors host =
         OnHost({call.context_lens, call.seq_starts, call.zero_fill ? at::Tensor() : call.block_table});
     const IndexReader given(host[0]);
     const int64_t block_size = call.geometry.block_size.expect_int();

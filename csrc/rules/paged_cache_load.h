@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/check.h"
+#include "csrc/rules/index_values.h"
 #include "csrc/rules/geometry.h"
 
 namespace ascend_kv {
@@ -26,7 +27,7 @@ struct PagedLoadCall {
     bool zero_fill = false;
     at::Tensor key, value;    ///< the outputs, written in place; undefined until given or allocated
 
-    std::vector<at::Tensor> IndexTensors() const { return {block_table, context_lens, seq_starts}; }
+    ascend_kv::IndexTensors IndexTensors() const { return {block_table, context_lens, seq_starts}; }
     std::vector<Rows> DataRows() const;
 };
 
@@ -42,7 +43,7 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
 /// slot j % block_size, and goes to output row out_start[b] + j. Every block-table entry a token
 /// needs is in range (unless zero_fill).
 struct PagedLoadPlan {
-    std::vector<int64_t> lens, out_start, first_column;  ///< [batch] each
+    BatchValues lens, out_start, first_column;  ///< [batch] each
     int64_t end_row = 0;  ///< rows the outputs need: sum(lens), or context_lens[-1] in cumsum mode
 };
 

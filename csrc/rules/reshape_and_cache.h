@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/check.h"
+#include "csrc/rules/index_values.h"
 #include "csrc/rules/geometry.h"
 
 namespace ascend_kv {
@@ -24,7 +25,7 @@ struct ReshapeAndCacheCall {
     at::Tensor slot_mapping;  ///< [n] int32/int64, n <= num_tokens
 
     bool KeyOnly() const { return !value_cache.defined(); }
-    std::vector<at::Tensor> IndexTensors() const { return {slot_mapping}; }
+    ascend_kv::IndexTensors IndexTensors() const { return {slot_mapping}; }
     std::vector<Rows> DataRows() const;
 };
 
