@@ -1,7 +1,9 @@
 #include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include <ATen/ops/zeros.h>
+#include <c10/util/safe_numerics.h>
 
 #include "cpu_fallback/host.h"
 #include "cpu_fallback/on_device.h"
@@ -42,10 +44,15 @@ void Allocate(PagedLoadCall& call, const c10::SymInt& rows)
                 bytes << "?";
             } else {
                 int64_t total = cache.element_size();
+                bool overflows = false;
                 for (const c10::SymInt& n : shape) {
-                    total *= n.expect_int();
+                    overflows |= c10::mul_overflows(total, n.expect_int(), &total);
                 }
-                bytes << total;
+                if (overflows) {
+                    bytes << "more than " << std::numeric_limits<int64_t>::max();
+                } else {
+                    bytes << total;
+                }
             }
             TORCH_CHECK_VALUE(false, key ? "key" : "value", ": the output ", List(shape),
                               " that context_lens asks for (", bytes.str(), " bytes) cannot be allocated: ",
