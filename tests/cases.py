@@ -357,6 +357,16 @@ def garbage_kv_args(draw: st.DrawFn) -> KvCacheArgs:
     return KvCacheArgs(new_kv, past, layer_id, index(token_offset, index_dtype), index(seq_len, index_dtype))
 
 
+def unchecked_layer(args: KvCacheArgs) -> KvCacheArgs:
+    """``args`` with an int ``layer_id`` out of range as a one-element index tensor: an int is a host
+    value, which the operators always check; a tensor on a device is not checked, like every index tensor."""
+    layer = args.layer_id
+    if isinstance(layer, torch.Tensor) or 0 <= layer < args.past.shape[0]:
+        return args
+    return KvCacheArgs(args.new_kv, args.past, torch.tensor([layer], dtype=args.seq_len.dtype), args.token_offset,
+                       args.seq_len)
+
+
 def cloned(args: Any) -> Any:
     return type(args)(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vars(args).items()})
 
@@ -382,13 +392,13 @@ def garbage_paged_args(draw: st.DrawFn) -> PagedLoadArgs:
     value = random_bits((value_rows, *row_shape(layout, value_cache)), value_dtype, seed + 3)
     blocks = mostly(st.integers(-1, num_blocks), index_dtype)
     table = draw(st.lists(blocks, min_size=batch * columns, max_size=batch * columns))
-    cumsum = draw(st.booleans())
+    cumsum = layout == ND and draw(st.booleans())  # NZ takes neither cumsum nor seq_starts (ATB; the operators refuse them)
     lens = mostly(st.integers(-3, 3 * block_size), index_dtype)
     context_lens = draw(st.lists(lens, min_size=batch + cumsum, max_size=batch + cumsum))
     if cumsum and draw(st.booleans()):                                           # mostly non-decreasing: unique writers
         context_lens = sorted(context_lens)
-    starts = draw(st.none() | st.lists(mostly(st.integers(-2 * block_size, 3 * block_size), index_dtype),
-                                       min_size=batch, max_size=batch))
+    starts = None if layout == NZ else draw(st.none() | st.lists(
+        mostly(st.integers(-2 * block_size, 3 * block_size), index_dtype), min_size=batch, max_size=batch))
     return PagedLoadArgs(layout, key_cache, value_cache, index(table, index_dtype).reshape(batch, columns),
                          index(context_lens, index_dtype), None if starts is None else index(starts, index_dtype),
                          cumsum, key, value)

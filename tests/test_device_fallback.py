@@ -1,21 +1,25 @@
-"""The device fallback (cpu_fallback/on_device.py): bit-exact, in place, and never a host read.
+"""The device fallback (cpu_fallback/on_device.cpp): bit-exact, in place, and never a host read.
 
-Every call runs on host tensors inside :func:`sync_guard.no_host_reads`, which raises on any
-operation that would read device values back to the host, so passing here proves the code
-would not synchronise on a device. In-domain calls must match ascend_kv/tools/reference.py;
-garbage index values must match tests/safe_reference.py (the safe semantics); tensors that
-are views of wider buffers must change nowhere but in their own elements.
+Every call goes through the public functions on the fake NPU of tests/fake_npu with the fallback
+requested (``use_backend("fallback")``), every tensor, index tensors included, on the device with its
+host memory layout (:func:`test_sim.on_the_device_fallback`); ``torch.ops.ascend_kv._runs()`` shows
+the device fallback ran it. The fake NPU counts every operation that would read device values back
+to the host (it sees the ATen operations the C++ fallback runs), so a count of zero proves the code
+would not synchronise on a device. In-domain calls must match ascend_kv/tools/reference.py; garbage
+index values (which a call on the device never checks) must match tests/safe_reference.py (the safe
+semantics); tensors that are views of wider buffers must change nowhere but in their own elements.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
+import fake_npu
 import pytest
 import safe_reference
 import torch
-from ascend_kv.cpu_fallback import on_device
 from cases import (
     INT64_MAX,
     INT64_MIN,
@@ -35,19 +39,20 @@ from cases import (
     random_bits,
     row_shape,
     scattered,
+    unchecked_layer,
 )
 from hypothesis import given
 from hypothesis import strategies as st
 from sync_guard import HostReadError, no_host_reads
+from test_sim import DEVICE_FALLBACK, on_the_device_fallback, ran_on
 
+import ascend_kv
 from ascend_kv.api.params import KvCacheCfg
 from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
-
-def guarded(fn: Callable[[Any], None], args: Any) -> None:
-    with no_host_reads():
-        fn(args)
+fake_npu.install()
+NPU = torch.device("npu", 0)
 
 
 # ----------------------------------------------------------------------------- in domain: the reference
@@ -61,14 +66,15 @@ def kv_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t:
 
 
 def paged_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> PagedLoadArgs:
-    """The case's :class:`PagedLoadArgs`; outputs not given are allocated as the reference does."""
+    """The case's :class:`PagedLoadArgs`; outputs not given are given, zero-filled, with the reference's row
+    count (the allocating form reads it back: tests below count that read)."""
     key_cache, value_cache, block_table, context_lens = case.args
     kw = case.kwargs
     layout = KvCacheCfg(kw["kv_cache_cfg"])
     cumsum = kw.get("cumsum", False)
     key, value = kw.get("key"), kw.get("value")
     if key is None or value is None:
-        rows = int(on_device.output_rows(context_lens, cumsum).item())          # the allocating form's one read
+        rows = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)[0].shape[0]
         key, value = (torch.zeros((rows, *row_shape(layout, c)), dtype=c.dtype) for c in (key_cache, value_cache))
     starts = kw.get("seq_starts")
     return PagedLoadArgs(layout, key_cache, value_cache, view(block_table), view(context_lens),
@@ -78,14 +84,14 @@ def paged_args(case: Case, view: Callable[[torch.Tensor], torch.Tensor] = lambda
 @given(case=kv_cache_cases(), noncontiguous=st.booleans())
 def test_kv_cache_matches_reference(case: Case, noncontiguous: bool) -> None:
     args = kv_args(case.cloned(), scattered if noncontiguous else lambda t: t)
-    guarded(on_device.kv_cache, args)
+    on_the_device_fallback(args)
     assert bits_equal(args.past, reference.kv_cache(*case.cloned().args))
 
 
 @given(case=paged_cases(), noncontiguous=st.booleans())
 def test_paged_cache_load_matches_reference(case: Case, noncontiguous: bool) -> None:
     args = paged_args(case.cloned(), scattered if noncontiguous else lambda t: t)
-    guarded(on_device.paged_cache_load, args)
+    on_the_device_fallback(args)
     expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
     assert bits_equal(args.key, expected[0]) and bits_equal(args.value, expected[1])
 
@@ -95,9 +101,43 @@ def test_nz_int8_keys_with_16_bit_values_match_reference() -> None:
         case = paged_case(NZ, [5, 40, 0, 17], key_dtype=torch.int8, value_dtype=value_dtype, block_size=16,
                           give_outputs=True, extra_rows=3, seed=3)
         args = paged_args(case.cloned())
-        guarded(on_device.paged_cache_load, args)
+        on_the_device_fallback(args)
         expected = reference.paged_cache_load(*case.cloned().args, **case.cloned().kwargs)
         assert bits_equal(args.key, expected[0]) and bits_equal(args.value, expected[1])
+
+
+#: Row counts up to this are allocated and loaded; beyond it, the device has less memory to spare than the
+#: key output needs (32-byte rows), so the allocation's error names the count.
+FEW_ROWS = 4096
+
+
+def allocated_rows(values: list[int], cumsum: bool, expected: int, index_dtype: torch.dtype = torch.int64) -> int:
+    """The row count the allocating ``paged_cache_load`` gives outputs for device ``context_lens`` ``values``
+    on the device fallback: the outputs' row count when ``expected`` is at most :data:`FEW_ROWS`, else the
+    count named by the error of an allocation beyond the device memory. Asserts the one read back the
+    allocating form makes (its row count)."""
+    batch = len(values) - cumsum
+    cache = torch.zeros((1, 16, 1, 16), dtype=torch.float16, device=NPU)
+    table = torch.zeros((batch, 1), dtype=torch.int32, device=NPU)
+    lens = torch.tensor(values, dtype=index_dtype).to(NPU)
+    spare = 2**23 if expected <= FEW_ROWS else FEW_ROWS * 32
+    with fake_npu.memory_capacity(fake_npu.memory_in_use() + spare), ascend_kv.use_backend("fallback"), \
+            fake_npu.counting() as seen:
+        try:
+            with ran_on(DEVICE_FALLBACK):
+                key, value = ascend_kv.paged_cache_load(cache, cache, table, lens, kv_cache_cfg=ND, cumsum=cumsum)
+        except ValueError as error:
+            found = re.search(r"key: the output \[(\d+), 1, 16\] that context_lens asks for \((\d+|more than \d+) bytes\) "
+                              r"cannot be allocated: ", str(error))
+            assert found is not None, error
+            rows = int(found.group(1))
+            exact = rows * 16 * 2  # the bytes asked for, exactly
+            assert found.group(2) == (str(exact) if exact <= INT64_MAX else f"more than {INT64_MAX}")
+        else:
+            rows = key.shape[0]
+            assert value.shape[0] == rows
+    assert seen.transfers == 1
+    return rows
 
 
 @given(lens=st.lists(st.integers(0, 2**40), max_size=4), cumsum=st.booleans(), index_dtype=st.sampled_from([torch.int32, torch.int64]))
@@ -105,26 +145,19 @@ def test_output_rows_is_the_reference_row_count(lens: list[int], cumsum: bool, i
     if index_dtype == torch.int32:
         lens = [n % 2**20 for n in lens]
     values = [sum(lens[:i]) for i in range(len(lens) + 1)] if cumsum else lens
-    context_lens = torch.tensor(values, dtype=index_dtype)
-    with no_host_reads():
-        rows = on_device.output_rows(context_lens, cumsum)
-    assert rows.dtype == torch.int64 and rows.dim() == 0
-    assert int(rows) == sum(lens)
+    assert allocated_rows(values, cumsum, sum(lens), index_dtype) == sum(lens)
 
 
 @given(values=st.lists(garbage(torch.int64), min_size=1, max_size=5), cumsum=st.booleans())
 def test_output_rows_of_garbage_is_never_negative_nor_wrapped(values: list[int], cumsum: bool) -> None:
-    with no_host_reads():
-        rows = on_device.output_rows(torch.tensor(values), cumsum)
+    bound = INT64_MAX // len(values)
+    lengths = [max(v, 0) for v in values]
     if cumsum:
-        assert int(rows) == max(values[-1], 0)
+        assert allocated_rows(values, cumsum, max(values[-1], 0)) == max(values[-1], 0)
+    elif max(lengths) <= bound:
+        assert allocated_rows(values, cumsum, sum(lengths)) == sum(lengths)
     else:
-        bound = INT64_MAX // len(values)
-        lengths = [max(v, 0) for v in values]
-        if max(lengths) <= bound:
-            assert int(rows) == sum(lengths)
-        else:
-            assert int(rows) >= bound
+        assert allocated_rows(values, cumsum, bound) >= bound
 
 
 # ----------------------------------------------------------------------------- out of domain: the safe semantics
@@ -132,9 +165,10 @@ def test_output_rows_of_garbage_is_never_negative_nor_wrapped(values: list[int],
 
 @given(args=garbage_kv_args())
 def test_kv_cache_garbage_indices_follow_safe_semantics(args: KvCacheArgs) -> None:
+    args = unchecked_layer(args)
     expected = cloned(args)
     safe_reference.kv_cache(expected)
-    guarded(on_device.kv_cache, args)
+    on_the_device_fallback(args)
     assert bits_equal(args.past, expected.past)
 
 
@@ -143,18 +177,25 @@ def test_kv_cache_offsets_near_int64_limits_do_not_wrap_into_range() -> None:
     past = random_bits((1, 2, 8, 16), torch.float16, 0)
     args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), 0,
                        torch.tensor([INT64_MIN, INT64_MAX]), torch.tensor([INT64_MAX, INT64_MIN]))
-    guarded(on_device.kv_cache, args)
+    on_the_device_fallback(args)
     assert bits_equal(args.past, past)
 
 
 @pytest.mark.parametrize("layer_id", [-1, 2, INT64_MIN, INT64_MAX])
 @pytest.mark.parametrize("as_tensor", [False, True])
 def test_kv_cache_layer_out_of_range_writes_nothing(layer_id: int, as_tensor: bool) -> None:
+    """A device layer tensor out of range is skipped; an int layer is a host value, which the operator
+    checks: refused, naming it. Either way nothing is written."""
     past = random_bits((2, 2, 8, 16), torch.float16, 0)
     layer = torch.tensor([layer_id]) if as_tensor else layer_id
     args = KvCacheArgs(random_bits((4, 16), torch.float16, 1), past.clone(), layer, torch.tensor([2, 8]),
                        torch.tensor([2, 2]))
-    guarded(on_device.kv_cache, args)
+    if as_tensor:
+        on_the_device_fallback(args)
+    else:
+        with ran_on(DEVICE_FALLBACK, calls=0), pytest.raises(ValueError, match=re.escape(
+                f"layer_id = {layer_id} must be in [0, 2)")):
+            on_the_device_fallback(args)
     assert bits_equal(args.past, past)
 
 
@@ -209,7 +250,7 @@ def assert_safe_paged(before: PagedLoadArgs, after: PagedLoadArgs) -> None:
 @given(args=garbage_paged_args())
 def test_paged_garbage_indices_follow_safe_semantics(args: PagedLoadArgs) -> None:
     before = cloned(args)
-    guarded(on_device.paged_cache_load, args)
+    on_the_device_fallback(args)
     assert_safe_paged(before, args)
     assert bits_equal(args.key_cache, before.key_cache) and bits_equal(args.value_cache, before.value_cache)
 
@@ -226,7 +267,7 @@ def test_paged_lengths_near_int64_limits_follow_safe_semantics(cumsum: bool, con
                          torch.arange(4 * batch).reshape(batch, 4) % 4, torch.tensor(context_lens), None, cumsum,
                          random_bits((12, 1, 16), torch.float16, 2), random_bits((9, 1, 16), torch.float16, 3))
     before = cloned(args)
-    guarded(on_device.paged_cache_load, args)
+    on_the_device_fallback(args)
     assert_safe_paged(before, args)
     assert not bits_equal(args.key, before.key)                                  # something landed
 
@@ -239,7 +280,7 @@ def test_paged_cumsum_overlap_takes_one_writer_and_unique_rows_exactly() -> None
     args = PagedLoadArgs(ND, key_cache, value_cache, table, torch.tensor([0, 6, 2, 9]), None, True,
                          random_bits((10, 1, 16), torch.float16, 2), random_bits((10, 1, 16), torch.float16, 3))
     before = cloned(args)
-    guarded(on_device.paged_cache_load, args)
+    on_the_device_fallback(args)
     assert_safe_paged(before, args)
     assert bits_equal(args.key[9], before.key[9])                                # no writer: kept
     assert bits_equal(args.key[8], key_cache[2, 2])                              # entry 2 alone: j = 6
@@ -271,18 +312,19 @@ def test_kv_cache_into_a_column_slice_changes_nothing_else(case: Case, pad: tupl
     flat_new = new_kv.reshape(-1, past.shape[-1])
     if strided_new:
         flat_new = embedded(flat_new, 1, 2, seed=12)[1]
-    guarded(on_device.kv_cache, KvCacheArgs(flat_new, view, layer_id, token_offset, seq_len))
+    on_the_device_fallback(KvCacheArgs(flat_new, view, layer_id, token_offset, seq_len))
     assert bits_equal(buffer, expected_buffer(original, pad[0], reference.kv_cache(*case.cloned().args)))
 
 
 @given(args=garbage_kv_args(), half=st.integers(0, 1))
 def test_kv_cache_garbage_into_one_half_of_a_kv_buffer_changes_nothing_else(args: KvCacheArgs, half: int) -> None:
+    args = unchecked_layer(args)
     both = torch.stack([args.past, random_bits(args.past.shape, args.past.dtype, 5)], 1)   # [L, 2, B, S, H]
     both = both if half == 0 else both.flip(1)
     original = both.clone()
     expected = cloned(args)
     safe_reference.kv_cache(expected)
-    guarded(on_device.kv_cache, KvCacheArgs(args.new_kv, both[:, half], args.layer_id, args.token_offset, args.seq_len))
+    on_the_device_fallback(KvCacheArgs(args.new_kv, both[:, half], args.layer_id, args.token_offset, args.seq_len))
     original[:, half] = expected.past
     assert bits_equal(both, original)
 
@@ -299,7 +341,7 @@ def test_paged_mla_column_slices_of_one_cache_buffer() -> None:
     args = PagedLoadArgs(ND, key_cache, value_cache, table, lens, None, False, key, value_buffer[..., 8:72])
     expected = reference.paged_cache_load(key_cache.clone(), value_cache.clone(), table, lens, kv_cache_cfg=ND)
     value_before = value_buffer.clone()
-    guarded(on_device.paged_cache_load, args)
+    on_the_device_fallback(args)
     assert bits_equal(key, expected[0])
     assert bits_equal(value_buffer, expected_buffer(value_before, 8, expected[1]))
     assert bits_equal(buffer, original)
@@ -320,7 +362,7 @@ def test_paged_strided_caches_and_outputs_change_nothing_else(args: PagedLoadArg
     key_original, value_original = key_buffer.clone(), value_buffer.clone()
     strided = PagedLoadArgs(args.layout, key_cache, value_cache, args.block_table, args.context_lens,
                             args.seq_starts, args.cumsum, key, value)
-    guarded(on_device.paged_cache_load, strided)
+    on_the_device_fallback(strided)
     assert_safe_paged(before, strided)
     assert bits_equal(key_buffer, expected_buffer(key_original, pads[0], key))
     assert bits_equal(value_buffer, expected_buffer(value_original, 1, value))
@@ -330,30 +372,40 @@ def test_paged_strided_caches_and_outputs_change_nothing_else(args: PagedLoadArg
 # ----------------------------------------------------------------------------- race freedom of the one index_put_
 
 
+def index_puts(args: KvCacheArgs) -> IndexPutRecorder:
+    """The index_put_ calls the device runs for ``args`` on the device fallback (the fake NPU records the
+    writes the C++ fallback makes)."""
+    recorder = IndexPutRecorder()
+    with fake_npu.recording("aten::_index_put_impl_") as calls:
+        on_the_device_fallback(args)
+    recorder.calls = [(indices, values, accumulate) for _, indices, values, accumulate, *_ in (c.args for c in calls)]
+    return recorder
+
+
 @given(args=garbage_kv_args())
 def test_kv_cache_changes_each_place_at_most_once(args: KvCacheArgs) -> None:
     # index_put_ on a parallel device leaves duplicate indices with different values undefined.
-    recorder = IndexPutRecorder()
-    with recorder:
-        on_device.kv_cache(args)
+    recorder = index_puts(unchecked_layer(args))
     assert len(recorder.calls) <= 1
     recorder.require_one_change_per_place()
 
 
 @pytest.mark.parametrize("layer,offsets", [(2, [3, 3]), (0, [0, 19])])
 def test_kv_cache_that_writes_nothing_changes_no_byte(layer: int, offsets: list[int]) -> None:
-    """A layer out of range, or every position out of range: nothing is named, so no byte of
-    past changes, not even one rewritten with its own earlier bits (a concurrent writer's update
-    would be lost)."""
+    """A layer out of range (a device tensor: an int is checked), or every position out of range: nothing
+    is named, so no byte of past changes, not even one rewritten with its own earlier bits (a concurrent
+    writer's update would be lost)."""
     past = random_bits((2, 2, 16, 16), torch.float16, seed=3)
-    args = KvCacheArgs(torch.ones(4, 16, dtype=torch.float16), past, layer, torch.tensor(offsets), torch.tensor([2, 2]))
-    recorder = IndexPutRecorder()
-    with recorder:
-        on_device.kv_cache(args)
+    before = past.clone()
+    args = KvCacheArgs(torch.ones(4, 16, dtype=torch.float16), past, torch.tensor([layer]), torch.tensor(offsets),
+                       torch.tensor([2, 2]))
+    recorder = index_puts(args)
+    assert len(recorder.calls) == 1  # the fallback's one write ran
     recorder.require_no_change()
+    assert bits_equal(past, before)
 
 
-# ----------------------------------------------------------------------------- the guard itself
+# ----------------------------------------------------------------------------- the guards themselves
 
 
 @pytest.mark.parametrize("read", [
@@ -377,41 +429,66 @@ def test_guard_lets_value_free_ops_through_and_restores_methods() -> None:
     assert x.tolist() == [0, 1, 2, 3, 4, 5]
 
 
-def test_guard_catches_a_planted_item_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(on_device, "_layer", lambda layer_id, device: torch.tensor([int(layer_id)], device=device))
-    args = KvCacheArgs(torch.zeros(2, 16), torch.zeros(2, 1, 4, 16), torch.tensor([1]), torch.tensor([2]),
-                       torch.tensor([2]))
-    with pytest.raises(HostReadError):
-        guarded(on_device.kv_cache, args)
+def test_the_fake_npu_counts_the_reads_the_operators_make_inside_cpp() -> None:
+    """The fallback is C++, out of a Python guard's sight: the fake NPU counts at the device, so a read
+    planted in it would be counted as the operators' own documented reads are: the allocating load's row
+    count (an item()), full validation's one read of the index values; and a masked write, which the
+    fallback once planted (``out[valid] = ...``) would make, is a read too."""
+    case = paged_case(ND, [5, 3], block_size=4, num_blocks=4)
+    key_cache, value_cache, table, lens = (t.to(NPU) for t in case.args)
+    with ascend_kv.use_backend("fallback"):
+        with ran_on(DEVICE_FALLBACK), fake_npu.counting() as seen:
+            key, _ = ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=ND)
+        assert seen.transfers == 1 and key.shape[0] == 8
+        with ran_on(DEVICE_FALLBACK), fake_npu.counting() as seen:
+            ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=ND, key=key, value=key.clone())
+        assert seen.transfers == 0
+        with ran_on(DEVICE_FALLBACK), fake_npu.counting() as seen, ascend_kv.validate("full"):
+            ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=ND, key=key, value=key.clone())
+        assert seen.transfers == 1
+    valid = torch.tensor([True, False] * 4, device=NPU)
+    with fake_npu.counting() as seen:
+        key[valid] = key.clone()[valid]
+    assert seen.transfers >= 1
 
 
-def test_guard_catches_a_planted_boolean_mask_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    def masked(nd: bool, cache: torch.Tensor, out: torch.Tensor, block: torch.Tensor, slot: torch.Tensor,
-               valid: torch.Tensor, zeroed: torch.Tensor | None = None) -> None:
-        out[valid] = cache[block, slot][valid]
-
-    monkeypatch.setattr(on_device, "_gather_into", masked)
-    args = paged_args(Case((torch.zeros(2, 4, 1, 16), torch.zeros(2, 4, 1, 16), torch.tensor([[1]]),
-                            torch.tensor([3])), {"kv_cache_cfg": ND}))
-    with pytest.raises(HostReadError):
-        guarded(on_device.paged_cache_load, args)
+def test_the_fake_npu_records_what_the_cpp_fallback_runs() -> None:
+    """The recording the tests above read: host copies of a recorded op's arguments, taken when it runs
+    inside the operator, and the devices they were on; nothing outside the block, nothing of other ops."""
+    args = KvCacheArgs(torch.ones(2, 16, dtype=torch.float16), torch.zeros(1, 1, 4, 16, dtype=torch.float16), 0,
+                       torch.tensor([3]), torch.tensor([2]))
+    with fake_npu.recording("aten::_index_put_impl_") as calls:
+        on_the_device_fallback(args)
+    (call,) = calls
+    assert call.name == "aten::_index_put_impl_" and call.devices == ["npu:0", "npu:0", "npu:0", "", ""]
+    _, indices, values, accumulate, _ = call.args
+    assert accumulate and [i.tolist() for i in indices] == [[0, 0], [0, 0], [1, 2]]
+    assert bool((values == torch.ones(1, dtype=torch.float16).view(torch.int16)).all())  # new - old bits: 1.0 - 0.0
+    assert bits_equal(args.past[0, 0, 1:3], torch.ones(2, 16, dtype=torch.float16))
+    with fake_npu.recording("aten::_index_put_impl_") as calls:
+        torch.zeros(3, device=NPU).add_(1)
+    assert calls == []
 
 
 # ----------------------------------------------------------------------------- meta tensors: no values to read at all
 
 
-def test_runs_on_meta_tensors_which_hold_no_values() -> None:
-    # Any operation that needed a value (a size, a scalar) would raise on meta tensors.
-    on_device.kv_cache(KvCacheArgs(
-        torch.empty(5, 16, dtype=torch.float16, device="meta"), torch.empty(2, 3, 8, 16, dtype=torch.float16, device="meta"),
-        torch.empty(1, dtype=torch.int32, device="meta"), torch.empty(3, dtype=torch.int32, device="meta"),
-        torch.empty(3, dtype=torch.int64, device="meta")))
-    for layout, cache_shape, out_shape in ((ND, (4, 16, 2, 16), (7, 2, 16)), (NZ, (4, 2, 16, 16), (7, 32))):
-        for cumsum in (False, True):
-            on_device.paged_cache_load(PagedLoadArgs(
-                layout, torch.empty(cache_shape, dtype=torch.float16, device="meta"),
-                torch.empty(cache_shape, dtype=torch.float16, device="meta"), torch.empty(3, 4, dtype=torch.int32, device="meta"),
-                torch.empty(3 + cumsum, dtype=torch.int64, device="meta"), torch.empty(3, dtype=torch.int32, device="meta"), cumsum,
-                torch.empty(out_shape, dtype=torch.float16, device="meta"), torch.empty(out_shape, dtype=torch.float16, device="meta")))
-    rows = on_device.output_rows(torch.empty(3, dtype=torch.int32, device="meta"), cumsum=False)
-    assert rows.is_meta and rows.dtype == torch.int64 and rows.dim() == 0
+def test_meta_tensors_which_hold_no_values_reach_no_backend() -> None:
+    """With the fallback requested, calls on meta tensors run the operators' shape rules only (every
+    value-free check), in each mode; the allocating load, whose row count is a value, is refused."""
+    def meta(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    with ran_on(DEVICE_FALLBACK, calls=0), ascend_kv.use_backend("fallback"):
+        ascend_kv.kv_cache(meta(5, 16), meta(1, dtype=torch.int32), meta(2, 3, 8, 16), meta(3, dtype=torch.int32),
+                           meta(3, dtype=torch.int64))
+        for layout, cache_shape, out_shape in ((ND, (4, 16, 2, 16), (7, 2, 16)), (NZ, (4, 2, 16, 16), (7, 32))):
+            for cumsum in (False, True) if layout == ND else (False,):
+                ascend_kv.paged_cache_load(
+                    meta(*cache_shape), meta(*cache_shape), meta(3, 4, dtype=torch.int32),
+                    meta(3 + cumsum, dtype=torch.int64), kv_cache_cfg=layout, cumsum=cumsum,
+                    seq_starts=meta(3, dtype=torch.int32) if layout == ND else None, key=meta(*out_shape),
+                    value=meta(*out_shape))
+        with pytest.raises(RuntimeError, match="data-dependent shape"):
+            ascend_kv.paged_cache_load(meta(4, 16, 2, 16), meta(4, 16, 2, 16), meta(3, 4, dtype=torch.int32),
+                                       meta(3, dtype=torch.int64), kv_cache_cfg=ND)

@@ -10,7 +10,8 @@ of the same call on the fake NPU (:func:`outside_reason`). Then the instrument i
 operators' checks before the kernels, the model's and the tiling's errors, the build cache.
 
 Shared with the other kernel tests: :func:`public` (a call of tests/calls.py through its public
-function), :func:`on_the_sim`, :func:`ran_on` and :func:`kernels_on_the_fake_npu`.
+function), :func:`on_the_sim`, :func:`on_the_kernels`, :func:`on_the_device_fallback`, :func:`ran_on` and
+:func:`kernels_on_the_fake_npu`.
 """
 
 from __future__ import annotations
@@ -131,12 +132,12 @@ def kernels_on_the_fake_npu() -> Iterator[None]:
             policy.forget()
 
 
-def on_the_kernels(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs) -> None:
-    """``args`` (host tensors) on the kernels, through the public function on the fake NPU (inside
-    :func:`kernels_on_the_fake_npu`): every tensor on the device with its host memory layout, so the
-    index values reach the kernels unchecked (the default validation reads no device index tensor).
-    Asserts the kernels ran it and nothing was read back, then copies the device memory back into the
-    host tensors' (the bytes around views included)."""
+def on_the_fake_npu(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs, where: int) -> None:
+    """``args`` (host tensors) through the public function on the fake NPU: every tensor on the device with
+    its host memory layout, so the index values reach the backend unchecked (the default validation reads
+    no device index tensor). Asserts the call ran on ``where`` (:data:`KERNELS` or :data:`DEVICE_FALLBACK`)
+    and read nothing back, then copies the device memory back into the host tensors' (the bytes around
+    views included)."""
     fake_npu.install()
     fields = dict(vars(args))
     caches = list(fields.pop("caches", ()))
@@ -144,10 +145,21 @@ def on_the_kernels(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | Blo
     moved = dict(zip(fields, mirror.values[len(caches):]))
     if caches:
         moved["caches"] = tuple(mirror.values[:len(caches)])
-    with ran_on(KERNELS), fake_npu.counting() as seen:
+    with ran_on(where), fake_npu.counting() as seen:
         public(type(args)(**moved))
     assert seen.transfers == 0
     mirror.copy_back()
+
+
+def on_the_kernels(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs) -> None:
+    """``args`` on the kernels through the fake NPU (inside :func:`kernels_on_the_fake_npu`): :func:`on_the_fake_npu`."""
+    on_the_fake_npu(args, KERNELS)
+
+
+def on_the_device_fallback(args: KvCacheArgs | PagedLoadArgs | ReshapeAndCacheArgs | BlockCopyArgs) -> None:
+    """``args`` on the device fallback (requested explicitly) through the fake NPU: :func:`on_the_fake_npu`."""
+    with ascend_kv.use_backend("fallback"):
+        on_the_fake_npu(args, DEVICE_FALLBACK)
 
 
 def outside_reason(function: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
