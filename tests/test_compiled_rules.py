@@ -1,6 +1,6 @@
-"""The rules that run on every call, compiled (ascend_kv/rules/_values.c, _ranges.c), through the
-public functions: index tensors read through their strides, and values at the edges of int64,
-where C arithmetic would overflow and the messages must still say the exact numbers."""
+"""The value rules, compiled (csrc/rules/index_values.cpp and each operation's rules in csrc/rules/),
+through the public functions: index tensors read through their strides, and values at the edges of
+int64, where C++ arithmetic would overflow and the messages must still say the exact numbers."""
 
 from __future__ import annotations
 

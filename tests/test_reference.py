@@ -40,3 +40,31 @@ def test_paged_nz_by_hand() -> None:
     nz = nd.reshape(1, 16, 2, 16).transpose(1, 2).contiguous()
     key, _ = reference.paged_cache_load(nz, nz, torch.tensor([[0]]), torch.tensor([3]), kv_cache_cfg=NZ)
     assert bits_equal(key, nd[0, :3, 0])
+
+
+def test_every_element_type_is_copied_bit_for_bit() -> None:
+    """The oracle moves bytes for every cache element type (NaN payloads included): each operation,
+    worked out on the bytes (a uint8 view) by hand."""
+    from ascend_kv.operators.library import cache_dtypes
+
+    for dtype in cache_dtypes():
+        width = dtype.itemsize
+        raw = torch.randint(0, 256, (3, 4, 1, 32 * width), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+        cache = raw.view(dtype)                                        # [3 blocks, 4 slots, 1 head, 32]
+        key, _ = reference.paged_cache_load(cache, cache, torch.tensor([[2, 0]]), torch.tensor([6]), kv_cache_cfg=ND)
+        assert torch.equal(key.view(torch.uint8), torch.cat([raw[2], raw[0, :2]])), dtype
+        written = torch.zeros_like(raw)
+        tokens = raw[1].view(dtype)                                    # 4 tokens [1, 32]
+        reference.reshape_and_cache(tokens, None, written.view(dtype), None, torch.tensor([9, -1, 0, 9]))
+        want = torch.zeros_like(raw)
+        want[0, 0], want[2, 1] = raw[1, 2], raw[1, 3]                  # slot 9 = block 2, slot 1: the last token
+        assert torch.equal(written, want), dtype
+        past = torch.zeros(1, 2, 4, 32 * width, dtype=torch.uint8)
+        reference.kv_cache(raw[0, :3, 0].view(dtype), 0, past.view(dtype), torch.tensor([2, 4]), torch.tensor([1, 2]))
+        assert torch.equal(past[0, 0, 1], raw[0, 0, 0]) and torch.equal(past[0, 1, 2:], raw[0, 1:3, 0]), dtype
+        blocks = raw.clone()
+        reference.block_copy(blocks.view(dtype), None, torch.tensor([1]), torch.tensor([0, 2]), torch.tensor([2]))
+        assert torch.equal(blocks, raw[[1, 1, 1]]), dtype
+        target = torch.zeros_like(raw)
+        reference.swap_blocks(raw.view(dtype), target.view(dtype), torch.tensor([[2, 0]]))
+        assert torch.equal(target[0], raw[2]) and not target[1:].any(), dtype
