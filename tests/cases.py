@@ -18,8 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ascend_kv
 from ascend_kv import KvCacheCfg
-from ascend_kv.api import arguments as geometry
-from ascend_kv.api.arguments import nz_elements
+from ascend_kv.api.arguments import kv_cache_cfg_argument, nz_elements
 from ascend_kv.operators.library import cache_dtypes
 from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
@@ -42,7 +41,6 @@ DTYPE_PAIRS = [(d, d) for d in CACHE_DTYPES] + [
     (torch.int8, torch.bfloat16), (torch.int8, torch.float16), (torch.bfloat16, torch.int8),
     (torch.float8_e4m3fn, torch.bfloat16), (torch.float32, torch.float16), (torch.uint8, torch.float32),
 ]
-
 
 
 def random_bits(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -218,8 +216,6 @@ def paged_cases(draw: st.DrawFn) -> Case:
 
 
 # ----------------------------------------------------------------------------- reshape_and_cache
-
-
 
 
 def in_wider_buffer(t: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
@@ -484,7 +480,7 @@ def judge_paged_cache_load(*args: Any, **kwargs: Any) -> BaseException | None:
         assert all(bits_equal(a, b) for a, b in zip(every, every_before)), f"written, then: {error}"
         return error
     # accepted, so the arguments are valid: the reference reads them in their canonical form
-    before_kwargs["kv_cache_cfg"] = geometry.kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
+    before_kwargs["kv_cache_cfg"] = kv_cache_cfg_argument(kwargs.get("kv_cache_cfg", NZ))
     before_kwargs["cumsum"] = bool(kwargs.get("cumsum", False))
     expected = reference.paged_cache_load(*before_args, **before_kwargs)
     for name, got in (("key", key), ("value", value)):
