@@ -61,6 +61,7 @@ void KvCache(const KvCacheCall& call, const KvCachePlan& plan)
     const int64_t src_step = new_kv.stride(0) * size, dst_step = past.stride(2) * size;
     const char* src = Bytes(new_kv);
     char* layer = MutableBytes(past) + plan.layer * past.stride(0) * size;
+    const int64_t entry_step = past.stride(1) * size;
     const bool stream = ShouldStream(ntokens * row.Bytes(), kStreamWrites);
     ParallelFor(ntokens, row.Bytes(), [&](int64_t begin, int64_t end) {
         for (int64_t b = EntryAt(plan.read_start, begin), t = begin; t < end; ++b) {
@@ -68,7 +69,7 @@ void KvCache(const KvCacheCall& call, const KvCachePlan& plan)
             if (n <= 0) {
                 continue;
             }
-            char* entry = layer + b * past.stride(1) * size;
+            char* entry = layer + b * entry_step;
             CopyRun(src + t * src_step, entry + (plan.write_start[b] + t - plan.read_start[b]) * dst_step, n, src_step,
                     dst_step, row, stream);
             t += n;
@@ -90,18 +91,19 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
     const int64_t block_size = call.geometry.block_size.expect_int();
     const int64_t num_blocks = call.geometry.num_blocks.expect_int();
     const IndexReader table(call.block_table);
-    struct Side {
-        const at::Tensor& cache;
-        const at::Tensor& out;
+    struct Side {  // a cache and its output: first bytes, one token's copy, byte steps
+        const char* cache;
+        char* out;
         PieceCopy token;
-        int64_t slot_step, out_step;
+        int64_t block_step, slot_step, out_step;
     };
     const auto side = [&](const at::Tensor& cache, const at::Tensor& out) {
         const int64_t size = cache.element_size();
         const PieceCopy token = nd ? PieceCopy::Of(cache.sizes().slice(2), cache.strides().slice(2),
                                                    out.strides().slice(1), size)
                                    : NzRow(cache, out);
-        return Side{cache, out, token, cache.stride(nd ? 1 : 2) * size, out.stride(0) * size};
+        return Side{Bytes(cache), MutableBytes(out), token, cache.stride(0) * size, cache.stride(nd ? 1 : 2) * size,
+                    out.stride(0) * size};
     };
     const Side sides[2] = {side(call.key_cache, call.key), side(call.value_cache, call.value)};
     const int64_t token_bytes = sides[0].token.Bytes() + sides[1].token.Bytes();
@@ -119,15 +121,15 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
             const int64_t block = column < table.Columns() ? table.At(b, column) : -1;
             const bool valid = block >= 0 && block < num_blocks;  // always, but with zero_fill
             for (const Side& s : sides) {
-                char* out = MutableBytes(s.out) + r * s.out_step;
+                char* out = s.out + r * s.out_step;
                 if (!valid) {
                     for (int64_t k = 0; k < n; ++k) {
                         Zero(out + k * s.out_step, s.token);
                     }
                     continue;
                 }
-                const char* cache = Bytes(s.cache) + block * s.cache.stride(0) * s.cache.element_size();
-                CopyRun(cache + slot * s.slot_step, out, n, s.slot_step, s.out_step, s.token, stream);
+                CopyRun(s.cache + block * s.block_step + slot * s.slot_step, out, n, s.slot_step, s.out_step, s.token,
+                        stream);
             }
             r += n;
         }
@@ -143,34 +145,29 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
         return;
     }
     const bool nd = call.geometry.Nd();
-    struct Side {
-        const at::Tensor& tokens;
-        const at::Tensor& cache;
+    struct Side {  // an input and its cache: first bytes, one token's copy, byte steps
+        const char* tokens;
+        char* cache;
         PieceCopy token;
+        int64_t token_step, block_step, slot_step;
     };
-    const auto side = [&](const at::Tensor& tokens, const at::Tensor& cache) {
-        const PieceCopy token = nd ? PieceCopy::Of(tokens.sizes().slice(1), tokens.strides().slice(1),
-                                                   cache.strides().slice(2), cache.element_size())
-                                   : NzToken(tokens, cache);
-        return Side{tokens, cache, token};
-    };
-    std::vector<Side> sides = {side(call.key, call.key_cache)};
-    if (!call.KeyOnly()) {
-        sides.push_back(side(call.value, call.value_cache));
-    }
-    int64_t token_bytes = 0;
-    for (const Side& s : sides) {
-        token_bytes += s.token.Bytes();
-    }
-    const bool stream = ShouldStream(n * token_bytes, kStreamWrites);
     const int64_t slot_dim = call.geometry.SlotDim();
+    const auto side = [&](const at::Tensor& tokens, const at::Tensor& cache) {
+        const int64_t size = cache.element_size();
+        const PieceCopy token = nd ? PieceCopy::Of(tokens.sizes().slice(1), tokens.strides().slice(1),
+                                                   cache.strides().slice(2), size)
+                                   : NzToken(tokens, cache);
+        return Side{Bytes(tokens), MutableBytes(cache), token, tokens.stride(0) * size, cache.stride(0) * size,
+                    cache.stride(slot_dim) * size};
+    };
+    const Side sides[2] = {side(call.key, call.key_cache),
+                           call.KeyOnly() ? Side{} : side(call.value, call.value_cache)};
+    const int64_t token_bytes = sides[0].token.Bytes() + sides[1].token.Bytes();  // an absent side's is 0
+    const bool stream = ShouldStream(n * token_bytes, kStreamWrites);
     const auto write = [&](int64_t i, int64_t slot) {
         const int64_t block = slot / block_size, position = slot % block_size;
-        for (const Side& s : sides) {
-            const int64_t size = s.cache.element_size();
-            Copy(Bytes(s.tokens) + i * s.tokens.stride(0) * s.tokens.element_size(),
-                 MutableBytes(s.cache) + (block * s.cache.stride(0) + position * s.cache.stride(slot_dim)) * size,
-                 s.token, stream);
+        for (const Side& s : sides) {  // an absent side copies nothing (its piece is empty)
+            Copy(s.tokens + i * s.token_step, s.cache + block * s.block_step + position * s.slot_step, s.token, stream);
         }
     };
     // Each block has one writing thread, which writes its tokens in order: a slot named twice
@@ -192,8 +189,12 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
 void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan)
 {
     const int64_t copies = static_cast<int64_t>(plan.destinations.size());
-    std::vector<const at::Tensor*> caches;
-    std::vector<PieceCopy> blocks;
+    struct Cache {  // first byte, bytes between blocks, one block's copy
+        char* data;
+        int64_t block_step;
+        PieceCopy block;
+    };
+    std::vector<Cache> caches;
     int64_t bytes = 0;
     for (const at::Tensor& cache : call.caches) {
         if (!cache.numel()) {
@@ -207,18 +208,17 @@ void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan)
             }
             continue;
         }
-        caches.push_back(&cache);
-        blocks.push_back(block);
+        caches.push_back({MutableBytes(cache), cache.stride(0) * cache.element_size(), block});
         bytes = std::max(bytes, block.Bytes());
     }
     const int64_t items = copies * static_cast<int64_t>(caches.size());
     const bool stream = ShouldStream(items * bytes, kStreamWrites);
     ParallelFor(items, bytes, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
-            const at::Tensor& cache = *caches[k / copies];
-            const int64_t j = k % copies, step = cache.stride(0) * cache.element_size();
-            Copy(Bytes(cache) + plan.sources[j] * step, MutableBytes(cache) + plan.destinations[j] * step,
-                 blocks[k / copies], stream);
+            const Cache& cache = caches[k / copies];
+            const int64_t j = k % copies;
+            Copy(cache.data + plan.sources[j] * cache.block_step, cache.data + plan.destinations[j] * cache.block_step,
+                 cache.block, stream);
         }
         EndStreaming(stream);
     });

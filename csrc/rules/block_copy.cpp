@@ -43,8 +43,8 @@ void RequireCaches(const BlockCopyCall& call, bool allow_meta)
     }
     RequireSameDevice(named);
     for (size_t i = 1; i < call.caches.size(); ++i) {
-        TORCH_CHECK_VALUE(call.caches[i].sym_size(0) == first.sym_size(0), call.names[i], ".shape[0] (num_blocks) = ",
-                          call.caches[i].sym_size(0), " must equal ", call.names[0], ".shape[0] = ", first.sym_size(0));
+        TORCH_CHECK_VALUE(call.caches[i].sym_sizes()[0] == first.sym_sizes()[0], call.names[i], ".shape[0] (num_blocks) = ",
+                          call.caches[i].sym_sizes()[0], " must equal ", call.names[0], ".shape[0] = ", first.sym_sizes()[0]);
     }
 }
 
@@ -162,7 +162,7 @@ void RequireBlockMapping(const at::Tensor& mapping, bool allow_meta)
 {
     RequireData("block_mapping", mapping, allow_meta);
     RequireDtype("block_mapping", mapping, {at::kInt, at::kLong});
-    TORCH_CHECK_VALUE(mapping.dim() == 2 && mapping.sym_size(1) == 2,
+    TORCH_CHECK_VALUE(mapping.dim() == 2 && mapping.sym_sizes()[1] == 2,
                       "block_mapping must be a 2-D tensor [n, 2] of (src, dst) pairs, got shape ", ShapeOf(mapping));
 }
 
@@ -192,7 +192,7 @@ BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& valu
     RequireIndexTensor("src_block_indices", src, 1, meta);
     RequireIndexTensor("dst_block_indices", dst, 1, meta);
     RequireIndexTensor("cum_sum", cum_sum, 1, meta);
-    RequireEntries("cum_sum", cum_sum, src.sym_size(0), "one running end per source, len(src_block_indices)");
+    RequireEntries("cum_sum", cum_sum, src.sym_sizes()[0], "one running end per source, len(src_block_indices)");
     RequireIndexDevices(key_cache.device(), {{"src_block_indices", src}, {"dst_block_indices", dst},
                                              {"cum_sum", cum_sum}});
     if (check == Check::kCall) {

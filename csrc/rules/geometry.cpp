@@ -16,18 +16,18 @@ CacheGeometry GeometryOf(Layout layout, const at::Tensor& key_cache, const at::T
 {
     CacheGeometry g;
     g.layout = layout;
-    g.num_blocks = key_cache.sym_size(0);
+    g.num_blocks = key_cache.sym_sizes()[0];
     if (layout == Layout::kNd) {
-        g.block_size = key_cache.sym_size(1);
-        g.key_row = {key_cache.sym_size(2), key_cache.sym_size(3)};
+        g.block_size = key_cache.sym_sizes()[1];
+        g.key_row = {key_cache.sym_sizes()[2], key_cache.sym_sizes()[3]};
         if (value_cache.defined()) {
-            g.value_row = {value_cache.sym_size(2), value_cache.sym_size(3)};
+            g.value_row = {value_cache.sym_sizes()[2], value_cache.sym_sizes()[3]};
         }
     } else {
-        g.block_size = key_cache.sym_size(2);
-        g.key_row = {key_cache.sym_size(1) * key_cache.sym_size(3)};
+        g.block_size = key_cache.sym_sizes()[2];
+        g.key_row = {key_cache.sym_sizes()[1] * key_cache.sym_sizes()[3]};
         if (value_cache.defined()) {
-            g.value_row = {value_cache.sym_size(1) * value_cache.sym_size(3)};
+            g.value_row = {value_cache.sym_sizes()[1] * value_cache.sym_sizes()[3]};
         }
     }
     return g;
@@ -37,17 +37,17 @@ CacheGeometry GeometryOf(Layout layout, const at::Tensor& key_cache, const at::T
 void RequireNzPieces(std::string_view name, const at::Tensor& cache)
 {
     const int64_t e = NzElements(cache.element_size());
-    TORCH_CHECK_VALUE(cache.sym_size(3) == e, name, ".shape[3] must be E = ", e, " for ",
-                      DtypeName(cache.scalar_type()), " in NZ, got ", cache.sym_size(3));
+    TORCH_CHECK_VALUE(cache.sym_sizes()[3] == e, name, ".shape[3] must be E = ", e, " for ",
+                      DtypeName(cache.scalar_type()), " in NZ, got ", cache.sym_sizes()[3]);
 }
 
 void RequireSameDims(const at::Tensor& key_cache, const at::Tensor& value_cache,
                      std::initializer_list<std::pair<int64_t, const char*>> dims)
 {
     for (const auto& [i, what] : dims) {
-        TORCH_CHECK_VALUE(value_cache.sym_size(i) == key_cache.sym_size(i), "value_cache.shape[", i, "] (", what,
-                          ") = ", value_cache.sym_size(i), " must equal key_cache.shape[", i, "] = ",
-                          key_cache.sym_size(i));
+        TORCH_CHECK_VALUE(value_cache.sym_sizes()[i] == key_cache.sym_sizes()[i], "value_cache.shape[", i, "] (", what,
+                          ") = ", value_cache.sym_sizes()[i], " must equal key_cache.shape[", i, "] = ",
+                          key_cache.sym_sizes()[i]);
     }
 }
 
@@ -64,22 +64,22 @@ CacheGeometry ReadGeometryAs(Layout layout, const at::Tensor& key_cache, const a
     if (layout == Layout::kNd) {
         RequireSameDims(key_cache, value_cache, {{0, "num_blocks"}, {1, "block_size"}, {2, "num_heads"}});
         for (const Named& cache : {Named{"key_cache", key_cache}, Named{"value_cache", value_cache}}) {
-            RequireRowAlignment(cache.name, cache.tensor.sym_size(2) * cache.tensor.sym_size(3),
+            RequireRowAlignment(cache.name, cache.tensor.sym_sizes()[2] * cache.tensor.sym_sizes()[3],
                                 cache.tensor.scalar_type(), "num_heads * head_size");
         }
         return GeometryOf(layout, key_cache, value_cache);
     }
     for (const Named& cache : {Named{"key_cache", key_cache}, Named{"value_cache", value_cache}}) {
         RequireNzPieces(cache.name, cache.tensor);
-        const c10::SymInt fractals = cache.tensor.sym_size(1);
-        const c10::SymInt row_bytes = fractals * cache.tensor.sym_size(3) * cache.tensor.element_size();
+        const c10::SymInt fractals = cache.tensor.sym_sizes()[1];
+        const c10::SymInt row_bytes = fractals * cache.tensor.sym_sizes()[3] * cache.tensor.element_size();
         TORCH_CHECK_VALUE(fractals != 0 && row_bytes <= kNzMaxRowBytes, cache.name,
                           ": num_heads * head_size * itemsize must be in (0, ", kNzMaxRowBytes, "] bytes in NZ, got ",
                           row_bytes, " (", cache.name, ".shape[1] = ", fractals, " fractals of ", kBlockBytes,
                           " bytes)");
     }
     RequireSameDims(key_cache, value_cache, {{0, "num_blocks"}, {2, "block_size"}});
-    RequireNzBlockSize(key_cache.sym_size(2));
+    RequireNzBlockSize(key_cache.sym_sizes()[2]);
     return GeometryOf(layout, key_cache, value_cache);
 }
 
@@ -98,14 +98,14 @@ void RequireCacheMatches(std::string_view name, const at::Tensor& cache, const s
                          const at::Tensor& tokens, Layout layout)
 {
     if (layout == Layout::kNd) {
-        TORCH_CHECK_VALUE(cache.sym_size(2) == tokens.sym_size(1) && cache.sym_size(3) == tokens.sym_size(2), name,
+        TORCH_CHECK_VALUE(cache.sym_sizes()[2] == tokens.sym_sizes()[1] && cache.sym_sizes()[3] == tokens.sym_sizes()[2], name,
                           ".shape[2:] (num_heads, head_size) = ", Tuple(cache.sym_sizes().slice(2)), " must equal ",
                           tokens_name, ".shape[1:] = ", Tuple(tokens.sym_sizes().slice(1)));
         return;
     }
     RequireNzPieces(name, cache);
-    const c10::SymInt row = tokens.sym_size(1) * tokens.sym_size(2);
-    const c10::SymInt pieces = cache.sym_size(1) * cache.sym_size(3);
+    const c10::SymInt row = tokens.sym_sizes()[1] * tokens.sym_sizes()[2];
+    const c10::SymInt pieces = cache.sym_sizes()[1] * cache.sym_sizes()[3];
     TORCH_CHECK_VALUE(pieces == row, name, ".shape[1] * E = ", pieces, " must equal num_heads * head_size = ", row,
                       " (", tokens_name, ".shape[1] * shape[2])");
 }
@@ -171,16 +171,16 @@ CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tens
     }
     RequireCacheMatches("key_cache", key_cache, "key", key, layout);
     if (layout == Layout::kNz) {
-        RequireNzHeadBytes("key", key.sym_size(2), key.scalar_type());
+        RequireNzHeadBytes("key", key.sym_sizes()[2], key.scalar_type());
     }
     if (pair) {
         RequireCacheMatches("value_cache", value_cache, "value", value, layout);
         if (layout == Layout::kNz) {
-            RequireNzHeadBytes("value", value.sym_size(2), value.scalar_type());
+            RequireNzHeadBytes("value", value.sym_sizes()[2], value.scalar_type());
         }
     }
     if (layout == Layout::kNz) {
-        RequireNzBlockSize(key_cache.sym_size(2));
+        RequireNzBlockSize(key_cache.sym_sizes()[2]);
     }
     return GeometryOf(layout, key_cache, value_cache);
 }

@@ -7,15 +7,15 @@
 namespace ascend_kv {
 
 IndexReader::IndexReader(const at::Tensor& t)
-    : data_(static_cast<const char*>(t.const_data_ptr())),
-      itemsize_(t.element_size()),
-      stride0_(t.dim() > 0 ? t.stride(0) : 0),
-      stride1_(t.dim() > 1 ? t.stride(1) : 0),
-      rows_(t.dim() > 0 ? t.size(0) : 1),
-      columns_(t.dim() > 1 ? t.size(1) : 1)
+    : data_(static_cast<const char*>(t.const_data_ptr())), itemsize_(t.element_size())
 {
-    TORCH_INTERNAL_ASSERT(t.device().is_cpu() && (itemsize_ == 4 || itemsize_ == 8) && t.dim() <= 2,
+    const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+    TORCH_INTERNAL_ASSERT(t.is_cpu() && (itemsize_ == 4 || itemsize_ == 8) && sizes.size() <= 2,
                           "IndexReader takes host int32/int64 tensors of rank 1 or 2");
+    rows_ = sizes.empty() ? 1 : sizes[0];
+    columns_ = sizes.size() > 1 ? sizes[1] : 1;
+    stride0_ = sizes.empty() ? 0 : strides[0];
+    stride1_ = sizes.size() > 1 ? strides[1] : 0;
 }
 
 bool AllOnHost(c10::ArrayRef<at::Tensor> tensors)

@@ -36,10 +36,10 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
     RequireNdim("new_kv", new_kv, {2, 4},
                 "a 2-D tensor [ntokens, hidden] or a 4-D tensor [batch, seq, heads, head_size]");
     RequireWritable("past", past);
-    const c10::SymInt hidden = past.sym_size(3);
+    const c10::SymInt hidden = past.sym_sizes()[3];
     RequireRowAlignment("past", hidden, past.scalar_type(), "hidden (past.shape[3])");
     const bool flat = new_kv.dim() == 2;
-    const c10::SymInt new_hidden = flat ? new_kv.sym_size(1) : new_kv.sym_size(2) * new_kv.sym_size(3);
+    const c10::SymInt new_hidden = flat ? new_kv.sym_sizes()[1] : new_kv.sym_sizes()[2] * new_kv.sym_sizes()[3];
     TORCH_CHECK_VALUE(new_hidden == hidden, flat ? "new_kv.shape[1]" : "new_kv.shape[2] * new_kv.shape[3]", " = ",
                       new_hidden, " must equal hidden = ", hidden, " (past.shape[3])");
     if (layer_tensor.defined()) {
@@ -51,8 +51,8 @@ KvCacheCall CheckKvCache(const at::Tensor& new_kv, const at::Tensor& layer_tenso
     RequireIndexTensor("seq_len", seq_len, 1, meta);
     const at::Device device = RequireSameDevice({{"past", past}, {"new_kv", new_kv}});
     RequireIndexDevices(device, {{"token_offset", token_offset}, {"seq_len", seq_len}, {"layer_id", layer_tensor}});
-    RequireEntries("token_offset", token_offset, past.sym_size(1), "batch = past.shape[1]");
-    RequireEntries("seq_len", seq_len, past.sym_size(1), "batch = past.shape[1]");
+    RequireEntries("token_offset", token_offset, past.sym_sizes()[1], "batch = past.shape[1]");
+    RequireEntries("seq_len", seq_len, past.sym_sizes()[1], "batch = past.shape[1]");
     if (!shapes) {
         RequireApart("past", past, {{"new_kv", new_kv}});
     }

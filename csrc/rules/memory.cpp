@@ -12,13 +12,16 @@ struct Span {
 
 Span MemorySpan(const at::Tensor& t)
 {
-    const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+    const auto first = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
     int64_t last = 0;
-    for (int64_t d = 0; d < t.dim(); ++d) {
-        last += (t.size(d) - 1) * t.stride(d);
+    for (size_t d = 0; d < sizes.size(); ++d) {
+        last += (sizes[d] - 1) * strides[d];
     }
     return {first, first + static_cast<uintptr_t>((last + 1) * t.element_size())};
 }
+
+bool Meet(const Span& a, const Span& b) { return a.first < b.end && b.first < a.end; }
 
 struct Window {
     int64_t first, length;  // every byte of a tensor lies, modulo a period, in these bytes (wrapping)
@@ -69,8 +72,7 @@ bool InterleavedApart(const at::Tensor& a, const at::Tensor& b)
 
 bool MayShareMemory(const at::Tensor& a, const at::Tensor& b)
 {
-    const Span sa = MemorySpan(a), sb = MemorySpan(b);
-    return sa.first < sb.end && sb.first < sa.end && !InterleavedApart(a, b);
+    return Meet(MemorySpan(a), MemorySpan(b)) && !InterleavedApart(a, b);
 }
 
 void RequireApart(std::string_view name, const at::Tensor& out, c10::ArrayRef<Named> inputs)
@@ -78,12 +80,13 @@ void RequireApart(std::string_view name, const at::Tensor& out, c10::ArrayRef<Na
     if (out.numel() == 0) {
         return;
     }
+    const Span span = MemorySpan(out);
     for (const Named& input : inputs) {
         const at::Tensor& t = input.tensor;
         if (!t.defined() || t.numel() == 0 || t.device() != out.device()) {
             continue;  // addresses of two devices never meet
         }
-        TORCH_CHECK_VALUE(!MayShareMemory(out, t), name, " shares memory with ", input.name,
+        TORCH_CHECK_VALUE(!Meet(span, MemorySpan(t)) || InterleavedApart(out, t), name, " shares memory with ", input.name,
                           ", which the operation reads while it writes ", name,
                           ": pass tensors in separate memory (e.g. ", input.name, ".clone())");
     }

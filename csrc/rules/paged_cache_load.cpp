@@ -54,7 +54,7 @@ void RequireOutput(std::string_view name, const at::Tensor& out, const at::Tenso
     RequireSameDtype(name, out, std::string(name) + "_cache", cache);
     bool same = out.dim() == static_cast<int64_t>(row.size()) + 1;
     for (size_t d = 0; same && d < row.size(); ++d) {
-        same = out.sym_size(static_cast<int64_t>(d) + 1) == row[d];
+        same = out.sym_sizes()[d + 1] == row[d];
     }
     if (!same) {
         const auto rows = check == Check::kShapes ? std::nullopt : RowsOnHost(context_lens, cumsum);
@@ -97,7 +97,7 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
     call.geometry = ReadGeometry(layout, key_cache, value_cache);
     RequireIndexTensor("block_table", block_table, 2, meta);
     RequireIndexTensor("context_lens", context_lens, 1, meta);
-    const c10::SymInt batch = block_table.sym_size(0);
+    const c10::SymInt batch = block_table.sym_sizes()[0];
     if (cumsum) {
         RequireEntries("context_lens", context_lens, batch + 1, "batch + 1 in cumsum mode, batch = block_table.shape[0]");
     } else {

@@ -39,31 +39,31 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
         RequireData("value", value, meta);
         RequireData("value_cache", value_cache, meta);
     }
-    for (const char* side : {"key", "value"}) {
-        const bool is_key = side[0] == 'k';
-        if (!is_key && !pair) {
-            break;
-        }
-        const at::Tensor& tokens = is_key ? key : value;
-        const at::Tensor& cache = is_key ? key_cache : value_cache;
-        const std::string name = side, cache_name = name + "_cache";
-        RequireCacheDtype(cache_name, cache);
-        RequireSameDtype(name, tokens, cache_name, cache);
-        RequireNdim(name, tokens, {3}, std::string("a 3-D tensor [num_tokens, num_heads, head_size_") + side[0] + "]");
-        RequireCacheNdim(cache_name, cache, layout);
+    struct Side {
+        const char *name, *cache_name, *shape;
+        const at::Tensor &tokens, &cache;
+    };
+    const Side sides[] = {{"key", "key_cache", "a 3-D tensor [num_tokens, num_heads, head_size_k]", key, key_cache},
+                          {"value", "value_cache", "a 3-D tensor [num_tokens, num_heads, head_size_v]", value,
+                           value_cache}};
+    for (const Side& side : c10::ArrayRef<Side>(sides, pair ? 2 : 1)) {
+        RequireCacheDtype(side.cache_name, side.cache);
+        RequireSameDtype(side.name, side.tokens, side.cache_name, side.cache);
+        RequireNdim(side.name, side.tokens, {3}, side.shape);
+        RequireCacheNdim(side.cache_name, side.cache, layout);
     }
     if (pair) {
         const char* what[] = {"num_tokens", "num_heads"};
         for (int64_t i = 0; i < 2; ++i) {
-            TORCH_CHECK_VALUE(value.sym_size(i) == key.sym_size(i), "value.shape[", i, "] (", what[i], ") = ",
-                              value.sym_size(i), " must equal key.shape[", i, "] = ", key.sym_size(i));
+            TORCH_CHECK_VALUE(value.sym_sizes()[i] == key.sym_sizes()[i], "value.shape[", i, "] (", what[i], ") = ",
+                              value.sym_sizes()[i], " must equal key.shape[", i, "] = ", key.sym_sizes()[i]);
         }
     }
     ReshapeAndCacheCall call;
     call.geometry = WriteGeometry(layout, key, key_cache, value, value_cache);
     RequireIndexTensor("slot_mapping", slot_mapping, 1, meta);
-    TORCH_CHECK_VALUE(slot_mapping.sym_size(0) <= key.sym_size(0), "slot_mapping has ", slot_mapping.sym_size(0),
-                      " entries, more than num_tokens = ", key.sym_size(0),
+    TORCH_CHECK_VALUE(slot_mapping.sym_sizes()[0] <= key.sym_sizes()[0], "slot_mapping has ", slot_mapping.sym_sizes()[0],
+                      " entries, more than num_tokens = ", key.sym_sizes()[0],
                       " (key.shape[0]): at most one slot per token");
     const at::Device device = RequireSameDevice(
         {{"key", key}, {"key_cache", key_cache}, {"value", value}, {"value_cache", value_cache}});

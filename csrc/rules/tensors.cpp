@@ -114,8 +114,8 @@ void RequireIndexTensor(std::string_view name, const at::Tensor& t, int64_t ndim
 
 void RequireEntries(std::string_view name, const at::Tensor& t, const c10::SymInt& expected, std::string_view why)
 {
-    TORCH_CHECK_VALUE(t.sym_size(0) == expected, name, " must have ", expected, " entries (", why, "), got ",
-                      t.sym_size(0));
+    TORCH_CHECK_VALUE(t.sym_sizes()[0] == expected, name, " must have ", expected, " entries (", why, "), got ",
+                      t.sym_sizes()[0]);
 }
 
 void RequireScalarIndexTensor(std::string_view name, const at::Tensor& t, bool allow_meta)
