@@ -243,13 +243,23 @@ def reshape_and_cache(
 def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:
     """The operator's options (``kv_cache_cfg, cumsum, seq_starts``) for the public ones, trailing
     defaults left out (the dispatcher converts each argument given)."""
+    if seq_starts is None and (cumsum is False or cumsum is True):  # the usual calls: options kept once worked out
+        kept = _OPTIONS.get((type(kv_cache_cfg), kv_cache_cfg, cumsum))
+        if kept is not None:
+            return kept
     layout = int(kv_cache_cfg_argument(kv_cache_cfg))
     cumsum = common.bool_argument("cumsum", cumsum)
     if seq_starts is not None:
         return layout, cumsum, seq_starts
-    if cumsum:
-        return layout, cumsum
-    return () if layout == KvCacheCfg.K_CACHE_V_CACHE_NZ else (layout,)
+    options: tuple[object, ...] = (layout, cumsum) if cumsum else (() if layout == int(KvCacheCfg.K_CACHE_V_CACHE_NZ)
+                                                                    else (layout,))
+    _OPTIONS[(type(kv_cache_cfg), kv_cache_cfg, cumsum)] = options
+    return options
+
+
+#: The operator's options for each valid (kv_cache_cfg, cumsum) given without seq_starts, keyed with
+#: kv_cache_cfg's type (1 and True are equal keys otherwise); a few entries.
+_OPTIONS: dict[tuple[type, object, bool], tuple[object, ...]] = {}
 
 
 def _tensors(*, optional: bool = False, **arguments: object) -> None:
