@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import os
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 
@@ -210,7 +211,8 @@ def _callers_level() -> int:
     """The ``stacklevel`` of the first frame outside ascend_kv and torch: the caller's line, whatever
     route (public function, facade, operator) the call took to the policy."""
     inside = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
-    frame, level = sys._getframe(2), 2
+    frame: types.FrameType | None = sys._getframe(2)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     return level
