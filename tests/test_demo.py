@@ -2,38 +2,94 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+import ascend_kv
+from ascend_kv.dispatch import policy
+from ascend_kv.operators import library
 from ascend_kv.tools import demo
+
+#: Where the operators count a call the policy gave to each host backend (torch.ops.ascend_kv._runs()).
+PLACE = {"fallback": "host paths", "sim": "sim"}
 
 
 @pytest.mark.parametrize("backend", ["fallback", "sim"])
 def test_demo_quick_matches_reference(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--quick", "--repeats", "1", "--backend", backend]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok   ") == len(demo.scenarios(16, __import__("torch").Generator())) == 16
-    assert "FAIL" not in out and f"     {backend}:" in out
-    assert "all calls match the reference" in out
+    assert out.count("ok   ") == len(demo.scenarios(16, torch.Generator())) == 16
+    assert "FAIL" not in out and "all calls match the reference and ran where explain() said" in out
+    blocks = scenario_blocks(out)
+    # every operation with a backend choice: the backend explain() names, where the operators counted the call
+    # (the counts, not the decision), and explain()'s reason; swap_blocks, which has no kernel, says so
+    for block in blocks[:-1]:
+        assert block[1].startswith(f"     {backend}, ran on {PLACE[backend]}: "), block
+        assert block[-1] == "     why: chosen explicitly (ASCEND_KV_BACKEND or use_backend)", block
+    assert blocks[-1][0].startswith("ok   swap_blocks") and blocks[-1][1].startswith("     host paths: ")
+    assert blocks[-1][-1].startswith("     why: swap_blocks has no kernel on any backend")
+    assert f"torch intra-op threads: {torch.get_num_threads()}" in out
+
+
+def test_demo_says_why_auto_runs_the_fallback(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a backend forced, each call's reason is explain()'s for its device: CPU tensors, no NPU kernels."""
+    monkeypatch.delenv("ASCEND_KV_BACKEND", raising=False)
+    assert demo.main(["--quick", "--repeats", "1"]) == 0
+    blocks = scenario_blocks(capsys.readouterr().out)
+    assert len(blocks) == 16
+    for block in blocks[:-1]:
+        assert block[1].startswith("     fallback, ran on host paths: ")
+        assert block[-1] == f"     why: {ascend_kv.explain(block_op(block), 'cpu').reason}"
+        assert block[-1] == "     why: the tensors are on cpu, not on an Ascend NPU"
+
+
+def block_op(block: list[str]) -> str:
+    """The operation of a scenario block, from its name."""
+    name = block[0][5:]
+    return next(op for prefix, op in (("kv_cache", "kv_cache"), ("paged write", "reshape_and_cache"),
+                                      ("paged", "paged_cache_load"), ("block_copy", "block_copy"),
+                                      ("copy_blocks", "copy_blocks")) if name.startswith(prefix))
 
 
 def test_demo_reports_a_mismatch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A backend that writes wrong bytes makes the demo fail (the check is real)."""
-    import ascend_kv.cpu_fallback as fallback
+    """A call that writes wrong bytes makes the demo fail (the check is real)."""
+    real = demo.kv_cache
 
-    real = fallback.kv_cache
+    def off_by_one(new_kv, layer_id, past, *rest):  # also writes the layer below the one asked for
+        out = real(new_kv, layer_id, past, *rest)
+        past[layer_id - 1].fill_(1)
+        return out
 
-    def off_by_one(plan):  # write every token one layer too low
-        real(plan)
-        plan.args.past[plan.layer_id - 1].fill_(1)
-
-    monkeypatch.setattr(fallback, "kv_cache", off_by_one)
+    monkeypatch.setattr(demo, "kv_cache", off_by_one)
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1
-    assert "FAIL kv_cache" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("FAIL kv_cache") == 3 and "bit-exact vs reference: NO" in out
+    assert "3 calls differ from the reference or ran elsewhere than explain() said" in out
+
+
+def test_demo_reports_a_call_that_ran_elsewhere(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The place printed is the operators' count, not the decision: a decision that does not match where
+    the call ran fails the scenario, though its bytes are right."""
+    real = policy.explain
+
+    def says_sim(op, device=None, backend=None):
+        return dataclasses.replace(real(op, device, backend), backend="sim")
+
+    monkeypatch.setattr(policy, "explain", says_sim)
+    assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1
+    blocks = scenario_blocks(capsys.readouterr().out)
+    assert [b[0][:4] for b in blocks] == ["FAIL"] * 15 + ["ok  "]            # swap_blocks asks no policy
+    assert blocks[0][1].startswith("     sim, but ran on host paths (explain() said sim): ")
+    assert blocks[0][1].endswith("bit-exact vs reference: yes")
 
 
 def scenario_blocks(out: str) -> list[list[str]]:
@@ -56,7 +112,8 @@ def test_allocating_loads_show_the_into_form_beside_them(capsys: pytest.CaptureF
     assert len(allocating) == 4 and len(blocks) == 16  # 12 for the first three operations, 4 block copies
     for block in allocating:
         assert "(allocating: the time includes zero-filling the new key and value)" in block[1]
-        assert block[2].startswith("     into given key/value: ") and block[2].endswith("bit-exact vs reference: yes")
+        assert block[2].startswith("     into given key/value, ran on host paths: ")
+        assert block[2].endswith("bit-exact vs reference: yes")
     others = [b for b in blocks if b not in allocating]
     assert not any("into given key/value" in line or "allocating:" in line for b in others for line in b)
 
@@ -74,7 +131,11 @@ def test_a_wrong_into_form_fails_the_demo(monkeypatch: pytest.MonkeyPatch, capsy
     monkeypatch.setattr(demo, "paged_cache_load", spoiled)
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL paged ND 8 x" in out and "into given key/value: " in out and "bit-exact vs reference: NO" in out
+    (block,) = [b for b in scenario_blocks(out) if b[0].startswith("FAIL paged ND 8 x")]
+    assert block[1].endswith("bit-exact vs reference: yes (allocating: the time includes zero-filling the new key "
+                             "and value)")
+    assert block[2].startswith("     into given key/value, ran on host paths: ")
+    assert block[2].endswith("bit-exact vs reference: NO")
 
 
 @pytest.mark.slow  # builds the kernels for the host
@@ -82,8 +143,11 @@ def test_the_sims_first_build_says_what_it_is_doing(tmp_path: Path) -> None:
     """The first run on a fresh cache builds the host library (seconds) and says so once on stderr; the next says nothing."""
     script = str(Path(sys.executable).parent / "ascend-kv")
     env = {**os.environ, "ASCEND_KV_CACHE_DIR": str(tmp_path / "cache")}
+    operators = library.load()                      # the operator library, cached already: only the sim is built
+    (tmp_path / "cache").mkdir()
+    shutil.copy(operators, tmp_path / "cache" / operators.name)
     for run, expected in ((1, 1), (2, 0)):
         done = subprocess.run([script, "demo", "--quick", "--repeats", "1", "--backend", "sim"], capture_output=True,
                               text=True, env=env, cwd=tmp_path, check=False)
         assert done.returncode == 0, done.stderr
-        assert done.stderr.count("ascend_kv: building the AscendC kernels for the host (backend 'sim')") == expected, run
+        assert done.stderr.count("ascend_kv: compiling the AscendC kernels for the host (backend 'sim')") == expected, run

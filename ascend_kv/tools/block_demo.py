@@ -8,8 +8,6 @@ import torch
 from ..api.block_ops import block_copy, copy_blocks, swap_blocks
 from ..api.layout import nd_to_nz
 from ..dispatch import policy
-from ..operators import run as running
-from ..rules import block_copy as block_rules
 from . import reference
 from .demo import Scenario, _payload
 
@@ -39,8 +37,7 @@ def fork_scenario(name: str, sequences: int, beams: int, *, block_size: int, hea
         reference.block_copy(*expected)
         return expected[0], expected[1]
 
-    return Scenario(name, "BlockCopyOperation", run=run, reference=check,
-                    decide=lambda: running.decision(block_rules.block_copy_args(*args)),
+    return Scenario(name, "BlockCopyOperation", run=run, reference=check, device=key_cache.device,
                     bytes_moved=2 * dst.numel() * (key_cache[0].nbytes + value_cache[0].nbytes))
 
 
@@ -63,8 +60,7 @@ def layers_scenario(name: str, layers: int, pairs: int, *, block_size: int, head
                               mapping)
         return (expected,)
 
-    return Scenario(name, "BlockCopyOperation", run=run, reference=check,
-                    decide=lambda: running.decision(block_rules.copy_blocks_args(keys, values, mapping)),
+    return Scenario(name, "BlockCopyOperation", run=run, reference=check, device=buf.device,
                     bytes_moved=2 * pairs * 2 * layers * buf[0, 0, 0].nbytes)
 
 
@@ -90,12 +86,15 @@ def offload_scenario(name: str, blocks: int, *, block_size: int, heads: int = 8,
         return expected_cache, expected_host
 
     def decide() -> policy.Decision:
-        block_rules.swap_blocks(cache, host, out)
-        return policy.Decision("swap_blocks", policy.requested_backend(), "copies",
-                               "swap_blocks moves blocks with the runtime's copies (a gather, one copy, a scatter) "
-                               "on every backend", str(cache.device))
+        """swap_blocks has no kernel, so no backend choice (and explain() does not know it)."""
+        on_host = cache.device.type == "cpu" and host.device.type == "cpu"
+        return policy.Decision(
+            "swap_blocks", policy.requested_backend(), "host paths" if on_host else "device copies",
+            "swap_blocks has no kernel on any backend: between host tensors the host paths copy its blocks "
+            "(over torch's threads); on or between devices, the runtime's copies (a gather, one copy, a scatter)",
+            str(cache.device))
 
-    return Scenario(name, "swap_blocks", run=run, reference=check, decide=decide,
+    return Scenario(name, "swap_blocks", run=run, reference=check, device=cache.device, decide=decide,
                     bytes_moved=2 * 2 * blocks * cache[0].nbytes)
 
 

@@ -1,5 +1,11 @@
 """``ascend-kv demo``: every operation in every mode on realistic shapes, checked against the
-reference, with the backend that ran (and why) and how long it took."""
+reference, with the backend that ran (and why) and how long it took.
+
+Each scenario's outputs are compared bit for bit with :mod:`ascend_kv.tools.reference`. Per
+scenario the demo prints the backend :func:`ascend_kv.explain` names for the call's device and
+why, where the call ran by the operators' own counts (``torch.ops.ascend_kv._runs()``: host
+paths, sim, kernels or device fallback, :mod:`ascend_kv.tools.runs`), and the median time; a
+call that ran anywhere but where ``explain`` said fails like a wrong byte."""
 
 from __future__ import annotations
 
@@ -16,27 +22,30 @@ from ..api.layout import nd_to_nz
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
 from ..dispatch import device, policy
-from ..operators import run as running
-from ..rules import kv_cache as kv_rules
-from ..rules import paged_cache_load as load_rules
-from ..rules import reshape_and_cache as write_rules
-from . import reference
+from . import reference, runs
 
 ND, NZ = KvCacheCfg.K_CACHE_V_CACHE_ND, KvCacheCfg.K_CACHE_V_CACHE_NZ
 
 
 @dataclass
 class Scenario:
-    """One demo call: ``run`` calls the op, ``reference`` the reference; both return outputs.
-    ``run_into``: for an allocating call, the same call writing preallocated outputs."""
+    """One demo call of operation ``op`` (an ATB name) on tensors on ``device``: ``run`` calls the
+    op, ``reference`` the reference; both return outputs. ``run_into``: for an allocating call,
+    the same call writing preallocated outputs. ``decide``: what runs the call and why, when
+    :func:`ascend_kv.explain` does not know the operation."""
 
     name: str
     op: str
     run: Callable[[], tuple[torch.Tensor, ...]]
     reference: Callable[[], tuple[torch.Tensor, ...]]
-    decide: Callable[[], policy.Decision]
+    device: torch.device
     bytes_moved: int
     run_into: Callable[[], tuple[torch.Tensor, ...]] | None = None
+    decide: Callable[[], policy.Decision] | None = None
+
+    def decision(self) -> policy.Decision:
+        """What runs the call, and why: :func:`ascend_kv.explain` for its operation and device."""
+        return self.decide() if self.decide is not None else policy.explain(self.op, self.device)
 
 
 def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -59,7 +68,7 @@ def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.d
         name, "KVCacheOperation",
         run=lambda: (kv_cache(*args),),
         reference=lambda: (reference.kv_cache(new_kv, layers - 1, expected, *args[3:]),),
-        decide=lambda: running.decision(kv_rules.args(*args)),
+        device=past.device,
         bytes_moved=2 * new_kv.numel() * new_kv.element_size(),
     )
 
@@ -97,7 +106,7 @@ def paged_scenario(name: str, lens: list[int], layout: KvCacheCfg, *, heads: int
         run=lambda: paged_cache_load(*args, **kwargs),
         reference=lambda: reference.paged_cache_load(*args, **{k: v for k, v in kwargs.items()
                                                               if k not in ("key", "value")}),
-        decide=lambda: running.decision(load_rules.args(*args, **kwargs)),
+        device=key_cache.device,
         bytes_moved=2 * sum(lens) * token_bytes,
         run_into=None if give_outputs else lambda: paged_cache_load(*args, **kwargs, key=key_out, value=value_out),
     )
@@ -136,7 +145,7 @@ def write_scenario(name: str, lens: list[int], layout: str, *, heads: int = 8, h
         name, "ReshapeAndCacheOperation",
         run=lambda: written(reshape_and_cache(*args, kv_cache_cfg=layout)),
         reference=lambda: written(reference.reshape_and_cache(*expected, kv_cache_cfg=layout)),
-        decide=lambda: running.decision(write_rules.args(*args, kv_cache_cfg=layout)),
+        device=key_cache.device,
         bytes_moved=2 * len(slots) * heads * (head_k + (head_v or 0)) * dtype.itemsize,
     )
 
@@ -179,18 +188,31 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _median_seconds(run: Callable[[], tuple[torch.Tensor, ...]], repeats: int
-                    ) -> tuple[float, tuple[torch.Tensor, ...]]:
-    """The median time of ``repeats`` calls of ``run`` (at least one), and the last call's outputs."""
+                    ) -> tuple[float, tuple[torch.Tensor, ...], str]:
+    """The median time of ``repeats`` calls of ``run`` (at least one), the last call's outputs, and
+    where the calls ran (:func:`ascend_kv.tools.runs.where`)."""
     times = []
+    before = runs.counts()
     for _ in range(max(1, repeats)):
         start = time.perf_counter()
         outputs = run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), outputs
+    return statistics.median(times), outputs, runs.where(before, runs.counts())
+
+
+def _ran_line(decision: policy.Decision, device: torch.device, ran: str) -> tuple[str, bool]:
+    """``"<backend>, ran on <place>"``, and whether that place is where the backend runs calls on ``device``
+    (an operation the operators do not count, e.g. swap_blocks, is taken at the decision's word)."""
+    expected = runs.expected_place(decision.backend, device)
+    if expected is None:
+        return f"{decision.backend}", True
+    if ran == expected:
+        return f"{decision.backend}, ran on {ran}", True
+    return f"{decision.backend}, but ran on {ran} (explain() said {expected})", False
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every scenario; print backend, reason, time and the check; exit 1 on a mismatch."""
+    """Run every scenario; print backend, where it ran, reason, time and the check; exit 1 on a mismatch."""
     parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
     parser.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="force a backend (default: auto)")
@@ -201,24 +223,29 @@ def main(argv: list[str] | None = None) -> int:
     why_no_npu = device.advice()
     if why_no_npu is not None:
         print(f"note: {why_no_npu}\n", flush=True)
+    print(f"torch intra-op threads: {torch.get_num_threads()} (the host paths run over them)\n", flush=True)
     with policy.use_backend(args.backend) if args.backend else contextlib.nullcontext():
         for scenario in scenarios(16 if args.quick else 1, g):
-            decision = scenario.decide()
-            seconds, outputs = _median_seconds(scenario.run, args.repeats)
+            decision = scenario.decision()
+            seconds, outputs, ran = _median_seconds(scenario.run, args.repeats)
             expected = scenario.reference()
-            ok = all(_same_bits(o, r) for o, r in zip(outputs, expected))
-            lines = [(f"{decision.backend}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
-                      f"read+write; bit-exact vs reference: {'yes' if ok else 'NO'}")]
+            same = all(_same_bits(o, r) for o, r in zip(outputs, expected))
+            where, ran_as_said = _ran_line(decision, scenario.device, ran)
+            ok = same and ran_as_said
+            lines = [(f"{where}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
+                      f"read+write; bit-exact vs reference: {'yes' if same else 'NO'}")]
             if scenario.run_into is not None:
-                into_seconds, into_outputs = _median_seconds(scenario.run_into, args.repeats)
-                into_ok = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))
-                ok = ok and into_ok
+                into_seconds, into_outputs, into_ran = _median_seconds(scenario.run_into, args.repeats)
+                into_same = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))
+                into_where, into_as_said = _ran_line(decision, scenario.device, into_ran)
+                ok = ok and into_same and into_as_said
                 lines[0] += " (allocating: the time includes zero-filling the new key and value)"
-                lines.append(f"into given key/value: {into_seconds * 1e3:8.3f} ms, "
-                             f"{scenario.bytes_moved / into_seconds / 1e9:6.2f} GB/s read+write; "
-                             f"bit-exact vs reference: {'yes' if into_ok else 'NO'}")
+                lines.append(f"into given key/value, {into_where.removeprefix(f'{decision.backend}, ')}: "
+                             f"{into_seconds * 1e3:8.3f} ms, {scenario.bytes_moved / into_seconds / 1e9:6.2f} GB/s "
+                             f"read+write; bit-exact vs reference: {'yes' if into_same else 'NO'}")
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}", *(f"     {line}" for line in lines),
                   f"     why: {decision.reason}", sep="\n", flush=True)
-    print(f"{'all' if not failures else failures} {'calls match' if not failures else 'calls differ from'} the reference")
+    print("all calls match the reference and ran where explain() said" if not failures else
+          f"{failures} calls differ from the reference or ran elsewhere than explain() said")
     return 1 if failures else 0
