@@ -2,10 +2,12 @@
 # The host cost of a call (`ascend-kv bench --overhead`) of another revision against this tree, in
 # one session: REV's tree (git archive) is installed editable into a throwaway venv that shares
 # this tree's .venv packages (torch), then the same measuring module (this tree's
-# ascend_kv/tools/overhead.py, which needs only torch and an importable ascend_kv) runs for REV
-# and for this tree alternately, PASSES times each, both on this tree's fake NPU (one build, the
-# same device); each run prints its table, and the end prints both side by side (fastest of each
-# tree's runs) with new / old.
+# ascend_kv/tools/overhead.py, self-contained: it needs only torch and an importable ascend_kv, and
+# imports nothing else of either tree) runs for REV and for this tree alternately, PASSES times
+# each, both on this tree's fake NPU (one build, the same device) and with the same do-nothing
+# kernels (one build: a kernel table for a tree whose operators call one, the older torch.ops
+# kernel library's NPU kernels replaced for a tree before the C++ operators); each run prints its
+# table, and the end prints both side by side (fastest of each tree's runs) with new / old.
 #
 # Usage: scripts/overhead_against.sh REV [--passes N] [--out DIR] [overhead options, e.g. --tiny]
 #   --passes N  runs per tree, alternating REV, this tree, REV, ... (default 2)

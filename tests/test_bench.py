@@ -15,14 +15,27 @@ from cases import bits_equal
 
 import ascend_kv
 from ascend_kv.backends import npu, sim
-from ascend_kv.tools import bench, reference
+from ascend_kv.tools import bench, overhead, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_FIELDS = {
-    "workload", "kind", "op", "dtype", "backend", "path", "bytes_moved", "layers", "median_s", "min_s", "gb_per_s",
-    "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy", "single_median_s",
-    "single_copy_median_s", "single_ratio_to_copy", "reference_median_s", "reference_repeats", "speedup_over_reference",
+    "workload", "kind", "op", "bulk", "dtype", "backend", "threads", "ran", "bytes_moved", "layers", "median_s",
+    "min_s", "gb_per_s", "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy",
+    "goal_ratio_to_copy", "single_median_s", "single_copy_median_s", "single_ratio_to_copy", "reference_median_s",
+    "reference_repeats", "speedup_over_reference", "baseline_median_s", "speedup_over_baseline",
 }
+#: The issue's targets (and goals) as multiples of copy_, with torch's default thread count.
+BULK_TARGETS = {"prefill": (0.9, 1.0), "paged-nd": (0.9, 1.0), "paged-nz": (0.9, 1.0), "write-prefill": (0.9, 1.0),
+                "block-copy": (0.8, None), "copy-blocks": (0.8, None)}
+
+
+@pytest.fixture
+def two_default_threads() -> Iterator[None]:
+    """torch's thread count is 2 when the bench starts (its "default"), whatever the machine; put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 def test_workloads_cover_the_issue() -> None:
@@ -35,7 +48,7 @@ def test_workloads_cover_the_issue() -> None:
 
 
 def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch, two_default_threads: None) -> None:
     from matplotlib.figure import Figure
 
     plotted: list[tuple[str, list[str]]] = []                     # per figure saved: x scale, bar labels
@@ -48,84 +61,155 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
 
     monkeypatch.setattr(Figure, "savefig", spy)
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    status = bench.main(["--tiny", "--warmup", "0", "--repeats", "2", "--threads", "1", "--reference-repeats", "1",
+    status = bench.main(["--tiny", "--warmup", "0", "--repeats", "2", "--reference-repeats", "1",
                          "--sweep-mb", "1", "--json", str(out_json), "--plot", str(out_png)])
     assert status == 0
     table = capsys.readouterr().out
     assert "x copy_" in table and "paged NZ 8x2048 MLA 512+64" in table and "bench --overhead" in table
+    assert "threads 2, 1 (torch's default: 2)" in table
     result = json.loads(out_json.read_text())
-    assert result["settings"] == {"warmup": 0, "repeats": 2, "threads": 1, "reference_repeats": 1, "sweep_mb": 1,
-                                  "backends": ["fallback"], "tiny": True, "statistic": "median"}
-    assert {"cpu", "logical_cpus", "torch", "native_copier", "load_average"} <= result["machine"].keys()
+    assert result["settings"] == {"warmup": 0, "repeats": 2, "threads": [2, 1], "default_threads": 2,
+                                  "reference_repeats": 1, "sweep_mb": 1, "backends": ["fallback"], "tiny": True,
+                                  "baseline": None, "statistic": "median"}
+    assert {"cpu", "logical_cpus", "torch", "intra_op_threads", "parallel_backend", "load_average"} <= \
+        result["machine"].keys()
     rows = result["results"]
-    assert len(rows) == len(bench.workloads()) * 2                             # every workload, float16 and int8
+    # every workload, float16 and int8, with torch's default thread count and then one thread
+    assert [(r["workload"], r["dtype"], r["threads"]) for r in rows] == [
+        (w.name, dtype, threads) for w in bench.workloads(tiny=True) for dtype in ("float16", "int8")
+        for threads in (2, 1)]
     for row in rows:
-        assert ROW_FIELDS <= row.keys()
+        assert ROW_FIELDS == row.keys()
         assert row["median_s"] > 0 and row["ratio_to_copy"] > 0 and row["speedup_over_reference"] > 0
         assert row["gb_per_s"] == pytest.approx(row["bytes_moved"] / row["median_s"] / 1e9)
         assert row["ratio_to_copy"] == pytest.approx(row["copy_median_s"] / row["median_s"])
         assert row["single_ratio_to_copy"] == pytest.approx(row["single_copy_median_s"] / row["single_median_s"])
         assert row["speedup_over_reference"] == pytest.approx(row["reference_median_s"] / row["single_median_s"])
         assert 2 <= row["layers"] <= bench.MAX_LAYERS
-        assert set(row["path"].split("/")) <= {"native", "slices", "rows", "scatter", "gather", "general"}
-        assert row["prevalidated_median_s"] > 0
-        assert row["prevalidated_ratio_to_copy"] == pytest.approx(
-            row["single_copy_median_s"] / row["prevalidated_median_s"])
+        assert row["ran"] == "host paths"                       # the operators' own count, not the policy's word
+        assert row["bulk"] == (row["kind"] in BULK_TARGETS)
+        # the targets are for torch's default thread count; single-threaded rows are held to the earlier runs
+        expected = BULK_TARGETS.get(row["kind"], (None, None)) if row["threads"] == 2 else (None, None)
+        assert (row["target_ratio_to_copy"], row["goal_ratio_to_copy"]) == expected
+        assert row["baseline_median_s"] is None and row["speedup_over_baseline"] is None
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (scale, labels), = plotted                # a log axis, so outliers of 100x do not squash the other bars,
     assert scale == "log"                     # and every bar labelled with its ratio
-    ratios = [row[k] for row in rows for k in ("ratio_to_copy", "single_ratio_to_copy", "prevalidated_ratio_to_copy")]
+    ratios = [row[k] for row in rows for k in ("ratio_to_copy", "single_ratio_to_copy")]
     assert sorted(labels) == sorted(f"{ratio:.2g}" for ratio in ratios)
+    assert torch.get_num_threads() == 2       # the caller's thread count again
 
 
-def test_one_thread_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """As docs/benchmarks.md measures: on a shared machine more threads wait for busy CPUs."""
+def test_default_threads_then_one(tmp_path: Path, capsys: pytest.CaptureFixture[str], two_default_threads: None,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default every workload runs with torch's default thread count, then with one; the op and copy_ of
+    each row run with the same count (the row's)."""
+    seen: list[tuple[str, int]] = []
+    copies, kv_cache = bench._copies_of, bench.kv_cache
+
+    def counted_copies(nbytes: int, count: int):
+        copy = copies(nbytes, count)
+        return lambda: (seen.append(("copy_", torch.get_num_threads())), copy())
+
+    monkeypatch.setattr(bench, "_copies_of", counted_copies)
+    monkeypatch.setattr(bench, "kv_cache", lambda *args: (seen.append(("op", torch.get_num_threads())), kv_cache(*args)))
     out_json = tmp_path / "bench.json"
-    torch.set_num_threads(2)
-    try:
-        assert bench.main(["--tiny", "--only", "decode 64x1 h1024", "--dtypes", "int8", "--repeats", "1",
-                           "--reference-repeats", "0", "--json", str(out_json)]) == 0
-    finally:
-        torch.set_num_threads(1)
-    assert ", threads 1," in capsys.readouterr().out
-    assert json.loads(out_json.read_text())["settings"]["threads"] == 1
+    assert bench.main(["--tiny", "--only", "prefill 8x512 h1024", "--dtypes", "int8", "--repeats", "1",
+                       "--warmup", "0", "--reference-repeats", "0", "--json", str(out_json)]) == 0
+    assert " x threads 2, 1 (torch's default: 2)," in capsys.readouterr().out
+    result = json.loads(out_json.read_text())
+    assert (result["settings"]["threads"], result["settings"]["default_threads"]) == ([2, 1], 2)
+    assert [(r["threads"], r["target_ratio_to_copy"]) for r in result["results"]] == [(2, 0.9), (1, None)]
+    assert {kind for kind, _ in seen} == {"copy_", "op"}
+    first_one = next(i for i, (_, threads) in enumerate(seen) if threads == 1)
+    assert {threads for _, threads in seen[:first_one]} == {2} and {threads for _, threads in seen[first_one:]} == {1}
+    assert torch.get_num_threads() == 2
+
+
+def test_baseline_puts_an_earlier_run_beside_each_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--baseline: this bench's JSON, or an older one whose rows carry no thread count (its settings' count)."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    options = ["--tiny", "--only", "decode 64x1 h1024", "--dtypes", "int8,float16", "--repeats", "1", "--warmup", "0",
+               "--reference-repeats", "0", "--threads", "1"]
+    assert bench.main([*options, "--json", str(first)]) == 0
+    earlier = json.loads(first.read_text())["results"]
+    older = tmp_path / "older.json"                                 # as 2971f85 wrote it: no threads in the rows
+    older.write_text(json.dumps({"settings": {"threads": 1},
+                                 "results": [{k: v for k, v in earlier[0].items() if k != "threads"}]}))
+    capsys.readouterr()
+    for baseline, matched in ((first, 2), (older, 1)):
+        assert bench.main([*options, "--json", str(second), "--baseline", str(baseline)]) == 0
+        result = json.loads(second.read_text())
+        assert result["settings"]["baseline"] == str(baseline)
+        rows = result["results"]
+        assert [(r["dtype"], r["speedup_over_baseline"] is not None) for r in rows] == \
+            [("int8", True), ("float16", matched == 2)]
+        for row, before in zip(rows[:matched], earlier):
+            assert row["baseline_median_s"] == before["median_s"]
+            assert row["speedup_over_baseline"] == pytest.approx(before["median_s"] / row["median_s"])
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[1].split()[-2:] == ["x", "base"]
+        int8 = next(line for line in lines if line.startswith("decode 64x1 h1024") and " int8 " in line)
+        assert int8.split()[-1] == f"{rows[0]['speedup_over_baseline']:.2f}"
+
+
+@pytest.mark.parametrize("backend, place", [("fallback", "host paths"), ("sim", "sim")])
+def test_each_row_says_where_the_calls_ran(backend: str, place: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The operators' counts: the fallback's calls on CPU tensors ran on the host paths, the sim's on the sim."""
+    out_json = tmp_path / "bench.json"
+    assert bench.main(["--tiny", "--only", "write decode", "--dtypes", "float16", "--repeats", "1", "--warmup", "0",
+                       "--reference-repeats", "0", "--threads", "1", "--backends", backend,
+                       "--json", str(out_json)]) == 0
+    (row,) = json.loads(out_json.read_text())["results"]
+    assert (row["backend"], row["ran"]) == (backend, place)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("write decode")]
+    assert line.split()[4:7 + len(place.split())] == ["float16", backend, "1", *place.split()]
 
 
 def test_each_row_is_printed_as_it_is_measured(tmp_path: Path) -> None:
     """Piped, the rows still come one by one, each after the stderr line saying what is measured."""
     script = str(Path(sys.executable).parent / "ascend-kv")
     done = subprocess.run([script, "bench", "--tiny", "--only", "decode 64x1", "--dtypes", "float16,int8",
-                           "--warmup", "0", "--repeats", "1", "--reference-repeats", "0", "--sweep-mb", "0"],
+                           "--warmup", "0", "--repeats", "1", "--reference-repeats", "0", "--sweep-mb", "0",
+                           "--threads", "2,1"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, check=True)
     lines = done.stdout.splitlines()
-    measured = [(w.name, dtype) for w in bench.workloads(tiny=True) if "decode 64x1" in w.name
-                for dtype in ("float16", "int8")]
-    assert len(measured) == 6
+    measured = [(w.name, dtype, threads) for w in bench.workloads(tiny=True) if "decode 64x1" in w.name
+                for dtype in ("float16", "int8") for threads in (2, 1)]
+    assert len(measured) == 12
     steps = [i for i, line in enumerate(lines) if line.startswith("ascend-kv bench: measuring [")]
     assert len(steps) == len(measured)
-    for i, (step, (name, dtype)) in enumerate(zip(steps, measured), 1):
-        assert lines[step] == f"ascend-kv bench: measuring [{i}/6] {name}, {dtype} ..."
-        assert lines[step + 1].split()[:len(name.split()) + 2] == [*name.split(), dtype, "fallback"]
+    for i, (step, (name, dtype, threads)) in enumerate(zip(steps, measured), 1):
+        assert lines[step] == f"ascend-kv bench: measuring [{i}/12] {name}, {dtype}, {threads} thread" \
+                              f"{'s' if threads == 2 else ''} ..."
+        assert lines[step + 1].split()[:len(name.split()) + 5] == [*name.split(), dtype, "fallback", str(threads),
+                                                                   "host", "paths"]
     assert lines[-1] == "the host cost of one small call: ascend-kv bench --overhead"   # measured by its own mode
 
 
 def test_reference_can_be_skipped(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--tiny", "--only", "decode 64x1 h1024", "--dtypes", "int8", "--repeats", "1",
-                       "--reference-repeats", "0", "--backends", "fallback"]) == 0
+                       "--reference-repeats", "0", "--backends", "fallback", "--threads", "1"]) == 0
     assert "reference 0 rounds" in capsys.readouterr().out
 
 
 def test_unavailable_backend_is_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json = tmp_path / "bench.json"
     assert bench.main(["--tiny", "--only", "paged ND 8x2048 8x128", "--dtypes", "float16", "--repeats", "1",
-                       "--reference-repeats", "0", "--backends", "fallback,npu", "--json", str(out_json)]) == 0
-    assert "npu       unavailable:" in capsys.readouterr().out                 # CPU tensors: no NPU here
+                       "--reference-repeats", "0", "--backends", "fallback,npu", "--threads", "1",
+                       "--json", str(out_json)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if " npu " in line]
+    assert line.split()[4:8] == ["float16", "npu", "1", "unavailable:"]         # CPU tensors: no NPU here
+    assert "backend 'npu' cannot run PagedCacheLoadOperation on cpu" in line
     rows = json.loads(out_json.read_text())["results"]
     assert [(r["backend"], "unavailable" in r) for r in rows] == [("npu", True), ("fallback", False)]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "0"], "--repeats"),
+    (["--threads", "0"], "--threads takes a comma-separated list of 'default' and counts >= 1, got '0'"),
+    (["--threads", "default,x"], "--threads takes"),
     (["--dtypes", "float32"], "--dtypes takes"),
     (["--backends", "fallback,gpu"], "--backends takes"),
     (["--sweep-mb", "-1"], "--sweep-mb"),
@@ -185,7 +269,7 @@ def test_layers_for(bytes_moved: int, layer_bytes: int, layers: int) -> None:
 
 OVERHEAD_ROW_FIELDS = {
     "set", "call", "device", "warm_us", "warm_median_us", "swept_us", "swept_median_us", "x_index_copy",
-    "swept_x_index_copy", "x_cpu", "swept_x_cpu", "target", "goal", "transfers", "uploads", "launches_per_call",
+    "swept_x_index_copy", "x_cpu", "swept_x_cpu", "target", "goal", "ran", "transfers", "uploads", "launches_per_call",
     "unavailable", "samples",
 }
 #: Per set of ``bench --overhead``, the calls it times on each device.
@@ -222,7 +306,7 @@ def test_overhead_tiny_run_times_every_call_on_cpu_and_fake_npu(
     out_json = tmp_path / "overhead.json"
     assert bench.main(["--overhead", "--tiny", "--json", str(out_json)]) == 0
     table = capsys.readouterr().out
-    assert "fake NPU: index tensors on the device, kernel launches doing nothing" in table
+    assert "fake NPU: index tensors on the device, the kernels' route, kernel launches doing nothing" in table
     assert all(name in table for name in OVERHEAD_CALLS) and "<= 6 (2)" in table and "<= 1.15 (1)" in table
     result = json.loads(out_json.read_text())
     assert result["settings"] == {"rounds": 2, "calls": 2, "swept_rounds": 2, "sweep_mb": 1, "threads": 1,
@@ -241,6 +325,10 @@ def test_overhead_tiny_run_times_every_call_on_cpu_and_fake_npu(
         assert len(row["samples"]["warm_s"]) == 2 and len(row["samples"]["swept_s"]) == 2
         decode = row["set"].startswith("decode") and row["call"] in TARGETS
         assert (row["target"], row["goal"]) == ((1.15, 1.0) if decode else TARGETS.get(row["call"], (None, None)))
+        # where the operators counted the trial call: CPU calls on the host paths, fake NPU calls on the kernels
+        # (never the device fallback); the yardsticks are no operator of ours
+        yardstick = row["call"] in ("bare index_copy_", "do-nothing operator")
+        assert row["ran"] == (None if yardstick else {"cpu": "host paths", "npu": "kernels"}[row["device"]])
         if row["device"] == "cpu":
             assert row["x_cpu"] is None and row["launches_per_call"] is None
             continue
@@ -256,6 +344,7 @@ def test_overhead_leaves_the_kernels_in_place(capsys: pytest.CaptureFixture[str]
     """After the bench the kernel library's own kernels run again: a call launches one and writes the bytes."""
     assert bench.main(["--overhead", "--tiny", "--sweep-mb", "0"]) == 0
     capsys.readouterr()
+    assert npu.library().loaded and npu.library().path == str(sim.library_path())   # $ASCEND_KV_NPU_LIB's again
     g = torch.Generator().manual_seed(3)
     past = torch.randn(2, 4, 8, 16, generator=g).half()
     new_kv = torch.randn(4, 16, generator=g).half()
@@ -289,7 +378,8 @@ def test_overhead_reports_a_call_an_older_package_lacks(
     monkeypatch.delattr(ascend_kv, "copy_blocks")
     out_json = tmp_path / "overhead.json"
     assert bench.main(["--overhead", "--tiny", "--no-npu", "--sweep-mb", "0", "--json", str(out_json)]) == 0
-    assert "ascend_kv.copy_blocks                          cpu    unavailable: AttributeError:" in capsys.readouterr().out
+    assert "ascend_kv.copy_blocks                          cpu    -          unavailable: AttributeError:" in \
+        capsys.readouterr().out
     rows = json.loads(out_json.read_text())["rows"]
     assert [r["call"] for r in rows if r["unavailable"]] == ["ascend_kv.copy_blocks"]
     assert all(r["warm_us"] > 0 and r["swept_us"] is None for r in rows if not r["unavailable"])
@@ -322,6 +412,35 @@ def test_overhead_compare_puts_two_runs_side_by_side(tmp_path: Path, capsys: pyt
         columns = by_call[row["set"], row["call"]].split()[-8:-5]
         assert columns == [f"{fastest:.1f}", f"{row['warm_us']:.1f}", f"{row['warm_us'] / fastest:.2f}"]
     assert by_call[new[-1]["set"], new[-1]["call"]].split()[-3:] == ["tip:", "AttributeError:", "gone"]
+
+
+def test_overhead_silences_an_older_kernel_librarys_operators() -> None:
+    """An older tree's kernel library registered torch.ops operators: while its NPU rows are timed, their
+    NPU kernels are one C++ kernel that counts its calls and does nothing; afterwards the own kernels run."""
+    fake_npu.install()
+    overhead.do_nothing_kernels()
+    kernels = torch.ops.ascend_kv_overhead_kernels
+    lib = torch.library.Library("ascend_kv_test_older_kernels", "DEF")
+    try:
+        lib.define("kv_cache(Tensor(a!) past, int value) -> ()")
+
+        def own_kernel(past: torch.Tensor, value: int) -> None:
+            past.fill_(value)
+
+        lib.impl("kv_cache", own_kernel, "PrivateUse1")
+        old = torch.ops.ascend_kv_test_older_kernels.kv_cache
+        past = torch.zeros(4).to("npu")
+        kernels.silence("ascend_kv_test_older_kernels", ["kv_cache"])
+        try:
+            launches = int(kernels.launches())
+            old(past, 7)
+            assert int(kernels.launches()) == launches + 1 and past.cpu().tolist() == [0.0] * 4
+        finally:
+            kernels.restore()
+        old(past, 7)
+        assert int(kernels.launches()) == launches + 1 and past.cpu().tolist() == [7.0] * 4
+    finally:
+        lib._destroy()
 
 
 @pytest.mark.slow  # a new virtual environment and an editable install of another tree

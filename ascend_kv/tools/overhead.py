@@ -7,8 +7,13 @@ ascend_kv registers its own (``torch.library.Library`` DEF, Python implementatio
 PrivateUse1, autograd falling through); and the decode ``kv_cache`` of 64 sequences x 1 token,
 hidden 1024, against an ``index_copy_`` of its 64 rows. On the CPU (index tensors on the host)
 and, in a source checkout, on the fake NPU of ``tests/fake_npu`` (index tensors on the device),
-with the kernels' host build as the kernel library and its operators replaced by do-nothing
-kernels while the calls are timed, so the NPU rows are the host path alone.
+taking the kernels' route with a kernel library whose launches do nothing but count (C++, built
+once and cached): a table of do-nothing entries as the kernel library (this design), or, for an
+older tree whose kernel library registered ``torch.ops`` operators, the kernels' host build with
+those operators' NPU kernels replaced by one do-nothing C++ kernel while the calls are timed.
+So the NPU rows are the host path alone, on the route a real NPU call takes. Each row says where
+the call ran by the operators' own counts (``torch.ops.ascend_kv._runs()``: host paths, sim,
+kernels, device fallback; ``-`` where the tree has no counts).
 
 Times are thread CPU time (``time.thread_time``) on one torch thread, the fastest of interleaved
 rounds: each round times every call of a set once, round robin, so the ratios come from the same
@@ -16,8 +21,9 @@ rounds. Warm: ``--calls`` back-to-back calls per timing. After a sweep: one call
 ``--sweep-mb`` MB (larger than the last-level cache), as a serving step calls after the
 model's weights streamed through the caches.
 
-The module needs only ``torch`` and an importable ``ascend_kv``, and calls only the public
-functions and their operators, so it also measures another tree:
+The module needs only ``torch`` (and its C++ extension build, for the fake NPU rows) and an
+importable ``ascend_kv``, and calls only the public functions and their operators, so it also
+measures another tree:
 ``python ascend_kv/tools/overhead.py`` times whichever ascend_kv its Python imports, and
 ``--compare OLD.json NEW.json`` prints two runs side by side (``scripts/overhead_against.sh REV``).
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
 import json
 import math
@@ -58,6 +65,8 @@ BARE = "bare index_copy_"
 NOOP = "do-nothing operator"
 NOOP_NAMESPACE = "ascend_kv_overhead"
 FAKE_NPU = Path("tests") / "fake_npu" / "__init__.py"
+#: Where the operators count calls, in the order of ``torch.ops.ascend_kv._runs()`` (trees that have it).
+RAN_PLACES = ("host paths", "sim", "kernels", "device fallback")
 
 
 @dataclass
@@ -69,6 +78,7 @@ class Timed:
     device: str
     run: Callable[[], object]
     target: str | None = None          #: key of :data:`TARGETS`
+    ran: str | None = None             #: where a trial call ran (:func:`_where`)
 
 
 @dataclass
@@ -88,6 +98,7 @@ class Row:
     swept_x_cpu: float | None = None
     target: float | None = None
     goal: float | None = None
+    ran: str | None = None                    #: where the call ran (the operators' counts), None where not counted
     transfers: int = 0                        #: fake NPU: device-to-host transfers in all timed calls
     uploads: int = 0                          #: fake NPU: host-to-device copies in all timed calls
     launches_per_call: float | None = None    #: fake NPU: kernel library calls (the do-nothing ones) per call
@@ -254,11 +265,29 @@ def _build(name: str, make: Callable[[str, torch.device], list[Timed]], device: 
         return [Row(name, "(the set)", device.type, unavailable=f"{type(error).__name__}: {error}")]
     for i, timed in enumerate(calls):
         assert isinstance(timed, Timed)
+        before = _runs()
         try:
             timed.run()
         except Exception as error:  # noqa: BLE001  (reported as the row, the other calls still run)
             calls[i] = Row(name, timed.call, timed.device, unavailable=f"{type(error).__name__}: {error}")
+            continue
+        timed.ran = _where(before, _runs())
     return calls
+
+
+def _runs() -> list[int] | None:
+    """The operators' counts of where calls ran, or None for a tree without them."""
+    try:
+        return list(torch.ops.ascend_kv._runs())
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _where(before: list[int] | None, after: list[int] | None) -> str | None:
+    """The places whose counts grew (joined by ' + '), or None when nothing was counted."""
+    if before is None or after is None:
+        return None
+    return " + ".join(place for place, a, b in zip(RAN_PLACES, before, after) if b > a) or None
 
 
 # ----------------------------------------------------------------------------- the fake NPU
@@ -266,18 +295,19 @@ def _build(name: str, make: Callable[[str, torch.device], list[Timed]], device: 
 
 @dataclass
 class FakeNpu:
-    """The fake NPU while its rows run: its module, and the do-nothing kernel library's call count."""
+    """The fake NPU while its rows run: its module, and the do-nothing kernels' launch count."""
 
     module: Any
-    launches: list[int]
+    launches: Callable[[], int]
 
     def counts(self) -> tuple[int, int, int]:
-        return self.module.transfers(), self.module.uploads(), self.launches[0]
+        return self.module.transfers(), self.module.uploads(), int(self.launches())
 
 
 def _load_fake_npu(source: Path | None = None) -> Any:
     """The fake NPU, installed: ``source`` (its ``__init__.py``; default ``tests/fake_npu`` of the
     checkout this ascend_kv was imported from), unless the tests imported it already; raises when absent."""
+    module: Any
     if "fake_npu" in sys.modules:
         module = sys.modules["fake_npu"]
     else:
@@ -293,8 +323,20 @@ def _load_fake_npu(source: Path | None = None) -> Any:
         except BaseException:
             del sys.modules["fake_npu"]
             raise
+    if hasattr(module, "_register_storage_format") and not _has_operator("_use_storage_format"):
+        # An older ascend_kv has no storage-format hook: it reads formats through torch.npu.get_npu_format,
+        # which the fake NPU's device module provides.
+        module._register_storage_format = lambda extension: None
     module.install()
     return module
+
+
+def _has_operator(name: str) -> bool:
+    try:
+        getattr(torch.ops.ascend_kv, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -311,43 +353,139 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
-@contextlib.contextmanager
-def do_nothing_launches(namespace: str, ops: Sequence[str], launches: list[int]) -> Iterator[None]:
-    """The kernel library's operators ``torch.ops.<namespace>.<op>`` on PrivateUse1 do nothing but
-    count their calls into ``launches[0]``; the library's own kernels again afterwards."""
-    def launch(*args: object) -> None:
-        launches[0] += 1
+#: The do-nothing kernels: a kernel table (ascendc/host/kernel_library.h, version 1) whose entries
+#: count their calls, and, for an older tree whose kernel library registered torch.ops operators, an
+#: operator namespace that replaces those operators' NPU kernels with one that counts its calls.
+DO_NOTHING_NAMESPACE = "ascend_kv_overhead_kernels"
+DO_NOTHING_SOURCE = r"""
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
-    lib = torch.library.Library(namespace, "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")             # "overriding a previously registered kernel": meant
-            for op in ops:
-                lib.impl(op, launch, "PrivateUse1")
-        yield
-    finally:
-        lib._destroy()                                  # the C++ kernels registered before are the ones used again
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+namespace {
+
+std::atomic<int64_t> launches{0};
+std::vector<std::unique_ptr<torch::Library>> silenced;
+
+// Tensors arrive by reference: pointers, never read.
+using T = const void*;
+void KvCache(T, T, T, T, T, int64_t) { ++launches; }
+void PagedCacheLoad(T, T, T, T, T, T, T, int64_t, bool) { ++launches; }
+void ReshapeAndCache(T, T, T, T, T, int64_t) { ++launches; }
+void BlockCopy(T, T, T, T) { ++launches; }
+
+void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
+{
+    ++launches;
+    TORCH_CHECK(op.schema().returns().empty(), "do-nothing kernels return nothing: ", op.schema().name());
+    torch::jit::drop(*stack, op.schema().arguments().size());
+}
+
+}  // namespace
+
+struct AscendKvOverheadKernelTable {
+    uint32_t version;
+    void (*kv_cache)(T, T, T, T, T, int64_t);
+    void (*paged_cache_load)(T, T, T, T, T, T, T, int64_t, bool);
+    void (*reshape_and_cache)(T, T, T, T, T, int64_t);
+    void (*block_copy)(T, T, T, T);
+    int64_t (*storage_format)(T);
+};
+
+static const AscendKvOverheadKernelTable kTable = {1, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
+                                                   nullptr};
+
+extern "C" const AscendKvOverheadKernelTable* ascend_kv_kernel_library() { return &kTable; }
+
+TORCH_LIBRARY(ascend_kv_overhead_kernels, m)
+{
+    m.def("launches() -> int", []() -> int64_t { return launches.load(); });
+    m.def("silence(str ns, str[] ops) -> ()", [](std::string ns, std::vector<std::string> ops) {
+        auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1,
+                                                    __FILE__, __LINE__);
+        for (const std::string& op : ops) {
+            lib->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<&BoxedNothing>());
+        }
+        silenced.push_back(std::move(lib));
+    });
+    m.def("restore() -> ()", []() { silenced.clear(); });
+}
+"""
+_do_nothing: Path | None = None
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("ASCEND_KV_CACHE_DIR", "").strip()
+    return Path(configured) if configured else Path.home() / ".cache" / "ascend_kv"
+
+
+def do_nothing_kernels() -> Path:
+    """The do-nothing kernels' library (:data:`DO_NOTHING_SOURCE`), built once per source and torch
+    (cached like the fake NPU) and loaded into this process."""
+    global _do_nothing
+    if _do_nothing is None:
+        from torch.utils import cpp_extension
+
+        if not any((Path(folder) / "ninja").is_file() for folder in os.environ.get("PATH", "").split(os.pathsep)):
+            with contextlib.suppress(ImportError):     # the pip package's ninja, in a venv that is not active
+                import ninja  # type: ignore[import-not-found]
+                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        digest = hashlib.sha256((DO_NOTHING_SOURCE + torch.__version__).encode()).hexdigest()[:16]
+        folder = _cache_root() / "overhead" / digest
+        folder.mkdir(parents=True, exist_ok=True)
+        source = folder / "do_nothing_kernels.cpp"
+        if not source.is_file() or source.read_text() != DO_NOTHING_SOURCE:
+            source.write_text(DO_NOTHING_SOURCE)
+        path = cpp_extension.load(name=DO_NOTHING_NAMESPACE, sources=[str(source)], build_directory=str(folder),
+                                  extra_cflags=["-O2"], is_python_module=False, verbose=False)
+        _do_nothing = Path(str(path))
+    return _do_nothing
 
 
 @contextlib.contextmanager
 def fake_npu(source: Path | None = None) -> Iterator[FakeNpu]:
-    """The fake NPU with the kernels' host build as the kernel library, its launches doing nothing.
+    """The fake NPU, its calls taking the kernels' route to do-nothing kernels (see the module doc).
 
-    Raises (before yielding) when the fake NPU or the host build is not available. The
-    environment and the kernel library's state are restored afterwards.
+    Raises (before yielding) when the fake NPU or the do-nothing kernels are not available, or the
+    kernel library does not load. The environment and the kernel library's state are restored
+    afterwards: the next call loads the kernel library ``$ASCEND_KV_NPU_LIB`` names again.
     """
     module = _load_fake_npu(source)
-    from ascend_kv.backends import npu, sim  # where the tests find the host build and the kernel library
+    from ascend_kv.backends import npu  # where the operators find their kernel library
 
-    with _environment(**{npu.LIBRARY_ENV: str(sim.library_path()), "ASCEND_KV_SOC": NPU_SOC}):
+    library = do_nothing_kernels()
+    kernels = getattr(torch.ops, DO_NOTHING_NAMESPACE)
+    table = hasattr(npu, "TABLE_SYMBOL")        # this design: the operators call the library's table of entries
+    if table:
+        kernel_library = library
+    else:                                       # older: the host build's torch.ops operators, silenced below
+        from ascend_kv.backends import sim
+
+        kernel_library = sim.library_path()
+    with _environment(**{npu.LIBRARY_ENV: str(kernel_library), "ASCEND_KV_SOC": NPU_SOC}):
         npu.library.cache_clear()
         try:
             status = npu.library()
-            if not status.loaded or status.namespace is None:
-                raise RuntimeError(f"the kernels' host build did not load: {status.reason}")
-            launches = [0]
-            with do_nothing_launches(status.namespace, npu.OPS, launches):
-                yield FakeNpu(module, launches)
+            if not status.loaded:
+                raise RuntimeError(f"the kernel library {kernel_library} did not load: {status.reason}")
+            if table:
+                yield FakeNpu(module, kernels.launches)
+                return
+            older_status: Any = status                  # the older tree's names, which this tree's lack
+            older_npu: Any = npu
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")             # "overriding a previously registered kernel": meant
+                kernels.silence(older_status.namespace, list(older_npu.OPS))
+            try:
+                yield FakeNpu(module, kernels.launches)
+            finally:
+                kernels.restore()                           # the host build's own kernels again
         finally:
             npu.library.cache_clear()
 
@@ -379,7 +517,7 @@ def measure_set(name: str, make: Callable[[str, torch.device], list[Timed]], npu
         k = timed.index(c)
         transfers, uploads, launches = (a + b for a, b in zip(warm_counts[k], swept_counts[k]))
         row = Row(name, c.call, c.device, warm_us=min(warm[k]) * 1e6, warm_median_us=statistics.median(warm[k]) * 1e6,
-                  transfers=transfers, uploads=uploads,
+                  ran=c.ran, transfers=transfers, uploads=uploads,
                   launches_per_call=launches / timed_calls if c.device == "npu" else None,
                   samples={"warm_s": warm[k]})
         if swept is not None:
@@ -413,13 +551,14 @@ def _ratios(rows: list[Row]) -> None:
 # ----------------------------------------------------------------------------- output
 
 
-_HEAD = (f"{'call':48} {'device':6} {'warm us':>8} {'x bare':>7} {'swept us':>9} {'x bare':>7} {'x cpu':>11} "
-         f"{'target (goal)':>15}")
+_HEAD = (f"{'call':48} {'device':6} {'ran':10} {'warm us':>8} {'x bare':>7} {'swept us':>9} {'x bare':>7} "
+         f"{'x cpu':>11} {'target (goal)':>15}")
 #: The table's header lines, printed before the first set is measured.
 TABLE_HEAD = [_HEAD, "-" * len(_HEAD)]
-TABLE_NOTE = ("warm: fastest of the rounds, back-to-back calls; swept: one call after the sweep; x bare: multiple of "
-              "the set's bare index_copy_ on the CPU; x cpu: the fake NPU's time over the CPU's, warm/swept "
-              f"(goal <= {NPU_GOAL:g}); npu rows: the kernel library's launches do nothing")
+TABLE_NOTE = ("ran: where the operators counted the call (host paths, kernels, ...; - not counted); warm: fastest "
+              "of the rounds, back-to-back calls; swept: one call after the sweep; x bare: multiple of the set's "
+              "bare index_copy_ on the CPU; x cpu: the fake NPU's time over the CPU's, warm/swept "
+              f"(goal <= {NPU_GOAL:g}); npu rows: the kernels' route, the kernel library's launches doing nothing")
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -429,11 +568,11 @@ def _number(value: float | None, digits: int = 2) -> str:
 def format_row(r: Row) -> str:
     """One row as a line of the table under :data:`TABLE_HEAD`."""
     if r.unavailable is not None:
-        return f"  {r.call:46} {r.device:6} unavailable: {r.unavailable}"
+        return f"  {r.call:46} {r.device:6} {'-':10} unavailable: {r.unavailable}"
     x_cpu = "-" if r.x_cpu is None else f"{r.x_cpu:.2f}/{_number(r.swept_x_cpu)}"
     target = "-" if r.target is None else f"<= {r.target:g} ({r.goal:g})"
-    line = (f"  {r.call:46} {r.device:6} {r.warm_us:8.1f} {_number(r.x_index_copy):>7} {_number(r.swept_us, 1):>9} "
-            f"{_number(r.swept_x_index_copy):>7} {x_cpu:>11} {target:>15}")
+    line = (f"  {r.call:46} {r.device:6} {r.ran or '-':10} {r.warm_us:8.1f} {_number(r.x_index_copy):>7} "
+            f"{_number(r.swept_us, 1):>9} {_number(r.swept_x_index_copy):>7} {x_cpu:>11} {target:>15}")
     if r.device == "npu" and r.call not in (BARE, NOOP) and r.launches_per_call != 1:
         line += f"  (kernel launches per call: {r.launches_per_call:g})"
     if r.transfers:
@@ -559,7 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 npu = stack.enter_context(fake_npu(args.fake_npu))
             except Exception as error:  # noqa: BLE001  (no checkout, compiler or host build: CPU only)
                 reason = f"{type(error).__name__}: {error}"
-        print("fake NPU: index tensors on the device, kernel launches doing nothing" if npu is not None
+        print("fake NPU: index tensors on the device, the kernels' route, kernel launches doing nothing"
+              if npu is not None
               else f"fake NPU: not measured ({reason}); the CPU only", flush=True)
         print(*TABLE_HEAD, sep="\n", flush=True)
         rows: list[Row] = []
