@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import ascend_kv
 from ascend_kv.backends import npu
@@ -99,6 +100,18 @@ def test_info_json_on_this_host(capsys: pytest.CaptureFixture[str], monkeypatch:
             assert report["ops"][op]["backend"] == "fallback"
             assert report["ops"][op]["reason"].startswith("the tensors are on cpu, not on an Ascend NPU (no NPU here")
     assert {"torch", "torch_npu", "cann", "npu"} <= set(report)
+    assert report["intra_op_threads"] == torch.get_num_threads()
+
+
+def test_info_says_how_many_threads_the_host_paths_use(capsys: pytest.CaptureFixture[str]) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        status, out, _ = run(capsys, "info")
+    finally:
+        torch.set_num_threads(before)
+    assert status == 0
+    assert "host threads    3 (torch's intra-op threads: the host paths of CPU calls run over them)" in out
 
 
 def test_info_names_the_missing_cann_library(
@@ -141,19 +154,20 @@ def test_info_names_an_unknown_soc_and_keeps_the_columns_apart(
         assert line.split()[:2] == [op, "fallback:"]
 
 
-def test_info_says_sim_cannot_run_without_cmake(
+def test_info_says_sim_cannot_run_without_a_compiler(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ascend_kv.backends import sim
 
     monkeypatch.setattr(sim, "_loaded", None)                       # not yet loaded in this process
-    monkeypatch.setattr(sim.shutil, "which", lambda *_, **__: None)  # and no cmake anywhere
+    monkeypatch.setenv("CXX", "no-such-c++")                        # and no C++ compiler of that name
     monkeypatch.setenv("ASCEND_KV_BACKEND", "sim")
     status, out, _ = run(capsys, "info")
     assert status == 0
     for op in support.OPERATIONS:
         assert f"{op} cannot run: the host build of the kernels is not available: it builds the AscendC kernels " \
-               "for the host with CMake, and 'cmake' was not found" in " ".join(out.split())
+               "for the host with a C++ compiler, and 'no-such-c++' was not found (install g++ or clang++, or set " \
+               "CXX)" in " ".join(out.split())
     status, out, _ = run(capsys, "info", "--json")
     assert {d["backend"] for d in json.loads(out)["ops"].values()} == {None}
 

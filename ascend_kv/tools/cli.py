@@ -6,8 +6,8 @@ Subcommands:
     The support matrix, or the answer for one SoC name; exits 2 for an unknown SoC name.
 ``info [--json]``
     torch and torch_npu versions, whether the CANN runtime loaded (and why not), the SoC and
-    its product line, whether the kernel library is loaded, and which backend each operation
-    would use, and why.
+    its product line, whether the kernel library is loaded, which backend each operation
+    would use, and why, and the intra-op threads the host paths run over.
 ``demo ...`` / ``bench ...``
     :func:`ascend_kv.tools.demo.main` / :func:`ascend_kv.tools.bench.main` with the remaining arguments.
 
@@ -85,6 +85,7 @@ def info_report() -> dict[str, Any]:
         "soc": {"name": soc, "source": soc_source, "product_line": None if line is None else line.id},
         "kernel_library": {"loaded": library.loaded, "path": library.path, "reason": library.reason},
         "requested_backend": requested,
+        "intra_op_threads": torch.get_num_threads(),
         "device": next(iter(decisions.values())).device,
         "ops": {op: {"backend": d.backend, "reason": d.reason} for op, d in decisions.items()},
         "element_types": policy.element_types_note(),
@@ -115,6 +116,8 @@ def _info(args: argparse.Namespace) -> int:
         _soc_line(soc),
         f"kernel library  {'loaded from ' + lib['path'] if lib['loaded'] else 'not loaded: ' + lib['reason']}",
         f"backend         {report['requested_backend']} requested, tensors on {report['device']}",
+        (f"host threads    {report['intra_op_threads']} (torch's intra-op threads: the host paths of CPU calls "
+         "run over them)"),
     ]
     width = max(map(len, report["ops"])) + 1
     for op, decision in report["ops"].items():
