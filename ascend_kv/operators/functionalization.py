@@ -2,14 +2,17 @@
 
 ``torch.compile`` functionalizes a mutating operator with ``auto_functionalized_v2``: the
 written tensors become outputs, and each written view is regenerated from its base by its
-size, stride and storage offset. Inductor (PyTorch 2.13) loses a *symbolic* storage offset in
-that regeneration: under dynamic shapes a write into ``out[1]`` or ``kv[1]`` lands in ``out[0]``
-or ``kv[0]`` (docs/compiling.md; ``tests/test_compile_views.py`` has a repro with a plain
-``torch.library`` op). So a call that writes a tensor with a symbolic storage offset takes
-another route: the operator's functional twin (``functional_<name>``, defined with it in C++)
-returns written copies of those tensors, which are copied back (``view.copy_(written)``), a
-route functionalization handles exactly, at the cost of the copies. Every other call keeps
-``auto_functionalized_v2``, which inductor runs in place, with no copy.
+size, stride and storage offset. Inductor places that regenerated view wrongly in two cases
+(docs/compiling.md; ``tests/test_compile_views.py`` has repros with a plain ``torch.library``
+op): a *symbolic* storage offset is lost (every version here: under dynamic shapes a write into
+``out[1]`` or ``kv[1]`` lands in ``out[0]`` or ``kv[0]``), and before PyTorch 2.13 a non-zero
+offset of a view that is a graph input is taken from the view's own data pointer instead of its
+storage's (a call writing ``kv[1]`` made outside the compiled function writes past it). So a call
+that writes such a tensor takes another route: the operator's functional twin
+(``functional_<name>``, defined with it in C++) returns written copies of those tensors, which
+are copied back (``view.copy_(written)``), a route functionalization handles exactly, at the cost
+of the copies. Every other call keeps ``auto_functionalized_v2``, which inductor runs in place,
+with no copy.
 
 Eager calls never come here: the rule runs only under ``FunctionalTensorMode`` (AOTAutograd),
 and this module is imported, and :func:`install` run, the first time a call is traced (the
@@ -25,6 +28,9 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 
 _OpOverload = torch._ops.OpOverload
 _installed = False
+#: Inductor before 2.13 misplaces a view at a non-zero offset regenerated from a graph input
+#: (PyTorch's fix: "Fix as_strided offsets for graph input views", in 2.13).
+_NONZERO_OFFSETS_MISPLACED = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 13)
 
 
 def _written(op: _OpOverload) -> list[int]:
@@ -45,8 +51,10 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in value if isinstance(t, torch.Tensor)] if isinstance(value, (list, tuple)) else []
 
 
-def _has_symbolic_offset(tensor: torch.Tensor) -> bool:
-    return isinstance(tensor.storage_offset(), torch.SymInt)
+def _misplaced(tensor: torch.Tensor) -> bool:
+    """Whether inductor would place ``tensor``, regenerated from its base, wrongly (see the module's text)."""
+    offset = tensor.storage_offset()
+    return isinstance(offset, torch.SymInt) or (_NONZERO_OFFSETS_MISPLACED and offset != 0)
 
 
 def _twin(op: _OpOverload) -> _OpOverload:
@@ -61,7 +69,7 @@ def _functionalize(mode: FunctionalTensorMode, op: _OpOverload, types: Any, args
     """The ``FunctionalTensorMode`` rule of a writing ``ascend_kv`` operator (see the module's text)."""
     arguments = _arguments(op, args, kwargs)
     written = [t for i in _written(op) for t in _tensors(arguments[i])]
-    if not any(_has_symbolic_offset(t) for t in written):
+    if not any(_misplaced(t) for t in written):
         from torch._higher_order_ops.auto_functionalize import do_auto_functionalize_v2
 
         return do_auto_functionalize_v2(mode, op, args, kwargs)  # type: ignore[no-any-return]
