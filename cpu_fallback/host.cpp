@@ -139,10 +139,17 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
 
 void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
 {
-    const IndexReader slot_of(slots);
-    const int64_t n = slot_of.Rows(), block_size = call.geometry.block_size.expect_int();
+    const IndexReader reader(slots);
+    const int64_t n = reader.Rows(), block_size = call.geometry.block_size.expect_int();
     if (n == 0 || call.geometry.Capacity().expect_int() == 0) {
         return;
+    }
+    // The slots as the rules checked them, read once before any write: slot_mapping may share
+    // memory with a cache (an int32 cache), and a slot rewritten by an earlier token must not
+    // send a later one outside the caches.
+    BatchValues slot_of(n);
+    for (int64_t i = 0; i < n; ++i) {
+        slot_of[i] = reader(i);
     }
     const bool nd = call.geometry.Nd();
     struct Side {  // an input and its cache: first bytes, one token's copy, byte steps
@@ -176,7 +183,7 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
     at::parallel_for(0, owners, 1, [&](int64_t begin, int64_t end) {
         for (int64_t owner = begin; owner < end; ++owner) {
             for (int64_t i = 0; i < n; ++i) {
-                const int64_t slot = slot_of(i);
+                const int64_t slot = slot_of[i];
                 if (slot >= 0 && (owners == 1 || (slot / block_size) % owners == owner)) {
                     write(i, slot);
                 }

@@ -300,14 +300,47 @@ _READ_ONLY_CALL = textwrap.dedent("""
 """)
 
 
+def run_isolated(script: str, done_says: str) -> None:
+    """``script`` in a Python subprocess (a stray store there is its SIGSEGV, not this process's)."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done_says in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
 def test_a_padding_only_call_on_the_host_writes_no_byte() -> None:
     """Every slot padding: no byte of either cache is written, not even slot (0, 0) with its own bits
     (the old general path's index_put rewrote it; a concurrent writer's update would be lost). The
     caches lie in read-only memory, in a subprocess: any store there is a SIGSEGV. ND rows of 42
     bytes (not whole 32-byte pieces) and NZ, K and V blocks strided apart, key-only too."""
-    done = subprocess.run([sys.executable, "-c", _READ_ONLY_CALL], cwd=Path(__file__).parent, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and "no byte written" in done.stdout, (done.returncode, done.stderr[-2000:])
+    run_isolated(_READ_ONLY_CALL, "no byte written")
+
+
+_SLOTS_INSIDE_THE_CACHE = textwrap.dedent("""
+    import torch, ascend_kv
+    from ascend_kv.tools import reference
+
+    with ascend_kv.use_backend("fallback"):
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            # an int32 cache of 1-element rows whose slots 4 and 5 hold slot_mapping: token 0 writes
+            # 10**8 over slot_mapping[1] before token 1 is written
+            cache = torch.zeros(2, 4, 1, 1, dtype=torch.int32)
+            flat = cache.view(-1)
+            flat[4], flat[5] = 5, 0
+            key = torch.tensor([10**8, 7], dtype=torch.int32).view(2, 1, 1)
+            expected = cache.clone()
+            reference.reshape_and_cache(key, None, expected, None, flat[4:6].clone())
+            ascend_kv.reshape_and_cache(key, None, cache, None, flat[4:6])
+            assert torch.equal(cache, expected), (cache.view(-1).tolist(), expected.view(-1).tolist())
+    print("the slots as checked")
+""")
+
+
+def test_host_slots_sharing_memory_with_a_cache_are_read_before_any_write() -> None:
+    """slot_mapping inside an int32 cache: the host paths write the slots the rules checked (read
+    once before any write), so a token writing over a later slot cannot send that one outside the
+    cache (it did: a SIGSEGV, hence the subprocess)."""
+    run_isolated(_SLOTS_INSIDE_THE_CACHE, "the slots as checked")
 
 
 def test_nz_rows_are_the_fractal_groups_of_the_token() -> None:
