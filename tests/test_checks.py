@@ -86,6 +86,8 @@ KV_CACHE_RULES: list[tuple[str, Mutation, type, tuple[str, ...]]] = [
     ("hidden not 32-byte aligned", set_arg(2, lambda p: p[..., :8]), ValueError, ("hidden", "multiple of 16", "16 bytes")),
     ("layer_id out of range", set_arg(1, 2), ValueError, ("layer_id = 2", "[0, 2)")),
     ("layer_id negative", set_arg(1, -1), ValueError, ("layer_id = -1",)),
+    ("layer_id beyond int64", set_arg(1, 2**70), ValueError, ("layer_id = ", "must be in [0, 2)")),
+    ("layer_id below int64", set_arg(1, -(2**70)), ValueError, ("layer_id = ", "must be in [0, 2)")),
     ("layer_id bool", set_arg(1, True), TypeError, ("layer_id", "bool")),
     ("layer_id float", set_arg(1, 1.0), TypeError, ("layer_id", "float")),
     ("layer_id two elements", set_arg(1, torch.tensor([1, 0])), ValueError, ("layer_id", "one element")),
