@@ -1,8 +1,14 @@
 """The instrument catches what it must: a kernel with one planted bug is stopped by the host model,
 with a message naming the tensor and the offset.
 
-The kernel sources are copied, mutated, built through the sim backend's own CMake build (cached
-like any build, by the sources' hash, so a warm machine builds nothing) and run in a child process (a process can load one ``ascend_kv_host`` library).
+The kernel sources are copied, mutated, built by the sim backend's own builder (ascend_kv/operators/build.py
+over ``sim.definition()`` of the copy; cached like any build, by the sources' hash, so a warm machine
+builds nothing) and run in a child process (a process can load one ``ascend_kv_host`` library: each
+registers the host build's test instruments). The child registers the mutant's kernel table as the
+sim backend's and makes the calls through the public functions with the sim requested; the calls
+that need index values nobody checked (an out-of-range block) run on the fake NPU of tests/fake_npu,
+whose kernel library is the mutant. The child's process ends with it, so the parent's tables are
+never replaced.
 Mutants: an off-by-one row in each kernel's offsets (reads past new_kv, writes past key in ND and
 NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size (which lands in
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
@@ -26,8 +32,9 @@ from pathlib import Path
 import pytest
 
 from ascend_kv.backends import sim
+from ascend_kv.operators.build import build as build_library
 
-pytestmark = pytest.mark.slow  # each mutant is a CMake build of the kernels
+pytestmark = pytest.mark.slow  # each mutant is a build of the kernels
 
 MUTANTS = {
     "offsets": [
@@ -72,43 +79,75 @@ MUTANTS = {
 
 # The calls, run in a child process against one library: prints "ok" or the error message.
 CHILD = r"""
-import sys, torch
-torch.ops.load_library(sys.argv[1])
-ops = torch.ops.ascend_kv_host
+import os, sys
+from pathlib import Path
+import torch
+import ascend_kv
+from ascend_kv.backends import npu, sim
+library, call, tests = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.ops.load_library(str(library))
+torch.ops.ascend_kv._use_kernel_library(npu.table_address(library), "sim")  # the sim backend runs this library
+sim._loaded = library  # so the policy never loads the real one beside it
+os.environ[npu.LIBRARY_ENV] = str(library)  # and on the fake NPU, it is the kernel library
+os.environ["ASCEND_KV_SOC"] = "Ascend910B3"
 h = torch.float16
 def kv_dense():
-    ops.kv_cache(torch.ones(5, 64, dtype=h), torch.zeros(2, 1, 16, 64, dtype=h), torch.tensor([5]), torch.tensor([5]), None, 1)
+    ascend_kv.kv_cache(torch.ones(5, 64, dtype=h), 1, torch.zeros(2, 1, 16, 64, dtype=h), torch.tensor([5]), torch.tensor([5]))
 def kv_strided():
     past = torch.zeros(2, 1, 16, 96, dtype=h)[..., 16:80]
-    ops.kv_cache(torch.ones(5, 64, dtype=h), past, torch.tensor([10]), torch.tensor([5]), None, 1)
+    ascend_kv.kv_cache(torch.ones(5, 64, dtype=h), 1, past, torch.tensor([10]), torch.tensor([5]))
 def paged(layout, cache_shape, row_shape):
     cache = torch.ones(cache_shape, dtype=h)
     out = lambda: torch.zeros((7, *row_shape), dtype=h)
-    ops.paged_cache_load(cache, cache, torch.tensor([[1]]), torch.tensor([7]), None, out(), out(), layout, False)
+    ascend_kv.paged_cache_load(cache, cache, torch.tensor([[1]]), torch.tensor([7]), kv_cache_cfg=layout, key=out(),
+                               value=out())
 def paged_mla():
     buffer = torch.ones(3, 16, 1, 576, dtype=h)
-    ops.paged_cache_load(buffer[..., :512], buffer[..., 512:], torch.tensor([[1]]), torch.tensor([7]), None,
-                         torch.zeros(7, 1, 512, dtype=h), torch.zeros(7, 1, 64, dtype=h), 1, False)
+    ascend_kv.paged_cache_load(buffer[..., :512], buffer[..., 512:], torch.tensor([[1]]), torch.tensor([7]),
+                               kv_cache_cfg=1, key=torch.zeros(7, 1, 512, dtype=h), value=torch.zeros(7, 1, 64, dtype=h))
 def reshape(layout, cache_shape, head_size, slots=(31, 0, 5, 6)):
     # slot 31 is the caches' last (2 blocks of 16); tokens in slots 31, 0, 5, 6 (runs of 1 and 2)
     cache = torch.zeros(cache_shape, dtype=h)
-    ops.reshape_and_cache(torch.ones(len(slots), 1, head_size, dtype=h), None, cache, None, torch.tensor(slots), layout)
+    key = torch.ones(len(slots), 1, head_size, dtype=h)
+    if layout == "nz":
+        ascend_kv.reshape_and_cache(key, key.clone(), cache, cache.clone(), torch.tensor(slots), kv_cache_cfg="nz")
+    else:
+        ascend_kv.reshape_and_cache(key, None, cache, None, torch.tensor(slots))
 def block_copy(dst):
-    # 4 blocks of 2 x 16 float16 (64 bytes each): block 0 to block `dst`
-    ops.block_copy([torch.zeros(4, 2, 16, dtype=h)], torch.tensor([0]), torch.tensor([dst]), None)
+    # 4 blocks of 2 x 16 float16 (64 bytes each): block 0 to block `dst`, a device index nobody checked, on the
+    # fake NPU (a host index out of range is refused before any kernel runs)
+    sys.path.insert(0, tests)
+    import fake_npu
+    fake_npu.install()
+    cache = torch.zeros(4, 2, 16, dtype=h, device="npu")
+    with ascend_kv.use_backend("npu"):
+        ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"))
 CALLS = {"kv_dense": kv_dense, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
-         "reshape_nd_unaligned": lambda: reshape(1, (2, 16, 1, 7), 7),
-         "reshape_nz": lambda: reshape(0, (2, 2, 16, 16), 32),
+         "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
+         "reshape_nz": lambda: reshape("nz", (2, 2, 16, 16), 32),
          # one run of 4096 rows of 14 bytes: more than a UB buffer holds at 32 bytes a row
-         "reshape_nd_long_run": lambda: reshape(1, (1, 4096, 1, 7), 7, range(4096)),
-         # slot 3 twice, by the first token and the last: with two cores, in the shares of both
-         "reshape_nd_twice": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 3)),
-         "reshape_nd_distinct": lambda: reshape(1, (2, 16, 1, 7), 7, (3, 9, 20, 4)),
+         "reshape_nd_long_run": lambda: reshape("nd", (1, 4096, 1, 7), 7, range(4096)),
+         # slot 3 twice, by the first token and the last: with two cores, in the shares of both (the operator
+         # refuses a host slot_mapping naming a slot twice: device slots, on the fake NPU)
+         "reshape_nd_twice": lambda: reshape_on_device((3, 9, 20, 3)),
+         "reshape_nd_distinct": lambda: reshape_on_device((3, 9, 20, 4)),
          # rows of 131,072 bytes: segments of a UB buffer (93,696 bytes), each more than one DataCopyPad block
-         "reshape_nd_long_rows": lambda: reshape(1, (2, 16, 1, 65536), 65536, (0, 5))}
+         "reshape_nd_long_rows": lambda: reshape("nd", (2, 16, 1, 65536), 65536, (0, 5))}
+def reshape_on_device(slots):
+    sys.path.insert(0, tests)
+    import fake_npu
+    fake_npu.install()
+    cache = torch.zeros((2, 16, 1, 7), dtype=h, device="npu")
+    with ascend_kv.use_backend("npu"):
+        ascend_kv.reshape_and_cache(torch.ones(len(slots), 1, 7, dtype=h, device="npu"), None, cache, None,
+                                    torch.tensor(slots, device="npu"))
+runs = torch.ops.ascend_kv._runs()
 try:
-    CALLS[sys.argv[2]]()
+    with ascend_kv.use_backend("sim"):
+        CALLS[call]()
+    ran = [a - b for a, b in zip(torch.ops.ascend_kv._runs(), runs)]
+    assert ran in ([0, 1, 0, 0], [0, 0, 1, 0]), f"ran {ran}: not on the kernels"
     print("ok")
 except RuntimeError as error:
     print(str(error).splitlines()[0])
@@ -116,7 +155,7 @@ except RuntimeError as error:
 
 
 def build(name: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The host library of ``MUTANTS[name]`` applied to a copy of the sources."""
+    """The host library of ``MUTANTS[name]`` applied to a copy of the sources, built by the sim backend's builder."""
     copy = root / name
     shutil.copytree(sim.source_root(), copy)
     for path, original, mutated in MUTANTS[name]:
@@ -125,7 +164,9 @@ def build(name: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (copy / path).write_text(text.replace(original, mutated))
     with monkeypatch.context() as patch:
         patch.setattr(sim, "source_root", lambda: copy)
-        return sim.library_path()
+        library = sim.definition()
+        assert all(copy in source.parents for source in library.sources)
+        return build_library(library)
 
 
 @pytest.fixture(scope="module")
@@ -139,10 +180,11 @@ def libraries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def run(library: Path, call: str, cores: int = 1) -> str:
     env = {**os.environ, "ASCEND_KV_SIM_CORES": str(cores)}
     env.pop("ASCEND_KV_SIM_UB_BYTES", None)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(library), call], capture_output=True, text=True,
-                          env=env, check=False, timeout=120)
+    env.pop("ASCEND_KV_BACKEND", None)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(library), call, str(Path(__file__).parent)],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip()
+    return done.stdout.strip().splitlines()[-1]
 
 
 def overrun(message: str, access: str, tensor: str) -> tuple[int, int, int]:
