@@ -1,10 +1,11 @@
 """The NPU implementation end to end, on the fake NPU of tests/fake_npu with the kernels' host build.
 
-The tensors live on PyTorch's ``PrivateUse1`` device (named ``npu``) and the operators take
-their ``PrivateUse1`` implementation: policy, SoC check through ``ASCEND_KV_SOC``, upload of host
-index tensors, the op library's checks, tiling and launch, or the device fallback on a product
-line the kernels do not support. The fake NPU counts every device-to-host transfer and every
-upload, so "a call never waits for the device" is a number here.
+The tensors live on PyTorch's ``PrivateUse1`` device (named ``npu``) and the operators take the
+route of an NPU call: the rules, policy and SoC check through ``ASCEND_KV_SOC``, upload of host
+index tensors, then the kernel library's table (tiling and launch) or the device fallback on a
+product line the kernels do not support; ``torch.ops.ascend_kv._runs()`` shows which ran. The
+fake NPU counts every device-to-host transfer and every upload, so "a call never waits for the
+device" is a number here.
 """
 
 from __future__ import annotations
