@@ -5,10 +5,11 @@ written tensors become outputs, and each written view is regenerated from its ba
 size, stride and storage offset. Inductor places that regenerated view wrongly in two cases
 (docs/compiling.md; ``tests/test_compile_views.py`` has repros with a plain ``torch.library``
 op): a *symbolic* storage offset is lost (every version here: under dynamic shapes a write into
-``out[1]`` or ``kv[1]`` lands in ``out[0]`` or ``kv[0]``), and before PyTorch 2.13 a non-zero
-offset of a view that is a graph input is taken from the view's own data pointer instead of its
-storage's (a call writing ``kv[1]`` made outside the compiled function writes past it). So a call
-that writes such a tensor takes another route: the operator's functional twin
+``out[1]`` or ``kv[1]`` lands in ``out[0]`` or ``kv[0]``), and before PyTorch 2.13 the non-zero
+offset of a graph input that is a view (``kv[1]`` made outside the compiled function) is taken
+from the view's own data pointer instead of its storage's, so the write lands past it (a view
+made inside the compiled function is placed right). So a call that writes such a tensor takes
+another route: the operator's functional twin
 (``functional_<name>``, defined with it in C++) returns written copies of those tensors, which
 are copied back (``view.copy_(written)``), a route functionalization handles exactly, at the cost
 of the copies. Every other call keeps ``auto_functionalized_v2``, which inductor runs in place,
@@ -52,9 +53,10 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _misplaced(tensor: torch.Tensor) -> bool:
-    """Whether inductor would place ``tensor``, regenerated from its base, wrongly (see the module's text)."""
+    """Whether inductor would place ``tensor``, regenerated from its base, wrongly (see the module's text):
+    a symbolic offset, or before 2.13 a graph input's non-zero one (a graph input is no view here)."""
     offset = tensor.storage_offset()
-    return isinstance(offset, torch.SymInt) or (_NONZERO_OFFSETS_MISPLACED and offset != 0)
+    return isinstance(offset, torch.SymInt) or (_NONZERO_OFFSETS_MISPLACED and offset != 0 and not tensor._is_view())
 
 
 def _twin(op: _OpOverload) -> _OpOverload:
@@ -75,8 +77,16 @@ def _functionalize(mode: FunctionalTensorMode, op: _OpOverload, types: Any, args
         return do_auto_functionalize_v2(mode, op, args, kwargs)  # type: ignore[no-any-return]
     with mode:
         for tensor, result in zip(written, _twin(op)(*arguments)):
-            tensor.copy_(result)
+            _bits(tensor).copy_(_bits(result))  # as bits: a compiled copy of floats may change NaN payloads
     return None
+
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` viewed as integers of its element width (the same memory)."""
+    return tensor.view(_SAME_WIDTH_INT[tensor.element_size()])
 
 
 def install() -> None:
