@@ -243,7 +243,8 @@ def reshape_and_cache(
 def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor | None) -> tuple[object, ...]:
     """The operator's options (``kv_cache_cfg, cumsum, seq_starts``) for the public ones, trailing
     defaults left out (the dispatcher converts each argument given)."""
-    if seq_starts is None and (cumsum is False or cumsum is True):  # the usual calls: options kept once worked out
+    hashable = type(kv_cache_cfg) in _LAYOUT_TYPES and (cumsum is False or cumsum is True)
+    if hashable and seq_starts is None:  # the usual calls: options kept once worked out
         kept = _OPTIONS.get((type(kv_cache_cfg), kv_cache_cfg, cumsum))
         if kept is not None:
             return kept
@@ -253,13 +254,15 @@ def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor
         return layout, cumsum, seq_starts
     options: tuple[object, ...] = (layout, cumsum) if cumsum else (() if layout == int(KvCacheCfg.K_CACHE_V_CACHE_NZ)
                                                                     else (layout,))
-    _OPTIONS[(type(kv_cache_cfg), kv_cache_cfg, cumsum)] = options
+    if hashable:
+        _OPTIONS[(type(kv_cache_cfg), kv_cache_cfg, cumsum)] = options
     return options
 
 
 #: The operator's options for each valid (kv_cache_cfg, cumsum) given without seq_starts, keyed with
 #: kv_cache_cfg's type (1 and True are equal keys otherwise); a few entries.
 _OPTIONS: dict[tuple[type, object, bool], tuple[object, ...]] = {}
+_LAYOUT_TYPES = (KvCacheCfg, int, str)
 
 
 def _tensors(*, optional: bool = False, **arguments: object) -> None:

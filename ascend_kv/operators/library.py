@@ -81,15 +81,16 @@ def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, bl
                           context_lens: torch.Tensor, kv_cache_cfg: int = 0, cumsum: bool = False,
                           seq_starts: torch.Tensor | None = None, zero_fill: bool = False
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``); the
-    C++ rules check the call and shape the outputs."""
+    """New outputs ``[rows, *row]`` with ``rows`` unknown until run (``0 <= rows <= 2**31 - 1``): the
+    C++ rules check the call and give the outputs' rows (as outputs of no row), first, so a call
+    they refuse raises their error."""
     from ..dispatch import bridge
 
     bridge.on_trace()
+    key, value = torch.ops.ascend_kv._paged_cache_load_outputs(key_cache, value_cache, block_table, context_lens,
+                                                               kv_cache_cfg, cumsum, seq_starts, zero_fill, 0)
     rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
-    outputs: tuple[torch.Tensor, torch.Tensor] = torch.ops.ascend_kv._paged_cache_load_outputs(
-        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, zero_fill, rows)
-    return outputs
+    return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
 
 
 def cache_dtypes() -> tuple[torch.dtype, ...]:
