@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from calls import KvCacheArgs, PagedLoadArgs
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -20,7 +21,6 @@ import ascend_kv
 from ascend_kv import KvCacheCfg
 from ascend_kv.api.arguments import kv_cache_cfg_argument, nz_elements
 from ascend_kv.operators.library import cache_dtypes
-from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 CACHE_DTYPES = cache_dtypes()

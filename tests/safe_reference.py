@@ -10,9 +10,9 @@ Index arithmetic is Python ints, so nothing wraps; ``//`` is floor division.
 from __future__ import annotations
 
 import torch
+from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 from ascend_kv.api.params import KvCacheCfg
-from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 def _ints(t: torch.Tensor) -> list[int]:

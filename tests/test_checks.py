@@ -260,7 +260,7 @@ def test_mixed_devices_name_the_odd_argument() -> None:
     paged = paged_base()
     for name in ("key", "value"):
         moved = dict(paged.kwargs, **{name: paged.kwargs[name].to(npu)})
-        assert_rejected(lambda: ascend_kv.paged_cache_load(*paged.args, **moved), paged, ValueError,
+        assert_rejected(lambda moved=moved: ascend_kv.paged_cache_load(*paged.args, **moved), paged, ValueError,
                         f"{name} is on npu:0 but key_cache is on cpu")
     on_npu = [t.to(npu) for t in (new_kv, past)]
     other = torch.device("npu", 1)

@@ -20,6 +20,7 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
+from calls import KvCacheArgs, PagedLoadArgs
 from cases import (
     INT64_MAX,
     INT64_MIN,
@@ -48,7 +49,6 @@ from test_sim import DEVICE_FALLBACK, on_the_device_fallback, ran_on
 
 import ascend_kv
 from ascend_kv.api.params import KvCacheCfg
-from calls import KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 fake_npu.install()

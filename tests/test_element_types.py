@@ -255,7 +255,7 @@ def test_every_other_type_is_a_type_error_naming_the_argument(dtype: torch.dtype
         if dtype in QUANTIZED:
             assert message == f"{argument} must hold data, got a quantized tensor"
         else:
-            assert message.endswith(f"got {name_of}") or message.endswith(f"got torch.{name_of}"), (op, message)
+            assert message.endswith((f"got {name_of}", f"got torch.{name_of}")), (op, message)
         assert all(torch.equal(raw(t), b) for t, b in zip(tensors, before)), f"{op} wrote, then raised"
 
 

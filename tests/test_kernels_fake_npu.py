@@ -16,11 +16,11 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
+from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from cases import ND, NZ, bits_equal, random_bits
 from test_sim import KERNELS, kernels_on_the_fake_npu, ran_on
 
 import ascend_kv
-from calls import KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import safe_reference
 import torch
+from calls import ReshapeAndCacheArgs
 from cases import (
     DTYPE_PAIRS,
     EXTREMES,
@@ -51,7 +52,6 @@ from test_sim import (
 
 import ascend_kv
 from ascend_kv.backends import sim
-from calls import ReshapeAndCacheArgs
 from ascend_kv.tools import reference
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 import safe_reference
 import torch
+from calls import KvCacheArgs, PagedLoadArgs
 from cases import (
     ANY_DTYPE_PAIRS,
     INT64_MAX,
@@ -40,7 +41,6 @@ from test_sim import CORES, UB_SIZES, assert_gaps_unchanged, kernels_on_the_fake
 
 from ascend_kv.api.arguments import nz_elements
 from ascend_kv.operators.library import cache_dtypes
-from calls import KvCacheArgs, PagedLoadArgs
 
 
 @pytest.fixture(scope="module", autouse=True)

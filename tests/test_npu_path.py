@@ -21,6 +21,7 @@ import pytest
 import safe_reference
 import torch
 from block_cases import BlockCase, block_cases
+from calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 from cases import (
     ND,
     Case,
@@ -43,7 +44,6 @@ from hypothesis import strategies as st
 import ascend_kv
 from ascend_kv.backends import npu, sim
 from ascend_kv.dispatch import policy
-from calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs
 from ascend_kv.tools import reference
 
 SUPPORTED, UNSUPPORTED = "Ascend910B3", "Ascend310P3"

@@ -25,6 +25,7 @@ import fake_npu
 import pytest
 import safe_reference
 import torch
+from calls import ReshapeAndCacheArgs
 from cases import (
     DTYPE_PAIRS,
     ND,
@@ -45,7 +46,6 @@ from hypothesis import strategies as st
 import ascend_kv
 from ascend_kv.operators.library import cache_dtypes
 from ascend_kv.tools import reference
-from calls import ReshapeAndCacheArgs
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LAYOUTS = {"nd": ND, "nz": NZ}
@@ -303,7 +303,7 @@ _READ_ONLY_CALL = textwrap.dedent("""
 def run_isolated(script: str, done_says: str) -> None:
     """``script`` in a Python subprocess (a stray store there is its SIGSEGV, not this process's)."""
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, check=False)
     assert done.returncode == 0 and done_says in done.stdout, (done.returncode, done.stderr[-2000:])
 
 

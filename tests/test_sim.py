@@ -27,6 +27,7 @@ from typing import Any
 import fake_npu
 import pytest
 import torch
+from calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from cases import (
     ND,
     NZ,
@@ -49,7 +50,6 @@ from ascend_kv.api.params import KvCacheCfg
 from ascend_kv.backends import npu, sim
 from ascend_kv.dispatch import policy
 from ascend_kv.operators import build
-from calls import BlockCopyArgs, KvCacheArgs, PagedLoadArgs, ReshapeAndCacheArgs
 from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]

@@ -11,15 +11,14 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 from block_cases import BlockCase, Copies, block_cases, caches
+from calls import BlockCopyArgs
 from cases import bits_equal, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
-
 from test_sim import SIM, kernels_on_the_fake_npu, on_the_kernels, ran_on
 
 import ascend_kv
 from ascend_kv.backends import sim
-from calls import BlockCopyArgs
 from ascend_kv.tools import reference
 
 CORES = [1, 2, 7, 40, 48]

@@ -261,7 +261,7 @@ def _load_options(kv_cache_cfg: object, cumsum: object, seq_starts: torch.Tensor
 
 #: The operator's options for each valid (kv_cache_cfg, cumsum) given without seq_starts, keyed with
 #: kv_cache_cfg's type (1 and True are equal keys otherwise); a few entries.
-_OPTIONS: dict[tuple[type, object, bool], tuple[object, ...]] = {}
+_OPTIONS: dict[tuple[type, object, object], tuple[object, ...]] = {}
 _LAYOUT_TYPES = (KvCacheCfg, int, str)
 
 

@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..dispatch import device as runtime
 from ..api import arguments as common
+from ..dispatch import device as runtime
 
 #: ACL storage formats (torch_npu's ``torch_npu.Format`` values) the cast takes.
 FORMAT_ND = 2
