@@ -99,6 +99,13 @@ def _torch_lib() -> Path:
     return Path(torch.__file__).resolve().parent / "lib"
 
 
+def _torch_includes() -> list[Path]:
+    """torch's C++ headers (what ``torch.utils.cpp_extension.include_paths()`` gives for CPU code; that
+    module is not imported: on a CUDA build of torch without CUDA it warns at import)."""
+    include = Path(torch.__file__).resolve().parent / "include"
+    return [include, include / "torch" / "csrc" / "api" / "include"]
+
+
 def _openmp_flags() -> tuple[list[str], list[str]]:
     """Compile and link flags for at::parallel_for: OpenMP against the runtime torch itself loaded
     (its bundled libgomp), so the library and torch share one thread pool; torch builds without
@@ -111,8 +118,6 @@ def _openmp_flags() -> tuple[list[str], list[str]]:
 
 def flags(library: Library) -> tuple[list[str], list[str]]:
     """``(compile flags, link flags)`` of ``library`` against this torch."""
-    from torch.utils import cpp_extension
-
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
     standard = "c++20" if (major, minor) >= (2, 13) else "c++17"  # 2.13's headers use C++20 features
     openmp_compile, openmp_link = _openmp_flags()
@@ -122,7 +127,7 @@ def flags(library: Library) -> tuple[list[str], list[str]]:
         *openmp_compile,
         *(f"-D{define}" for define in library.defines),
         *(f"-I{directory}" for directory in library.include_dirs),
-        *(f"-isystem{directory}" for directory in cpp_extension.include_paths()),
+        *(f"-isystem{directory}" for directory in _torch_includes()),
     ]
     torch_lib = _torch_lib()
     link_flags = ["-shared", *openmp_link, f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch",

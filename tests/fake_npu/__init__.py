@@ -120,6 +120,9 @@ def _device_module(extension: Any) -> types.ModuleType:
     module.initial_seed = lambda: torch.random.default_generator.initial_seed()
     module.is_available = lambda: True
     module.is_initialized = lambda: True
+    # Called by torch's lazy device init (the first device tensor): torch then counts the device as
+    # initialized, which torch.accelerator.synchronize() asks before it synchronizes (2.10).
+    module._lazy_init = lambda: None
     module.device_count = extension.device_count
     module.current_device = extension.current_device
     module.set_device = set_device
