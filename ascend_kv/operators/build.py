@@ -3,8 +3,7 @@
 The operator library (``csrc/``) and the kernels' host build (``ascendc/``) are compiled here, on
 first use, with the system C++ compiler (``$CXX``, else ``c++``) and torch's own headers and
 libraries, the way ``torch.utils.cpp_extension`` would but without its ninja and CMake steps:
-every translation unit in parallel (one per CPU), then one link; with GCC, the torch headers
-most files include are parsed once, into a precompiled header. Nothing about CUDA is asked, so
+every translation unit in parallel (one per CPU), then one link. Nothing about CUDA is asked, so
 any torch build works, a CUDA wheel included.
 
 The library is cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), named by
@@ -55,8 +54,6 @@ class Library:
         Every other file the build reads (headers): part of the cache key.
     defines : tuple of str
         ``NAME`` or ``NAME=value`` preprocessor definitions.
-    precompiled : Path or None
-        A header of the heavy includes every source shares, precompiled once with GCC.
     """
 
     name: str
@@ -65,7 +62,6 @@ class Library:
     include_dirs: tuple[Path, ...]
     hashed: tuple[Path, ...] = ()
     defines: tuple[str, ...] = field(default=())
-    precompiled: Path | None = None
 
 
 def cache_dir() -> Path:
@@ -79,19 +75,12 @@ def compiler() -> str:
     return os.environ.get("CXX", "").strip() or "c++"
 
 
-def _is_gcc(cxx: str) -> bool:
-    """Whether ``cxx`` is GCC, whose precompiled headers the build uses (others parse the headers)."""
-    return "Free Software Foundation" in _compiler_version(cxx, full=True) and "clang" not in _compiler_version(cxx)
-
-
 @functools.cache
-def _compiler_version(cxx: str, full: bool = False) -> str:
+def _compiler_version(cxx: str) -> str:
     try:
         result = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
     except OSError as error:
         raise BuildError(f"the C++ compiler {cxx!r} cannot be run ({error}): install g++ or clang++, or set CXX") from error
-    if full:
-        return result.stdout
     return result.stdout.splitlines()[0] if result.stdout else cxx
 
 
@@ -143,7 +132,7 @@ def _key(library: Library, compile_flags: list[str], link_flags: list[str]) -> s
     for part in (torch.__version__, str(_torch_lib()), _compiler_version(compiler()), sys.version,
                  sysconfig.get_platform(), *flags, *link_flags):
         digest.update(part.encode() + b"\0")
-    for path in sorted({*library.sources, *library.hashed, *([library.precompiled] if library.precompiled else [])}):
+    for path in sorted({*library.sources, *library.hashed}):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
@@ -177,12 +166,6 @@ def _compile_and_link(library: Library, compile_flags: list[str], link_flags: li
     cxx = compiler()
     with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as work:
         objects = [Path(work) / f"{i}-{source.stem}.o" for i, source in enumerate(library.sources)]
-        if library.precompiled is not None and _is_gcc(cxx):
-            header = Path(work) / library.precompiled.name  # GCC takes <header>.gch beside it
-            shutil.copy2(library.precompiled, header)
-            _run([cxx, *compile_flags, "-x", "c++-header", str(header), "-o", f"{header}.gch"],
-                 f"precompiling {library.precompiled}")
-            compile_flags = [*compile_flags, "-include", str(header), "-Winvalid-pch"]
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             builds = [pool.submit(_run, [cxx, *compile_flags, "-c", str(source), "-o", str(obj)], f"compiling {source}")
                       for source, obj in zip(library.sources, objects)]

@@ -47,11 +47,9 @@ def definition() -> build.Library:
     """The operator library's sources and build settings."""
     root = source_root()
     sources = sorted([*(root / "csrc").rglob("*.cpp"), *(root / "cpu_fallback").glob("*.cpp")])
-    headers = sorted([*(p for p in (root / "csrc").rglob("*.h") if p.name != "precompiled.h"),
-                      *(root / "cpu_fallback").glob("*.h"),
+    headers = sorted([*(root / "csrc").rglob("*.h"), *(root / "cpu_fallback").glob("*.h"),
                       root / "ascendc" / "host" / "kernel_library.h"])
-    return build.Library("ascend_kv_ops", "the operator library", tuple(sources), (root,), tuple(headers),
-                         precompiled=root / "csrc" / "precompiled.h")
+    return build.Library("ascend_kv_ops", "the operator library", tuple(sources), (root,), tuple(headers))
 
 
 def load() -> Path:
