@@ -1,5 +1,6 @@
 #include "cpu_fallback/copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <c10/util/SmallVector.h>
@@ -35,6 +36,48 @@ inline void CopyChunk(char* dst, const char* src, int64_t n, bool stream)
         StreamChunk(dst, src, n);
     } else {
         std::memcpy(dst, src, n);
+    }
+}
+
+/// 32 bytes (an NZ fractal row), inline: streamed to a 16-byte aligned `dst` when `stream`.
+inline void Copy32(char* dst, const char* src, bool stream)
+{
+#if ASCEND_KV_CAN_STREAM
+    if (stream) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+        return;
+    }
+#endif
+    std::memcpy(dst, src, 32);
+}
+
+/// `count` items of a one-loop piece (e.g. an NZ token's fractal rows): kPieceGroup pieces at a time,
+/// item by item within a group, so the source is read as a few sequential streams (one per
+/// fractal) and each item's destination is written in whole cache lines (docs/benchmarks.md).
+constexpr int64_t kPieceGroup = 8;
+void CopyPieceGroups(const char* src, char* dst, int64_t count, int64_t src_step, int64_t dst_step,
+                     const PieceCopy& piece, bool stream)
+{
+    const int64_t pieces = piece.size[0], src_piece = piece.src_step[0], dst_piece = piece.dst_step[0];
+    const bool fractal_rows = piece.chunk == 32;
+    const bool stream32 = stream && fractal_rows &&
+                          (reinterpret_cast<uintptr_t>(dst) | dst_step | dst_piece) % 16 == 0;
+    for (int64_t p0 = 0; p0 < pieces; p0 += kPieceGroup) {
+        const int64_t p1 = std::min(p0 + kPieceGroup, pieces);
+        for (int64_t k = 0; k < count; ++k) {
+            const char* s = src + k * src_step;
+            char* d = dst + k * dst_step;
+            for (int64_t p = p0; p < p1; ++p) {
+                if (fractal_rows) {
+                    Copy32(d + p * dst_piece, s + p * src_piece, stream32);
+                } else {
+                    CopyChunk(d + p * dst_piece, s + p * src_piece, piece.chunk, stream);
+                }
+            }
+        }
     }
 }
 
@@ -129,6 +172,10 @@ void Copy(const char* src, char* dst, const PieceCopy& piece, bool stream)
         CopyChunk(dst, src, piece.chunk, stream);
         return;
     }
+    if (piece.dims == 1) {
+        CopyPieceGroups(src, dst, 1, 0, 0, piece, stream);
+        return;
+    }
     CopyDims(src, dst, piece, 0, stream);
 }
 
@@ -141,6 +188,10 @@ void CopyRun(const char* src, char* dst, int64_t count, int64_t src_step, int64_
     }
     if (piece.dims == 0 && src_step == piece.chunk && dst_step == piece.chunk) {
         CopyChunk(dst, src, piece.chunk * count, stream);
+        return;
+    }
+    if (piece.dims == 1) {
+        CopyPieceGroups(src, dst, count, src_step, dst_step, piece, stream);
         return;
     }
     for (int64_t k = 0; k < count; ++k) {
