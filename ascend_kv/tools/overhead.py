@@ -2,9 +2,9 @@
 
 Decode-sized calls whose bytes cost nothing (8 sequences x 1 token, 1 head x 16, float16), each
 public function and its ``torch.ops.ascend_kv`` operator, timed against a bare ``index_copy_`` of
-8 rows of 16 with precomputed row numbers and against a do-nothing operator registered as
-ascend_kv registers its own (``torch.library.Library`` DEF, Python implementations for CPU and
-PrivateUse1, autograd falling through); and the decode ``kv_cache`` of 64 sequences x 1 token,
+8 rows of 16 with precomputed row numbers and against a do-nothing operator with Python
+implementations (``torch.library.Library`` DEF, CPU and PrivateUse1, autograd falling through: the
+floor of a Python-implemented operator, as ascend_kv's were before they were C++); and the decode ``kv_cache`` of 64 sequences x 1 token,
 hidden 1024, against an ``index_copy_`` of its 64 rows. On the CPU (index tensors on the host)
 and, in a source checkout, on the fake NPU of ``tests/fake_npu`` (index tensors on the device),
 taking the kernels' route with a kernel library whose launches do nothing but count (C++, built
@@ -145,7 +145,7 @@ def time_rounds(runs: Sequence[Callable[[], object]], rounds: int, calls: int,
 
 
 def _noop_operator() -> Any:
-    """A do-nothing operator with ``kv_cache``'s schema, registered as ascend_kv registers its own (once a process)."""
+    """A do-nothing operator of ``kv_cache``'s old schema, implemented in Python (once a process)."""
     ops = getattr(torch.ops, NOOP_NAMESPACE)
     if not hasattr(ops, "noop"):
         lib = torch.library.Library(NOOP_NAMESPACE, "DEF")
