@@ -219,6 +219,17 @@ def test_bad_arguments_exit_2(argv: list[str], message: str, capsys: pytest.Capt
     assert message in capsys.readouterr().err
 
 
+def test_plot_without_matplotlib_exits_2_before_measuring(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)             # import matplotlib fails, as when not installed
+    measured: list[object] = []
+    monkeypatch.setattr(bench, "measure", lambda *args, **kwargs: measured.append(args))
+    assert bench.main(["--tiny", "--plot", str(tmp_path / "bench.png")]) == 2
+    captured = capsys.readouterr()
+    assert "--plot needs matplotlib: pip install 'ascend_kv[bench]'" in captured.err
+    assert measured == [] and "measuring" not in captured.err and not (tmp_path / "bench.png").exists()
+
+
 def test_script_wrapper_shows_help() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--help"],
                           capture_output=True, text=True, check=True)

@@ -30,6 +30,7 @@ it is measured, and stderr says what is being measured.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -457,13 +458,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     """A bar chart of the ratio to ``copy_`` per workload and dtype, on a log axis, each bar labelled with its
     value, with the targets."""
     rows = [r for r in rows if "unavailable" not in r]
-    try:
-        import matplotlib
+    import matplotlib  # main() checked that it is installed before measuring
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise SystemExit(f"--plot needs matplotlib: pip install 'ascend_kv[bench]' ({error})") from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     labels = list(dict.fromkeys(f"{r['workload']} {r['dtype']}" for r in rows))
     series: dict[str, dict[str, float]] = {}                                     # bar label -> row label -> ratio
     for r in rows:
@@ -566,6 +564,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [name for name in backends if name not in BACKEND_CHOICES or name == "auto"]
     if unknown or not backends:
         print(f"ascend-kv bench: --backends takes fallback, sim or npu, got {args.backends!r}", file=sys.stderr)
+        return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("ascend-kv bench: --plot needs matplotlib: pip install 'ascend_kv[bench]'", file=sys.stderr)
         return 2
     baseline = load_baseline(args.baseline) if args.baseline else None
     chosen = [w for w in workloads(args.tiny) if args.only in w.name]
