@@ -3,8 +3,11 @@
 The operator library (``csrc/``) and the kernels' host build (``ascendc/``) are compiled here, on
 first use, with the system C++ compiler (``$CXX``, else ``c++``) and torch's own headers and
 libraries, the way ``torch.utils.cpp_extension`` would but without its ninja and CMake steps:
-every translation unit in parallel (one per CPU), then one link. Nothing about CUDA is asked, so
-any torch build works, a CUDA wheel included.
+translation units in parallel, then one link. A library whose sources may share a unit (the
+operator library) is compiled as one unit per CPU, each including its share of the sources:
+torch's headers cost most of a file's compile time, so fewer units build faster
+(docs/benchmarks.md, "Building the library"). Nothing about CUDA is asked, so any torch build
+works, a CUDA wheel included.
 
 The library is cached under ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``), named by
 a hash of everything that changes it: each source file (path and bytes), the flags, the
@@ -54,6 +57,9 @@ class Library:
         Every other file the build reads (headers): part of the cache key.
     defines : tuple of str
         ``NAME`` or ``NAME=value`` preprocessor definitions.
+    shared_units : bool
+        Whether sources may share a translation unit (no two define the same internal name); else
+        each source is its own.
     """
 
     name: str
@@ -62,6 +68,7 @@ class Library:
     include_dirs: tuple[Path, ...]
     hashed: tuple[Path, ...] = ()
     defines: tuple[str, ...] = field(default=())
+    shared_units: bool = False
 
 
 def cache_dir() -> Path:
@@ -158,17 +165,36 @@ def build(library: Library) -> Path:
     return target
 
 
+def units(sources: Sequence[Path], count: int) -> list[list[Path]]:
+    """``sources`` shared out over at most ``count`` translation units, each about as large (by bytes),
+    each unit's files in their given order."""
+    shares: list[list[Path]] = [[] for _ in range(max(1, min(count, len(sources))))]
+    sizes = [0] * len(shares)
+    for source in sorted(sources, key=lambda path: -path.stat().st_size):
+        smallest = sizes.index(min(sizes))
+        shares[smallest].append(source)
+        sizes[smallest] += source.stat().st_size
+    order = {source: i for i, source in enumerate(sources)}
+    return [sorted(share, key=order.__getitem__) for share in shares if share]
+
+
 def _compile_and_link(library: Library, compile_flags: list[str], link_flags: list[str], target: Path) -> None:
-    jobs = os.cpu_count() or 1
-    print(f"ascend_kv: compiling {library.what} for torch {torch.__version__} ({len(library.sources)} files, "
-          f"{min(jobs, len(library.sources))} at a time) into {target.parent}; once for these sources, "
-          f"later runs reuse it", file=sys.stderr, flush=True)
+    shares = (units(library.sources, os.cpu_count() or 1) if library.shared_units
+              else [[source] for source in library.sources])
+    print(f"ascend_kv: compiling {library.what} for torch {torch.__version__} ({len(library.sources)} files in "
+          f"{len(shares)} translation unit{'s' if len(shares) > 1 else ''}) into {target.parent}; once for these "
+          f"sources, later runs reuse it", file=sys.stderr, flush=True)
     cxx = compiler()
     with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as work:
-        objects = [Path(work) / f"{i}-{source.stem}.o" for i, source in enumerate(library.sources)]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            builds = [pool.submit(_run, [cxx, *compile_flags, "-c", str(source), "-o", str(obj)], f"compiling {source}")
-                      for source, obj in zip(library.sources, objects)]
+        objects = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(shares)) as pool:
+            builds = []
+            for i, share in enumerate(shares):
+                unit = Path(work) / f"unit{i}.cpp"
+                unit.write_text("".join(f'#include "{source}"\n' for source in share))
+                objects.append(unit.with_suffix(".o"))
+                what = f"compiling {', '.join(map(str, share))}"
+                builds.append(pool.submit(_run, [cxx, *compile_flags, "-c", str(unit), "-o", str(objects[-1])], what))
             for done in builds:
                 done.result()
         partial = Path(work) / target.name

@@ -49,7 +49,8 @@ def definition() -> build.Library:
     sources = sorted([*(root / "csrc").rglob("*.cpp"), *(root / "cpu_fallback").glob("*.cpp")])
     headers = sorted([*(root / "csrc").rglob("*.h"), *(root / "cpu_fallback").glob("*.h"),
                       root / "ascendc" / "host" / "kernel_library.h"])
-    return build.Library("ascend_kv_ops", "the operator library", tuple(sources), (root,), tuple(headers))
+    return build.Library("ascend_kv_ops", "the operator library", tuple(sources), (root,), tuple(headers),
+                         shared_units=True)
 
 
 def load() -> Path:
