@@ -16,7 +16,7 @@ namespace ascend_kv::host {
 namespace {
 
 /// n bytes, a multiple of 32, to a 16-byte aligned destination, through non-temporal stores.
-void StreamChunk(char* dst, const char* src, int64_t n)
+inline void StreamChunk(char* dst, const char* src, int64_t n)
 {
 #if ASCEND_KV_CAN_STREAM
     for (int64_t i = 0; i < n; i += 32) {  // both loads before the stores
@@ -42,16 +42,11 @@ inline void CopyChunk(char* dst, const char* src, int64_t n, bool stream)
 /// 32 bytes (an NZ fractal row), inline: streamed to a 16-byte aligned `dst` when `stream`.
 inline void Copy32(char* dst, const char* src, bool stream)
 {
-#if ASCEND_KV_CAN_STREAM
     if (stream) {
-        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-        return;
+        StreamChunk(dst, src, 32);
+    } else {
+        std::memcpy(dst, src, 32);
     }
-#endif
-    std::memcpy(dst, src, 32);
 }
 
 /// `count` items of a one-loop piece (e.g. an NZ token's fractal rows): kPieceGroup pieces at a time,

@@ -168,12 +168,13 @@ def build(library: Library) -> Path:
 def units(sources: Sequence[Path], count: int) -> list[list[Path]]:
     """``sources`` shared out over at most ``count`` translation units, each about as large (by bytes),
     each unit's files in their given order."""
+    size = {source: source.stat().st_size for source in sources}
     shares: list[list[Path]] = [[] for _ in range(max(1, min(count, len(sources))))]
-    sizes = [0] * len(shares)
-    for source in sorted(sources, key=lambda path: -path.stat().st_size):
-        smallest = sizes.index(min(sizes))
+    totals = [0] * len(shares)
+    for source in sorted(sources, key=lambda path: -size[path]):
+        smallest = totals.index(min(totals))
         shares[smallest].append(source)
-        sizes[smallest] += source.stat().st_size
+        totals[smallest] += size[source]
     order = {source: i for i, source in enumerate(sources)}
     return [sorted(share, key=order.__getitem__) for share in shares if share]
 
