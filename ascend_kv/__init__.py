@@ -20,6 +20,7 @@ from .api.ops import (
     reshape_and_cache,
 )
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
+from .api.transfer_ops import gather_blocks, scatter_blocks
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -39,11 +40,13 @@ __all__ = [
     "block_copy",
     "copy_blocks",
     "explain",
+    "gather_blocks",
     "kv_cache",
     "nd_to_nz",
     "nz_to_nd",
     "paged_cache_load",
     "reshape_and_cache",
+    "scatter_blocks",
     "swap_blocks",
     "use_backend",
     "validate",

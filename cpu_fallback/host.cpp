@@ -254,4 +254,53 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
     });
 }
 
+bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
+{
+    const int64_t n = static_cast<int64_t>(ids.size()), layers = call.Layers();
+    const int64_t sides = static_cast<int64_t>(call.caches.size()), items = sides * layers * n;
+    if (items == 0 || call.buffer.numel() == 0) {
+        return true;
+    }
+    const at::Tensor& buffer = call.buffer;
+    const int64_t size = buffer.element_size(), bs = call.frame[0];
+    const c10::IntArrayRef token_dims(call.frame.data() + 1, kFrameDims - 1);
+    const FrameArray buffer_strides = call.Strides(buffer, call.buffer_layout, true);
+    struct Cache {  // first byte, bytes between blocks, one token's copy and its token steps (source, destination)
+        char* data;
+        int64_t block_step;
+        PieceCopy token;
+        int64_t src_step, dst_step;
+    };
+    std::vector<Cache> caches;
+    for (const auto& side : call.caches) {
+        for (const at::Tensor& cache : side) {
+            const FrameArray cache_strides = call.Strides(cache, call.cache_layout, false);
+            const FrameArray& from = call.gather ? cache_strides : buffer_strides;
+            const FrameArray& to = call.gather ? buffer_strides : cache_strides;
+            const PieceCopy token = PieceCopy::Of(token_dims, c10::IntArrayRef(from.data() + 1, kFrameDims - 1),
+                                                  c10::IntArrayRef(to.data() + 1, kFrameDims - 1), size);
+            if (!token.Fits()) {
+                return false;
+            }
+            caches.push_back({MutableBytes(cache), cache.stride(0) * size, token, from[0] * size, to[0] * size});
+        }
+    }
+    const int64_t block_bytes = bs * caches[0].token.Bytes();
+    const int64_t kv_step = buffer.stride(0) * size, layer_step = buffer.stride(1) * size, row_step = buffer.stride(2) * size;
+    char* rows = MutableBytes(buffer);
+    const bool stream = ShouldStream(items * block_bytes, kStreamWrites);
+    ParallelFor(items, block_bytes, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+            const int64_t cache_index = k / n, j = k % n;
+            const Cache& cache = caches[cache_index];
+            char* block = cache.data + ids[j] * cache.block_step;
+            char* row = rows + (cache_index / layers) * kv_step + (cache_index % layers) * layer_step + j * row_step;
+            CopyRun(call.gather ? block : row, call.gather ? row : block, bs, cache.src_step, cache.dst_step,
+                    cache.token, stream);
+        }
+        EndStreaming(stream);
+    });
+    return true;
+}
+
 }  // namespace ascend_kv::host

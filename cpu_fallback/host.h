@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/block_copy.h"
+#include "csrc/rules/gather_blocks.h"
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
@@ -20,5 +21,9 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots);
 void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan);
 /// swap_blocks between two host tensors.
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs);
+/// gather_blocks or scatter_blocks of a framed call (call.framed) on host tensors, `ids` its
+/// checked block_ids: each block a strided piece copy per token. False (nothing written) when a
+/// token's piece has more loops than a PieceCopy holds: the caller copies it otherwise.
+bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids);
 
 }  // namespace ascend_kv::host

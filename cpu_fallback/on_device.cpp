@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "csrc/ops/upload.h"
+#include "csrc/rules/dtypes.h"
 
 namespace ascend_kv::on_device {
 namespace {
@@ -312,6 +313,78 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
         }
         target.narrow(0, targets[begin], end - begin).copy_(gathered.narrow(0, begin, end - begin), /*non_blocking=*/true);
         begin = end;
+    }
+}
+
+namespace {
+
+/// Blocks [n, *block] in `layout` (the buffer's: with its head split) as ND blocks [n, bs, H, D].
+at::Tensor BlocksToNd(const TransferCall& call, const at::Tensor& blocks, BlockLayout layout, bool buffer_side)
+{
+    const int64_t n = blocks.size(0), bs = call.block_size, heads = call.heads, d = call.head_size;
+    switch (layout) {
+        case BlockLayout::kHnd: return blocks.transpose(1, 2);
+        case BlockLayout::kNz: return blocks.permute({0, 2, 1, 3}).reshape({n, bs, heads, d});
+        case BlockLayout::kNd: break;
+    }
+    return buffer_side && call.splits > 1 ? blocks.permute({0, 2, 1, 3, 4}).reshape({n, bs, heads, d}) : blocks;
+}
+
+/// ND blocks [n, bs, H, D] as blocks in `layout` (the inverse of BlocksToNd).
+at::Tensor BlocksFromNd(const TransferCall& call, const at::Tensor& nd, BlockLayout layout, bool buffer_side)
+{
+    const int64_t n = nd.size(0), bs = call.block_size, heads = call.heads, d = call.head_size;
+    switch (layout) {
+        case BlockLayout::kHnd: return nd.transpose(1, 2);
+        case BlockLayout::kNz: {
+            const int64_t e = NzElements(nd.element_size());
+            return nd.reshape({n, bs, heads * d / e, e}).permute({0, 2, 1, 3});
+        }
+        case BlockLayout::kNd: break;
+    }
+    const int64_t s = call.splits;
+    return buffer_side && s > 1 ? nd.reshape({n, bs, s, heads / s, d}).permute({0, 2, 1, 3, 4}) : nd;
+}
+
+}  // namespace
+
+void TransferBlocks(const TransferCall& call)
+{
+    const int64_t n = call.Blocks(), layers = call.Layers();
+    if (n == 0 || layers == 0 || call.buffer.numel() == 0) {
+        return;
+    }
+    const int64_t num_blocks = call.caches[0][0].size(0);
+    const at::Tensor ids = call.block_ids.to(at::kLong);
+    const at::Tensor valid = (ids >= 0) & (ids < num_blocks);
+    const at::Tensor buffer = Bits(call.buffer);
+    if (call.gather) {
+        const at::Tensor safe = at::where(valid, ids, at::zeros_like(ids));
+        for (size_t kv = 0; kv < call.caches.size(); ++kv) {
+            for (int64_t l = 0; l < layers; ++l) {
+                const at::Tensor blocks = Bits(call.caches[kv][l]).index_select(0, safe);
+                const at::Tensor rows = BlocksFromNd(call, BlocksToNd(call, blocks, call.cache_layout, false),
+                                                     call.buffer_layout, true);
+                at::Tensor target = buffer.select(0, kv).select(0, l);
+                target.copy_(at::where(RowMask(valid, rows.dim()), rows, target));
+            }
+        }
+        return;
+    }
+    // A skipped entry repeats the first written one; with none written, block 0 takes its own bits.
+    const at::Tensor first = at::argmax(valid.to(at::kInt)).reshape({1});
+    const at::Tensor any = valid.index_select(0, first);
+    const at::Tensor entry = at::where(valid, at::arange(n, ids.options()), first);
+    const at::Tensor destination = at::where(valid, ids, at::where(any, ids.index_select(0, first), at::zeros_like(ids)));
+    for (size_t kv = 0; kv < call.caches.size(); ++kv) {
+        for (int64_t l = 0; l < layers; ++l) {
+            at::Tensor cache = Bits(call.caches[kv][l]);
+            const at::Tensor rows = buffer.select(0, kv).select(0, l).index_select(0, entry);
+            const at::Tensor blocks = BlocksFromNd(call, BlocksToNd(call, rows, call.buffer_layout, true),
+                                                   call.cache_layout, false);
+            const at::Tensor own = cache.index_select(0, at::zeros_like(first));
+            cache.index_copy_(0, destination, at::where(RowMask(any, blocks.dim()), blocks, own));
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/block_copy.h"
+#include "csrc/rules/gather_blocks.h"
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
@@ -23,6 +24,10 @@ void KvCache(const KvCacheCall& call);
 void PagedLoad(const PagedLoadCall& call);
 void ReshapeAndCache(const ReshapeAndCacheCall& call);
 void BlockCopy(const BlockCopyCall& call);
+/// gather_blocks or scatter_blocks with the buffer on the caches' device: per cache, the n blocks
+/// relaid out through one temporary; out-of-range ids are masked (gather: the buffer's row keeps
+/// its bytes; scatter: nothing written for it).
+void TransferBlocks(const TransferCall& call);
 
 /// zero_fill before the kernels: zero every output row a batch entry covers (the kernels then write
 /// the rows of valid blocks and skip the others, which stay zero).

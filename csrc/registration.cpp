@@ -56,6 +56,14 @@ std::vector<Schema> Writers()
          "()"},
         {"copy_blocks", "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping", "()"},
         {"swap_blocks", "Tensor src, Tensor(a!) dst, Tensor block_mapping", "()"},
+        {"gather_blocks",
+         "Tensor[] key_caches, Tensor[] value_caches, Tensor block_ids, Tensor(a!) out, str cache_layout='nd', "
+         "str out_layout='nd', int head_splits=1",
+         "()"},
+        {"scatter_blocks",
+         "Tensor src, Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_ids, str src_layout='nd', "
+         "str cache_layout='nd', int head_splits=1",
+         "()"},
     };
 }
 
@@ -200,6 +208,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("block_copy", &BlockCopy);
     m.impl("copy_blocks", &CopyBlocks);
     m.impl("swap_blocks", &SwapBlocks);
+    m.impl("gather_blocks", &GatherBlocks);
+    m.impl("scatter_blocks", &ScatterBlocks);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -221,6 +231,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("block_copy", &BlockCopyMeta);
     m.impl("copy_blocks", &CopyBlocksMeta);
     m.impl("swap_blocks", &SwapBlocksMeta);
+    m.impl("gather_blocks", &GatherBlocksMeta);
+    m.impl("scatter_blocks", &ScatterBlocksMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)

@@ -159,3 +159,76 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
     """vLLM's ``swap_blocks``: block ``block_mapping[i, 0]`` of ``src`` to block ``block_mapping[i, 1]`` of ``dst``."""
     for s, d in block_mapping.tolist():
         dst[d] = src[s].to(dst.device)
+
+
+def _to_nd(x: torch.Tensor, layout: str, heads: int, head_size: int, head_splits: int = 1) -> torch.Tensor:
+    """One block in ``layout`` (``"nd"`` with ``head_splits``) as ND ``[bs, H, D]`` (TRANSFER §3.3)."""
+    if layout == "hnd":
+        return x.transpose(0, 1)
+    if layout == "nz":
+        return x.permute(1, 0, 2).reshape(x.shape[1], heads, head_size)
+    if head_splits > 1:
+        return x.permute(1, 0, 2, 3).reshape(x.shape[1], heads, head_size)
+    return x
+
+
+def _from_nd(y: torch.Tensor, layout: str, head_splits: int = 1) -> torch.Tensor:
+    """An ND block ``[bs, H, D]`` in ``layout`` (the inverse of :func:`_to_nd`)."""
+    bs, heads, head_size = y.shape
+    if layout == "hnd":
+        return y.transpose(0, 1)
+    if layout == "nz":
+        e = 32 // y.element_size()
+        return y.reshape(bs, heads * head_size // e, e).permute(1, 0, 2)
+    if head_splits > 1:
+        return y.reshape(bs, head_splits, heads // head_splits, head_size).permute(1, 0, 2, 3)
+    return y
+
+
+def _heads(cache_block: torch.Size, cache_layout: str, buffer_block: torch.Size, buffer_layout: str,
+           head_splits: int) -> tuple[int, int]:
+    """(H, D) of a block: from the side not in NZ (both NZ: ``T // E`` rows of ``E``)."""
+    if cache_layout == "nd":
+        return cache_block[1], cache_block[2]
+    if cache_layout == "hnd":
+        return cache_block[0], cache_block[2]
+    if buffer_layout == "hnd":
+        return buffer_block[0], buffer_block[2]
+    if buffer_layout == "nd":
+        return (buffer_block[2] * head_splits, buffer_block[3]) if head_splits > 1 else (buffer_block[1], buffer_block[2])
+    return cache_block[0], cache_block[2]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def gather_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_ids: torch.Tensor,
+                  out: torch.Tensor, *, cache_layout: str = "nd", out_layout: str = "nd",
+                  head_splits: int = 1) -> torch.Tensor:
+    """TRANSFER §3.3's gather: ``out[kv, layer, j]`` = block ``block_ids[j]`` relaid out (out-of-range skipped)."""
+    bits = _bits(out)
+    for kv, caches in enumerate([key_caches] + ([value_caches] if value_caches else [])):
+        for layer, cache in enumerate(caches):
+            heads, head_size = _heads(cache.shape[1:], cache_layout, out.shape[3:], out_layout, head_splits)
+            for j, b in enumerate(block_ids.tolist()):
+                if not 0 <= b < cache.shape[0]:
+                    continue
+                nd = _to_nd(_bits(cache)[b], cache_layout, heads, head_size)
+                bits[kv, layer, j] = _from_nd(nd, out_layout, head_splits).to(out.device)
+    return out
+
+
+def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_caches: list[torch.Tensor],
+                   block_ids: torch.Tensor, *, src_layout: str = "nd", cache_layout: str = "nd",
+                   head_splits: int = 1) -> None:
+    """TRANSFER §3.3's scatter: block ``block_ids[j]`` = ``src[kv, layer, j]`` relaid out (out-of-range skipped)."""
+    bits = _bits(src)
+    for kv, caches in enumerate([key_caches] + ([value_caches] if value_caches else [])):
+        for layer, cache in enumerate(caches):
+            heads, head_size = _heads(cache.shape[1:], cache_layout, src.shape[3:], src_layout, head_splits)
+            for j, b in enumerate(block_ids.tolist()):
+                if not 0 <= b < cache.shape[0]:
+                    continue
+                nd = _to_nd(bits[kv, layer, j], src_layout, heads, head_size, head_splits)
+                _bits(cache)[b] = _from_nd(nd, cache_layout).to(cache.device)

@@ -62,4 +62,17 @@ void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, cons
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 
+void GatherBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
+                  const at::Tensor& out, c10::string_view cache_layout, c10::string_view out_layout,
+                  int64_t head_splits);
+void GatherBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
+                      const at::Tensor& out, c10::string_view cache_layout, c10::string_view out_layout,
+                      int64_t head_splits);
+void ScatterBlocks(const at::Tensor& src, at::TensorList key_caches, at::TensorList value_caches,
+                   const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
+                   int64_t head_splits);
+void ScatterBlocksMeta(const at::Tensor& src, at::TensorList key_caches, at::TensorList value_caches,
+                       const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
+                       int64_t head_splits);
+
 }  // namespace ascend_kv
