@@ -1,6 +1,7 @@
 #include "cpu_fallback/host.h"
 
 #include <algorithm>
+#include <array>
 
 #include "cpu_fallback/copy.h"
 #include "csrc/rules/index_values.h"
@@ -38,6 +39,26 @@ PieceCopy NzToken(const at::Tensor& tokens, const at::Tensor& cache)
     const int64_t e = cache.size(3), heads = tokens.size(1), per_head = tokens.size(2) / e;
     return PieceCopy::Of({heads, per_head, e}, {tokens.stride(1), e * tokens.stride(2), tokens.stride(2)},
                          {per_head * cache.stride(1), cache.stride(1), cache.stride(3)}, cache.element_size());
+}
+
+/// A piece copied as a run of `count` pieces over its outermost loop (a flat piece: a run of one).
+struct BlockRun {
+    int64_t count, src_step, dst_step;
+    PieceCopy piece;
+};
+BlockRun RunOf(const PieceCopy& block)
+{
+    if (block.dims == 0) {
+        return {1, 0, 0, block};
+    }
+    PieceCopy piece = block;
+    piece.dims = block.dims - 1;
+    for (int d = 0; d < piece.dims; ++d) {
+        piece.size[d] = block.size[d + 1];
+        piece.src_step[d] = block.src_step[d + 1];
+        piece.dst_step[d] = block.dst_step[d + 1];
+    }
+    return {block.size[0], block.src_step[0], block.dst_step[0], piece};
 }
 
 /// Block `s` of `src` to block `d` of `dst` through ATen, on this thread: for blocks whose dims
@@ -257,35 +278,43 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
 bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
 {
     const int64_t n = static_cast<int64_t>(ids.size()), layers = call.Layers();
-    const int64_t sides = static_cast<int64_t>(call.caches.size()), items = sides * layers * n;
+    const int64_t items = static_cast<int64_t>(call.caches.size()) * layers * n;
     if (items == 0 || call.buffer.numel() == 0) {
         return true;
     }
     const at::Tensor& buffer = call.buffer;
-    const int64_t size = buffer.element_size(), bs = call.frame[0];
-    const c10::IntArrayRef token_dims(call.frame.data() + 1, kFrameDims - 1);
-    const FrameArray buffer_strides = call.Strides(buffer, call.buffer_layout, true);
-    struct Cache {  // first byte, bytes between blocks, one token's copy and its token steps (source, destination)
+    const int64_t size = buffer.element_size();
+    // The frame's dims in loop order: an NZ destination is written piece by piece (a piece's tokens
+    // back to back), any other token by token; the outermost loop left is the run.
+    constexpr std::array<int, kFrameDims> kTokensOuter = {0, 1, 2, 3, 4, 5}, kTokensInner = {1, 2, 3, 4, 0, 5};
+    const bool nz_written = (call.gather ? call.buffer_layout : call.cache_layout) == BlockLayout::kNz;
+    const auto& order = nz_written ? kTokensInner : kTokensOuter;
+    const auto ordered = [&](const FrameArray& values) {
+        FrameArray out{};
+        for (int d = 0; d < kFrameDims; ++d) {
+            out[d] = values[order[d]];
+        }
+        return out;
+    };
+    const FrameArray sizes = ordered(call.frame), buffer_strides = ordered(call.Strides(buffer, call.buffer_layout, true));
+    struct Cache {  // first byte, bytes between blocks, one block's copy as a run of pieces
         char* data;
         int64_t block_step;
-        PieceCopy token;
-        int64_t src_step, dst_step;
+        BlockRun block;
     };
     std::vector<Cache> caches;
     for (const auto& side : call.caches) {
         for (const at::Tensor& cache : side) {
-            const FrameArray cache_strides = call.Strides(cache, call.cache_layout, false);
-            const FrameArray& from = call.gather ? cache_strides : buffer_strides;
-            const FrameArray& to = call.gather ? buffer_strides : cache_strides;
-            const PieceCopy token = PieceCopy::Of(token_dims, c10::IntArrayRef(from.data() + 1, kFrameDims - 1),
-                                                  c10::IntArrayRef(to.data() + 1, kFrameDims - 1), size);
-            if (!token.Fits()) {
+            const FrameArray cache_strides = ordered(call.Strides(cache, call.cache_layout, false));
+            const PieceCopy block = PieceCopy::Of(sizes, call.gather ? cache_strides : buffer_strides,
+                                                  call.gather ? buffer_strides : cache_strides, size);
+            if (!block.Fits()) {
                 return false;
             }
-            caches.push_back({MutableBytes(cache), cache.stride(0) * size, token, from[0] * size, to[0] * size});
+            caches.push_back({MutableBytes(cache), cache.stride(0) * size, RunOf(block)});
         }
     }
-    const int64_t block_bytes = bs * caches[0].token.Bytes();
+    const int64_t block_bytes = caches[0].block.count * caches[0].block.piece.Bytes();
     const int64_t kv_step = buffer.stride(0) * size, layer_step = buffer.stride(1) * size, row_step = buffer.stride(2) * size;
     char* rows = MutableBytes(buffer);
     const bool stream = ShouldStream(items * block_bytes, kStreamWrites);
@@ -295,8 +324,9 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
             const Cache& cache = caches[cache_index];
             char* block = cache.data + ids[j] * cache.block_step;
             char* row = rows + (cache_index / layers) * kv_step + (cache_index % layers) * layer_step + j * row_step;
-            CopyRun(call.gather ? block : row, call.gather ? row : block, bs, cache.src_step, cache.dst_step,
-                    cache.token, stream);
+            const BlockRun& run = cache.block;
+            CopyRun(call.gather ? block : row, call.gather ? row : block, run.count, run.src_step, run.dst_step,
+                    run.piece, stream);
         }
         EndStreaming(stream);
     });

@@ -279,6 +279,7 @@ def step_inputs() -> list[torch.Tensor]:
             random_bits((2, 3, 2, 2, 16, 2, 16), torch.float16, 3)]
 
 
+@pytest.mark.slow
 def test_compiled_step_matches_eager() -> None:
     require_compiled_as_eager(transfer_step, step_inputs)
 
