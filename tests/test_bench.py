@@ -26,7 +26,8 @@ ROW_FIELDS = {
 }
 #: The issue's targets (and goals) as multiples of copy_, with torch's default thread count.
 BULK_TARGETS = {"prefill": (0.9, 1.0), "paged-nd": (0.9, 1.0), "paged-nz": (0.9, 1.0), "write-prefill": (0.9, 1.0),
-                "block-copy": (0.8, None), "copy-blocks": (0.8, None)}
+                "block-copy": (0.8, None), "copy-blocks": (0.8, None), "gather-blocks": (0.9, 1.0),
+                "scatter-blocks": (0.9, 1.0)}
 
 
 @pytest.fixture

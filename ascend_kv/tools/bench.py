@@ -44,6 +44,7 @@ import torch
 from ..api.block_ops import block_copy, copy_blocks
 from ..api.errors import BackendUnavailableError
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
+from ..api.transfer_ops import gather_blocks, scatter_blocks
 from ..api.params import KvCacheCfg
 from ..dispatch.policy import BACKEND_CHOICES, use_backend
 from . import overhead as host_cost
@@ -57,11 +58,13 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.in
 #: (the issue: prefill kv_cache, paged load ND and NZ, paged write prefill >= 0.9x; the block copies
 #: keep the 0.8x they had).
 TARGETS = {"prefill": 0.9, "paged-nd": 0.9, "paged-nz": 0.9, "write-prefill": 0.9, "block-copy": 0.8,
-           "copy-blocks": 0.8}
+           "copy-blocks": 0.8, "gather-blocks": 0.9, "scatter-blocks": 0.9}
 #: Goals, likewise.
-GOALS = {"prefill": 1.0, "paged-nd": 1.0, "paged-nz": 1.0, "write-prefill": 1.0}
+GOALS = {"prefill": 1.0, "paged-nd": 1.0, "paged-nz": 1.0, "write-prefill": 1.0, "gather-blocks": 1.0,
+         "scatter-blocks": 1.0}
 #: The workload kinds that move bulk data (the others are decode steps: a few rows per sequence).
-BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks")
+BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks", "gather-blocks",
+        "scatter-blocks")
 #: ``--threads``' word for torch's default intra-op thread count (the count when the run starts).
 DEFAULT_THREADS = "default"
 
@@ -79,17 +82,19 @@ class Workload:
     sequence; ``paged_cache_load`` gathers ``tokens`` cached tokens per sequence (see :func:`build`)."""
 
     name: str
-    kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode, write-prefill, block-copy, copy-blocks
+    kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode, write-prefill, block-copy,
+    #:                           copy-blocks, gather-blocks, scatter-blocks
     batch: int                #: sequences, or blocks copied (block-copy, copy-blocks)
     tokens: int               #: new tokens (kv_cache) or cached tokens (paged) per sequence
     heads: int = 8
     head_size_k: int = 128
     head_size_v: int = 128
     block_size: int = 128
+    layout: str = "nd"        #: gather-blocks: the buffer's layout; scatter-blocks: the caches' (the other side ND)
 
     @property
     def op(self) -> str:
-        if self.kind in ("block-copy", "copy-blocks"):
+        if self.kind in ("block-copy", "copy-blocks", "gather-blocks", "scatter-blocks"):
             return self.kind.replace("-", "_")
         if self.kind.startswith("write"):
             return "reshape_and_cache"
@@ -115,12 +120,17 @@ def workloads(tiny: bool = False) -> list[Workload]:
         Workload("write prefill 8x512 8x128", "write-prefill", 8, 512, 8, 128, 128),
         Workload("block_copy 64 blocks 8x128", "block-copy", 64, 1, 8, 128, 128),
         Workload("copy_blocks 64 blocks x 32 layers 8x128", "copy-blocks", 64, 1, 8, 128, 128),
+        Workload("gather_blocks ND->ND 64 blocks x 32 layers 8x128", "gather-blocks", 64, 1, 8, 128, 128),
+        Workload("gather_blocks ND->NZ 64 blocks x 32 layers 8x128", "gather-blocks", 64, 1, 8, 128, 128, layout="nz"),
+        Workload("scatter_blocks ND->ND 64 blocks x 32 layers 8x128", "scatter-blocks", 64, 1, 8, 128, 128),
+        Workload("scatter_blocks ND->NZ 64 blocks x 32 layers 8x128", "scatter-blocks", 64, 1, 8, 128, 128,
+                 layout="nz"),
     ]
     if not tiny:
         return full
     return [
         Workload(w.name, w.kind, min(w.batch, 4), max(1, w.tokens // 128), max(1, w.heads // 8),
-                 w.head_size_k // 2, w.head_size_v // 2, 16)
+                 w.head_size_k // 2, w.head_size_v // 2, 16, w.layout)
         for w in full
     ]
 
@@ -154,7 +164,8 @@ def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     """Tensors for workload ``w`` in ``dtype``, one set per layer (see :func:`layers_for`)."""
     g = torch.Generator().manual_seed(seed)
     builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call,
-                "block_copy": _block_call, "copy_blocks": _block_call}
+                "block_copy": _block_call, "copy_blocks": _block_call, "gather_blocks": _transfer_call,
+                "scatter_blocks": _transfer_call}
     return builders[w.op](w, dtype, g)
 
 
@@ -298,6 +309,46 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         else copy_blocks(keys[:1], values[:1], mapping),
         reference=lambda: reference.block_copy(first_key, first_value, src, dst, cum_sum),
         bytes_moved=bytes_moved,
+    )
+
+
+def _transfer_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """``w.batch`` blocks of :data:`MAX_LAYERS` layers' K and V caches gathered into one buffer, or
+    scattered from one, in one call; the side ``w.layout`` names is relaid out (ND caches to an NZ
+    buffer, an ND buffer to NZ caches)."""
+    layers, blocks, e = MAX_LAYERS, w.batch, 32 // dtype.itemsize
+    nd_block = (w.block_size, w.heads, w.head_size_k)
+    nz_block = (w.heads * w.head_size_k // e, w.block_size, e)
+    gather = w.kind == "gather-blocks"
+    cache_block = nz_block if w.layout == "nz" and not gather else nd_block
+    buffer_block = nz_block if w.layout == "nz" and gather else nd_block
+    keys = [torch.zeros((blocks, *cache_block), dtype=dtype) for _ in range(layers)]   # written: no page faults
+    values = [torch.zeros((blocks, *cache_block), dtype=dtype) for _ in range(layers)]
+    buffer = _payload((2, layers, blocks, *buffer_block), dtype, g)
+    ids = torch.randperm(blocks, generator=g).to(torch.int32)
+    options = ({"cache_layout": "nd", "out_layout": w.layout} if gather
+               else {"src_layout": "nd", "cache_layout": w.layout})
+    reference_buffer = buffer[:, :1].clone()
+
+    def call(count: int, out: torch.Tensor) -> None:
+        if gather:
+            gather_blocks(keys[:count], values[:count], ids, out, **options)
+        else:
+            scatter_blocks(out, keys[:count], values[:count], ids, **options)
+
+    def check() -> None:
+        run = reference.gather_blocks if gather else reference.scatter_blocks
+        if gather:
+            run(keys[:1], values[:1], ids, reference_buffer, **options)
+        else:
+            run(reference_buffer, keys[:1], values[:1], ids, **options)
+
+    return Call(
+        layers=layers,
+        loop=lambda: call(layers, buffer),
+        single=lambda: call(1, buffer[:, :1]),
+        reference=check,
+        bytes_moved=2 * 2 * blocks * keys[0][0].nbytes,                      # per layer: K and V, read + write
     )
 
 
