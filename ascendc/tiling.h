@@ -165,6 +165,56 @@ constexpr uint64_t kBlockCopySegments = 7;
 constexpr uint64_t kBlockCopyChunks = 8;
 constexpr uint64_t kBlockCopyCacheWords = 9;
 
+/*
+ * transfer_blocks (gather_blocks, scatter_blocks): for each cache c of a table of numCaches caches
+ * (key caches of every layer, then value caches), each j < blocks and each chunk k of a block:
+ * block ids[j] of cache c and row j of the buffer's (c / layers, c % layers) exchange chunk k (gather:
+ * cache to buffer; scatter: buffer to cache) when 0 <= ids[j] < numBlocks; other entries are
+ * skipped. A block is a loop nest of up to three outer loops (outer*) around `rows` rows of rowBytes
+ * contiguous bytes on both sides, the same for every cache (the relayout is in the two sides'
+ * steps); a chunk is rowsPerChunk rows of one outer position, or, when segments > 1, one chunkBytes
+ * segment of one row. Work items are (cache, j, chunk), split evenly over the cores. The cache
+ * table holds kTransferCacheWords words per cache.
+ */
+#define ASCEND_KV_TRANSFER_TILING_FIELDS(FIELD)                                                  \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(gather, "1: caches to the buffer (gather_blocks); 0: the buffer to the caches")         \
+    FIELD(numCaches, "caches in the cache table: KV * layers")                                   \
+    FIELD(layers, "caches per side (K or V)")                                                    \
+    FIELD(blocks, "entries of ids: blocks per cache")                                            \
+    FIELD(numBlocks, "blocks of every cache")                                                    \
+    FIELD(idsElemBytes, "element size of ids (4 or 8)")                                          \
+    FIELD(cacheBlockStride, "bytes between cache blocks")                                        \
+    FIELD(bufferKvStride, "bytes between the buffer's K and V halves")                           \
+    FIELD(bufferLayerStride, "bytes between the buffer's layers")                                \
+    FIELD(bufferBlockStride, "bytes between the buffer's blocks (its n axis)")                   \
+    FIELD(bufferSpan, "bytes from the buffer's first element to the end of its last")           \
+    FIELD(rowBytes, "bytes of one row: contiguous on both sides")                                \
+    FIELD(rows, "rows of the innermost loop")                                                    \
+    FIELD(cacheRowStride, "bytes between rows in a cache block")                                 \
+    FIELD(bufferRowStride, "bytes between rows in a buffer block")                               \
+    FIELD(outer0, "positions of outer loop 0 (outermost)")                                       \
+    FIELD(cacheOuter0, "its bytes per step in a cache block")                                    \
+    FIELD(bufferOuter0, "its bytes per step in a buffer block")                                  \
+    FIELD(outer1, "positions of outer loop 1")                                                   \
+    FIELD(cacheOuter1, "its bytes per step in a cache block")                                    \
+    FIELD(bufferOuter1, "its bytes per step in a buffer block")                                  \
+    FIELD(outer2, "positions of outer loop 2 (innermost of the outer ones)")                     \
+    FIELD(cacheOuter2, "its bytes per step in a cache block")                                    \
+    FIELD(bufferOuter2, "its bytes per step in a buffer block")                                  \
+    FIELD(rowsPerChunk, "whole rows per chunk (segments == 1)")                                  \
+    FIELD(rowGroups, "chunks of rows per outer position")                                        \
+    FIELD(segments, "chunks per row (> 1: a row larger than a copy buffer)")                     \
+    FIELD(chunks, "chunks of one block")                                                         \
+    FIELD(items, "work items: numCaches * blocks * chunks")                                      \
+    FIELD(stageBytes, "UB bytes of the staged ids window, a multiple of 32")                     \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+
+/// Words of one cache in transfer_blocks' cache table: its first byte and its span.
+constexpr uint64_t kTransferAddress = 0;
+constexpr uint64_t kTransferSpan = 1;
+constexpr uint64_t kTransferCacheWords = 2;
+
 #define ASCEND_KV_TILING_DECLARE_FIELD(name, doc) uint64_t name;
 #define ASCEND_KV_TILING_DECLARE_CACHE(name, doc) CacheTiling name;
 
@@ -188,6 +238,10 @@ struct BlockCopyTiling {
     ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
+struct TransferTiling {
+    ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
+
 #undef ASCEND_KV_TILING_DECLARE_FIELD
 #undef ASCEND_KV_TILING_DECLARE_CACHE
 
@@ -200,6 +254,8 @@ static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEN
               "KvCacheTiling must be uint64_t fields only");
 static_assert(sizeof(BlockCopyTiling) == (0 ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "BlockCopyTiling must be uint64_t fields only");
+static_assert(sizeof(TransferTiling) == (0 ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "TransferTiling must be uint64_t fields only");
 #define ASCEND_KV_TILING_COUNT(LIST) (0 LIST(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE))
 static_assert(sizeof(PagedLoadTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_PAGED_LOAD_TILING_FIELDS) * 8,
               "PagedLoadTiling must be uint64_t fields and cache groups only");

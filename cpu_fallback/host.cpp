@@ -1,7 +1,6 @@
 #include "cpu_fallback/host.h"
 
 #include <algorithm>
-#include <array>
 
 #include "cpu_fallback/copy.h"
 #include "csrc/rules/index_values.h"
@@ -284,19 +283,9 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
     }
     const at::Tensor& buffer = call.buffer;
     const int64_t size = buffer.element_size();
-    // The frame's dims in loop order: an NZ destination is written piece by piece (a piece's tokens
-    // back to back), any other token by token; the outermost loop left is the run.
-    constexpr std::array<int, kFrameDims> kTokensOuter = {0, 1, 2, 3, 4, 5}, kTokensInner = {1, 2, 3, 4, 0, 5};
-    const bool nz_written = (call.gather ? call.buffer_layout : call.cache_layout) == BlockLayout::kNz;
-    const auto& order = nz_written ? kTokensInner : kTokensOuter;
-    const auto ordered = [&](const FrameArray& values) {
-        FrameArray out{};
-        for (int d = 0; d < kFrameDims; ++d) {
-            out[d] = values[order[d]];
-        }
-        return out;
-    };
-    const FrameArray sizes = ordered(call.frame), buffer_strides = ordered(call.Strides(buffer, call.buffer_layout, true));
+    // The frame's loops in the call's order (TransferCall::Ordered); the outermost left is the run.
+    const FrameArray sizes = call.Ordered(call.frame);
+    const FrameArray buffer_strides = call.Ordered(call.Strides(buffer, call.buffer_layout, true));
     struct Cache {  // first byte, bytes between blocks, one block's copy as a run of pieces
         char* data;
         int64_t block_step;
@@ -305,7 +294,7 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
     std::vector<Cache> caches;
     for (const auto& side : call.caches) {
         for (const at::Tensor& cache : side) {
-            const FrameArray cache_strides = ordered(call.Strides(cache, call.cache_layout, false));
+            const FrameArray cache_strides = call.Ordered(call.Strides(cache, call.cache_layout, false));
             const PieceCopy block = PieceCopy::Of(sizes, call.gather ? cache_strides : buffer_strides,
                                                   call.gather ? buffer_strides : cache_strides, size);
             if (!block.Fits()) {

@@ -104,6 +104,42 @@ BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::T
     return tiling;
 }
 
+TransferTiling TransferPlan(const std::vector<at::Tensor>& caches, const at::Tensor& buffer, const at::Tensor& ids,
+                            c10::IntArrayRef frame, c10::IntArrayRef cacheStrides, c10::IntArrayRef bufferStrides,
+                            bool gather, std::vector<uint64_t>* table)
+{
+    TORCH_CHECK(frame.size() == kTransferFrameDims && cacheStrides.size() == kTransferFrameDims &&
+                    bufferStrides.size() == kTransferFrameDims && !caches.empty() && buffer.dim() >= 3,
+                kLibrary, ".transfer_blocks: a frame of ", kTransferFrameDims, " dims and a buffer [KV, L, n, ...]");
+    TransferGeometry call;
+    call.gather = gather;
+    for (int d = 0; d < kTransferFrameDims; ++d) {
+        call.frame[d] = frame[d];
+        call.cacheStrides[d] = cacheStrides[d];
+        call.bufferStrides[d] = bufferStrides[d];
+    }
+    call.cache = GeometryOf(caches[0]);
+    call.ids = GeometryOf(ids);
+    for (const at::Tensor& cache : caches) {
+        call.addresses.push_back(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(cache.data_ptr())));
+        call.spans.push_back(SpanBytes(GeometryOf(cache)));
+    }
+    call.layers = static_cast<uint64_t>(buffer.size(1));
+    for (int d = 0; d < 3; ++d) {
+        call.bufferSteps[d] = buffer.stride(d) * buffer.element_size();
+    }
+    int64_t last = 0;
+    for (int64_t d = 0; d < buffer.dim(); ++d) {
+        last += (buffer.size(d) - 1) * buffer.stride(d);
+    }
+    call.bufferSpan = buffer.numel() == 0 ? 0 : static_cast<uint64_t>((last + 1) * buffer.element_size());
+    TransferTiling tiling{};
+    const int status = ComputeTransferTiling(call, VectorCoreCount(buffer.device()), UsableUbBytes(buffer.device()),
+                                             &tiling, table);
+    TORCH_CHECK(status == kTilingOk, kLibrary, ".transfer_blocks: tiling failed: ", TilingStatusMessage(status));
+    return tiling;
+}
+
 void KvCache(const at::Tensor& newKv, const at::Tensor& past, const at::Tensor& tokenOffset, const at::Tensor& seqLen,
              const at::Tensor& layer, int64_t layerId)
 {
@@ -143,8 +179,18 @@ void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, con
     }
 }
 
+void TransferBlocks(const std::vector<at::Tensor>& caches, const at::Tensor& buffer, const at::Tensor& ids,
+                    c10::IntArrayRef frame, c10::IntArrayRef cacheStrides, c10::IntArrayRef bufferStrides, bool gather)
+{
+    std::vector<uint64_t> table;
+    const auto tiling = TransferPlan(caches, buffer, ids, frame, cacheStrides, bufferStrides, gather, &table);
+    if (tiling.usedCores > 0) {
+        LaunchTransferBlocks(caches, table, buffer, ids, tiling);
+    }
+}
+
 const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                              &StorageFormat};
+                              &TransferBlocks, &StorageFormat};
 
 }  // namespace
 
@@ -179,6 +225,14 @@ std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, co
     std::vector<uint64_t> table;
     return DescribeTiling(BlockCopyPlan(caches.vec(), src, dst, cumSum.value_or(at::Tensor()), &table));
 }
+
+std::string TransferTilingText(at::TensorList caches, const at::Tensor& buffer, const at::Tensor& ids,
+                               at::IntArrayRef frame, at::IntArrayRef cacheStrides, at::IntArrayRef bufferStrides,
+                               bool gather)
+{
+    std::vector<uint64_t> table;
+    return DescribeTiling(TransferPlan(caches.vec(), buffer, ids, frame, cacheStrides, bufferStrides, gather, &table));
+}
 #endif
 
 }  // namespace ascend_kv
@@ -195,6 +249,8 @@ TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m)
           "Tensor slot_mapping, int layout) -> str", &ascend_kv::ReshapeAndCacheTilingText);
     m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> str",
           &ascend_kv::BlockCopyTilingText);
+    m.def("transfer_blocks_tiling(Tensor[] caches, Tensor buffer, Tensor ids, int[] frame, int[] cache_strides, "
+          "int[] buffer_strides, bool gather) -> str", &ascend_kv::TransferTilingText);
 }
 #endif
 

@@ -67,6 +67,12 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
 void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
                      const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling);
 
+/// Run transfer_blocks_kernel on tiling.usedCores cores (> 0) between `caches` (each cache's address
+/// and span in `table`, kTransferCacheWords words each, host memory: the launcher puts it in GM)
+/// and `buffer` (gather: the buffer is written; scatter: the caches are).
+void LaunchTransferBlocks(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table,
+                          const at::Tensor& buffer, const at::Tensor& ids, const TransferTiling& tiling);
+
 }  // namespace ascend_kv
 
 #endif  // ASCEND_KV_HOST_KERNEL_LAUNCH_H

@@ -24,7 +24,7 @@
 namespace ascend_kv {
 
 /// Raised when the table's layout changes, so a stale library is refused rather than misread.
-constexpr uint32_t kKernelLibraryVersion = 1;
+constexpr uint32_t kKernelLibraryVersion = 2;
 
 struct KernelLibrary {
     uint32_t version;
@@ -46,6 +46,13 @@ struct KernelLibrary {
     /// block src[i] goes to blocks dst[cum_sum[i-1]:cum_sum[i]] (cum_sum undefined: src[j] to dst[j]).
     void (*block_copy)(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
                        const at::Tensor& cum_sum);
+    /// gather_blocks / scatter_blocks: caches [num_blocks, ...] (key caches of every layer, then value
+    /// caches; one shape and strides), buffer [KV, L, n, *block], ids [n]. A block is the frame of
+    /// kTransferFrameDims dims `frame` (loops in nesting order) at element strides `cache_strides` in
+    /// a cache block and `buffer_strides` in a buffer block, merging into at most 4 loops.
+    void (*transfer_blocks)(const std::vector<at::Tensor>& caches, const at::Tensor& buffer, const at::Tensor& ids,
+                            c10::IntArrayRef frame, c10::IntArrayRef cache_strides, c10::IntArrayRef buffer_strides,
+                            bool gather);
     /// The device's storage format of `tensor` (ACL's aclFormat: 2 is ND), or -1 when this
     /// library cannot tell (the host build).
     int64_t (*storage_format)(const at::Tensor& tensor);

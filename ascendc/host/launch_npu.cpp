@@ -42,6 +42,9 @@ uint32_t aclrtlaunch_reshape_and_cache_kernel(uint32_t blockDim, aclrtStream str
 /// kernels/block_copy.cpp: block_copy_kernel(cacheTable, src, dst, cumSum, tiling).
 uint32_t aclrtlaunch_block_copy_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* src, void* dst,
                                        void* cumSum, void* tiling);
+/// kernels/transfer_blocks.cpp: transfer_blocks_kernel(cacheTable, buffer, ids, tiling).
+uint32_t aclrtlaunch_transfer_blocks_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* buffer,
+                                            void* ids, void* tiling);
 }
 
 namespace ascend_kv {
@@ -180,6 +183,22 @@ void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<ui
         static_cast<void>(kept);  // the caches stay allocated until the queued launch runs
         return aclrtlaunch_block_copy_kernel(blockDim, stream, onDevice->device.data_ptr(), Address(src), Address(dst),
                                              Address(cumSum), tilingGm);
+    });
+}
+
+void LaunchTransferBlocks(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table,
+                          const at::Tensor& buffer, const at::Tensor& ids, const TransferTiling& tiling)
+{
+    // The cache table goes to the device as block_copy's does: one persistent copy per distinct table.
+    const at::Device device = caches[0].device();
+    c10_npu::NPUGuard guard(device);
+    aclrtStream current = c10_npu::getCurrentNPUStream(device.index()).stream(false);
+    const std::shared_ptr<DeviceTiling> onDevice =
+        TilingOnDevice(table.data(), table.size() * sizeof(uint64_t), device, current);
+    Queue("transfer_blocks", device, tiling, [=, kept = caches](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        static_cast<void>(kept);  // the caches stay allocated until the queued launch runs
+        return aclrtlaunch_transfer_blocks_kernel(blockDim, stream, onDevice->device.data_ptr(), Address(buffer),
+                                                  Address(ids), tilingGm);
     });
 }
 

@@ -330,6 +330,108 @@ int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, ui
     return kTilingOk;
 }
 
+int ComputeTransferTiling(const TransferGeometry& call, uint64_t coreCount, uint64_t ubBytes, TransferTiling* tiling,
+                          std::vector<uint64_t>* table)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    if (!IndexOk(call.ids) || call.addresses.size() != call.spans.size() || call.layers == 0) {
+        return kTilingBadShape;
+    }
+    TransferTiling t{};
+    const uint64_t e = call.cache.elemBytes;
+    t.gather = call.gather ? 1 : 0;
+    t.numCaches = call.addresses.size();
+    t.layers = call.layers;
+    t.blocks = Size(call.ids, 0);
+    t.numBlocks = Size(call.cache, 0);
+    t.idsElemBytes = call.ids.elemBytes;
+    t.cacheBlockStride = Stride(call.cache, 0);
+    t.bufferKvStride = static_cast<uint64_t>(call.bufferSteps[0]);
+    t.bufferLayerStride = static_cast<uint64_t>(call.bufferSteps[1]);
+    t.bufferBlockStride = static_cast<uint64_t>(call.bufferSteps[2]);
+    t.bufferSpan = call.bufferSpan;
+    // Loops of size > 1, outermost first, in bytes; the innermost contiguous on both sides become the row.
+    uint64_t size[kTransferFrameDims], cache[kTransferFrameDims], buffer[kTransferFrameDims];
+    int n = 0;
+    for (int d = 0; d < kTransferFrameDims; ++d) {
+        if (call.frame[d] == 0) {
+            *tiling = t;  // an empty block: nothing to move
+            return kTilingOk;
+        }
+        if (call.frame[d] > 1) {
+            size[n] = static_cast<uint64_t>(call.frame[d]);
+            cache[n] = static_cast<uint64_t>(call.cacheStrides[d]) * e;
+            buffer[n] = static_cast<uint64_t>(call.bufferStrides[d]) * e;
+            ++n;
+        }
+    }
+    t.rowBytes = e;
+    while (n > 0 && cache[n - 1] == t.rowBytes && buffer[n - 1] == t.rowBytes) {
+        t.rowBytes *= size[--n];
+    }
+    int loops = 0;  // merge each loop into the previous one where both sides allow
+    for (int d = 0; d < n; ++d) {
+        if (loops > 0 && cache[loops - 1] == cache[d] * size[d] && buffer[loops - 1] == buffer[d] * size[d]) {
+            size[loops - 1] *= size[d];
+            cache[loops - 1] = cache[d];
+            buffer[loops - 1] = buffer[d];
+            continue;
+        }
+        size[loops] = size[d];
+        cache[loops] = cache[d];
+        buffer[loops] = buffer[d];
+        ++loops;
+    }
+    if (loops > 4) {
+        return kTilingBadShape;
+    }
+    uint64_t outer[3] = {1, 1, 1}, cacheOuter[3] = {0, 0, 0}, bufferOuter[3] = {0, 0, 0};
+    t.rows = 1;
+    if (loops > 0) {
+        t.rows = size[loops - 1];
+        t.cacheRowStride = cache[loops - 1];
+        t.bufferRowStride = buffer[loops - 1];
+        for (int d = 0; d < loops - 1; ++d) {
+            const int slot = 3 - (loops - 1) + d;
+            outer[slot] = size[d];
+            cacheOuter[slot] = cache[d];
+            bufferOuter[slot] = buffer[d];
+        }
+    } else {
+        t.cacheRowStride = t.rowBytes;
+        t.bufferRowStride = t.rowBytes;
+    }
+    t.outer0 = outer[0], t.cacheOuter0 = cacheOuter[0], t.bufferOuter0 = bufferOuter[0];
+    t.outer1 = outer[1], t.cacheOuter1 = cacheOuter[1], t.bufferOuter1 = bufferOuter[1];
+    t.outer2 = outer[2], t.cacheOuter2 = cacheOuter[2], t.bufferOuter2 = bufferOuter[2];
+    constexpr uint64_t windows = 1;
+    t.stageBytes = StageBytes(t.blocks * t.idsElemBytes, windows, ubBytes);
+    t.chunkBytes = Min(ChunkBytes(ubBytes, windows * t.stageBytes), kMaxBlockCopyChunkBytes);
+    if (t.chunkBytes < kBlockBytes) {
+        return kTilingUbTooSmall;
+    }
+    const uint64_t ubRow = UbPitch(t.rowBytes);
+    t.rowsPerChunk = ubRow <= t.chunkBytes ? Min(t.chunkBytes / ubRow, kMaxBlockCount) : 1;
+    t.segments = ubRow <= t.chunkBytes ? 1 : CeilDiv(t.rowBytes, t.chunkBytes);
+    t.rowGroups = t.segments > 1 ? t.rows : CeilDiv(t.rows, t.rowsPerChunk);
+    if (t.segments > 1) {  // one row per chunk: its groups are its rows
+        t.rowsPerChunk = 1;
+    }
+    t.chunks = outer[0] * outer[1] * outer[2] * t.rowGroups * t.segments;
+    t.items = t.numCaches * t.blocks * t.chunks;
+    t.usedCores = t.numBlocks == 0 ? 0 : Min(coreCount, t.items);
+    std::vector<uint64_t> words;
+    for (size_t c = 0; c < call.addresses.size(); ++c) {
+        words.push_back(call.addresses[c]);
+        words.push_back(call.spans[c]);
+    }
+    *tiling = t;
+    *table = std::move(words);
+    return kTilingOk;
+}
+
 namespace {
 
 void Field(std::ostringstream& out, const char* name, uint64_t value)
@@ -389,6 +491,15 @@ std::string DescribeTiling(const BlockCopyTiling& tiling)
 #define ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD(name, doc) Field(out, #name, tiling.name);
     ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD)
 #undef ASCEND_KV_DESCRIBE_BLOCK_COPY_FIELD
+    return out.str();
+}
+
+std::string DescribeTiling(const TransferTiling& tiling)
+{
+    std::ostringstream out;
+#define ASCEND_KV_DESCRIBE_TRANSFER_FIELD(name, doc) Field(out, #name, tiling.name);
+    ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_DESCRIBE_TRANSFER_FIELD)
+#undef ASCEND_KV_DESCRIBE_TRANSFER_FIELD
     return out.str();
 }
 

@@ -65,6 +65,23 @@ struct BlockCopyGeometry {
     TensorGeom src, dst, cumSum;
 };
 
+/// transfer_blocks: a block as a frame of kTransferFrameDims dims (sizes, and element strides in a
+/// cache block and in a buffer block, loops in the order the kernel nests them); the caches (one
+/// shape and strides: `cache` is the first) by address and span; the buffer [KV, L, n, *block] by
+/// the byte strides of its first three dims and its span; ids [n].
+constexpr int kTransferFrameDims = 6;
+struct TransferGeometry {
+    bool gather = true;
+    int64_t frame[kTransferFrameDims] = {};
+    int64_t cacheStrides[kTransferFrameDims] = {};   ///< elements
+    int64_t bufferStrides[kTransferFrameDims] = {};  ///< elements
+    TensorGeom cache, ids;
+    std::vector<uint64_t> addresses, spans;
+    uint64_t layers = 0;
+    int64_t bufferSteps[3] = {};  ///< bytes between the buffer's K/V halves, layers and blocks
+    uint64_t bufferSpan = 0;
+};
+
 /// Result of a tiling computation.
 enum TilingStatus : int {
     kTilingOk = 0,
@@ -96,11 +113,17 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
 int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, uint64_t ubBytes, BlockCopyTiling* tiling,
                            std::vector<uint64_t>* table);
 
+/// Tiling of transfer_blocks_kernel and its cache table (kTransferCacheWords words per cache); as
+/// ComputeKvCacheTiling; kTilingBadShape when a block takes more than three outer loops.
+int ComputeTransferTiling(const TransferGeometry& call, uint64_t coreCount, uint64_t ubBytes, TransferTiling* tiling,
+                          std::vector<uint64_t>* table);
+
 /// "name=value" for every field, in order, separated by spaces.
 std::string DescribeTiling(const KvCacheTiling& tiling);
 std::string DescribeTiling(const PagedLoadTiling& tiling);
 std::string DescribeTiling(const ReshapeTiling& tiling);
 std::string DescribeTiling(const BlockCopyTiling& tiling);
+std::string DescribeTiling(const TransferTiling& tiling);
 
 }  // namespace ascend_kv
 

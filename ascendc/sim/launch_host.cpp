@@ -26,6 +26,7 @@ extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM
 extern "C" void reshape_and_cache_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
                                          GM_ADDR slotMapping, GM_ADDR tiling);
 extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
+extern "C" void transfer_blocks_kernel(GM_ADDR cacheTable, GM_ADDR buffer, GM_ADDR ids, GM_ADDR tiling);
 
 namespace ascend_kv {
 namespace {
@@ -216,6 +217,55 @@ void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<ui
     }
     RunOn("block_copy", t.usedCores, list, [&]() {
         block_copy_kernel(Gm(tableBytes), Gm(src), Gm(dst), Gm(cumSum), Gm(tilingBytes));
+    });
+}
+
+/// `t` with its dims merged where one steps over the next whole (dims of size 1 dropped): the same
+/// elements in as few dims as their strides allow, for a Region.
+at::Tensor Coalesced(const at::Tensor& t)
+{
+    std::vector<int64_t> sizes, strides;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+        if (t.size(d) == 1) {
+            continue;
+        }
+        if (!sizes.empty() && strides.back() == t.size(d) * t.stride(d)) {
+            sizes.back() *= t.size(d);
+            strides.back() = t.stride(d);
+            continue;
+        }
+        sizes.push_back(t.size(d));
+        strides.push_back(t.stride(d));
+    }
+    return t.numel() == 0 ? t.reshape({0}) : t.as_strided(sizes, strides);
+}
+
+void LaunchTransferBlocks(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table,
+                          const at::Tensor& buffer, const at::Tensor& ids, const TransferTiling& tiling)
+{
+    TransferTiling t = tiling;
+    std::vector<uint64_t> words = table;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const at::Tensor tableBytes = at::from_blob(words.data(), {static_cast<int64_t>(words.size() * 8)}, at::kByte);
+    const bool gather = t.gather != 0;
+    std::vector<std::string> names;
+    for (size_t c = 0; c < caches.size(); ++c) {
+        names.push_back("caches[" + std::to_string(c) + "]");
+    }
+    std::vector<std::unique_ptr<Region>> regions;
+    for (size_t c = 0; c < caches.size(); ++c) {
+        regions.push_back(std::make_unique<Region>(caches[c], names[c].c_str(), !gather));
+    }
+    regions.push_back(std::make_unique<Region>(tableBytes, "cache_table", false));
+    regions.push_back(std::make_unique<Region>(Coalesced(buffer), gather ? "out" : "src", gather));
+    regions.push_back(std::make_unique<Region>(ids, "block_ids", false));
+    regions.push_back(std::make_unique<Region>(tilingBytes, "tiling", false));
+    std::vector<GmRegion> list;
+    for (const auto& region : regions) {
+        list.push_back(region->Get());
+    }
+    RunOn("transfer_blocks", t.usedCores, list, [&]() {
+        transfer_blocks_kernel(Gm(tableBytes), Gm(buffer), Gm(ids), Gm(tilingBytes));
     });
 }
 

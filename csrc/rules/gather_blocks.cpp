@@ -284,6 +284,18 @@ FrameArray TransferCall::Strides(const at::Tensor& t, BlockLayout layout, bool b
     return {token, split, head * r, head, element * w, element};
 }
 
+FrameArray TransferCall::Ordered(const FrameArray& values) const
+{
+    constexpr std::array<int, kFrameDims> kTokensOuter = {0, 1, 2, 3, 4, 5}, kTokensInner = {1, 2, 3, 4, 0, 5};
+    const bool nz_written = (gather ? buffer_layout : cache_layout) == BlockLayout::kNz;
+    const auto& order = nz_written ? kTokensInner : kTokensOuter;
+    FrameArray out{};
+    for (int d = 0; d < kFrameDims; ++d) {
+        out[d] = values[order[d]];
+    }
+    return out;
+}
+
 TransferCall CheckGatherBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
                                const at::Tensor& out, c10::string_view cache_layout, c10::string_view out_layout,
                                int64_t head_splits, Check check)

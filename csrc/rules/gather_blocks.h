@@ -43,6 +43,9 @@ struct TransferCall {
     /// The frame strides of one block of `t` (a cache, or the buffer's [n, *block] at one (kv, layer)),
     /// whose block dims are t's last ones, in `layout` (the buffer's: with the head split).
     FrameArray Strides(const at::Tensor& t, BlockLayout layout, bool buffer_side) const;
+    /// `values` (sizes or strides of the frame) in the order every backend nests the loops: an NZ
+    /// destination is written piece by piece (a piece's tokens back to back), any other token by token.
+    FrameArray Ordered(const FrameArray& values) const;
 };
 
 TransferCall CheckGatherBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
