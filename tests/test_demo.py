@@ -29,15 +29,12 @@ def test_demo_quick_matches_reference(backend: str, capsys: pytest.CaptureFixtur
     assert "FAIL" not in out and "all calls match the reference and ran where explain() said" in out
     blocks = scenario_blocks(out)
     # every operation with a backend choice: the backend explain() names, where the operators counted the call
-    # (the counts, not the decision), and explain()'s reason; swap_blocks and scatter_blocks, which have no
-    # kernel, say so
-    for block in blocks[:-2]:
+    # (the counts, not the decision), and explain()'s reason; swap_blocks, which has no kernel, says so
+    for block in blocks[:-1]:
         assert block[1].startswith(f"     {backend}, ran on {PLACE[backend]}: "), block
         assert block[-1] == "     why: chosen explicitly (ASCEND_KV_BACKEND or use_backend)", block
-    assert blocks[-2][0].startswith("ok   swap_blocks") and blocks[-2][1].startswith("     host paths: ")
-    assert blocks[-2][-1].startswith("     why: swap_blocks has no kernel on any backend")
-    assert blocks[-1][0].startswith("ok   scatter_blocks Mooncake receive") and blocks[-1][1].startswith("     host paths: ")
-    assert blocks[-1][-1].startswith("     why: scatter_blocks has no kernel yet")
+    assert blocks[-1][0].startswith("ok   swap_blocks") and blocks[-1][1].startswith("     host paths: ")
+    assert blocks[-1][-1].startswith("     why: swap_blocks has no kernel on any backend")
     assert f"torch intra-op threads: {torch.get_num_threads()}" in out
 
 
@@ -48,7 +45,7 @@ def test_demo_says_why_auto_runs_the_fallback(capsys: pytest.CaptureFixture[str]
     assert demo.main(["--quick", "--repeats", "1"]) == 0
     blocks = scenario_blocks(capsys.readouterr().out)
     assert len(blocks) == 17
-    for block in blocks[:-2]:
+    for block in blocks[:-1]:
         assert block[1].startswith("     fallback, ran on host paths: ")
         assert block[-1] == f"     why: {ascend_kv.explain(block_op(block), 'cpu').reason}"
         assert block[-1] == "     why: the tensors are on cpu, not on an Ascend NPU"
@@ -59,7 +56,7 @@ def block_op(block: list[str]) -> str:
     name = block[0][5:]
     return next(op for prefix, op in (("kv_cache", "kv_cache"), ("paged write", "reshape_and_cache"),
                                       ("paged", "paged_cache_load"), ("block_copy", "block_copy"),
-                                      ("copy_blocks", "copy_blocks")) if name.startswith(prefix))
+                                      ("copy_blocks", "copy_blocks"), ("scatter_blocks", "scatter_blocks")) if name.startswith(prefix))
 
 
 def test_demo_reports_a_mismatch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,7 +87,7 @@ def test_demo_reports_a_call_that_ran_elsewhere(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(policy, "explain", says_sim)
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1
     blocks = scenario_blocks(capsys.readouterr().out)
-    assert [b[0][:4] for b in blocks] == ["FAIL"] * 15 + ["ok  "] * 2   # swap/scatter_blocks ask no policy
+    assert [b[0][:4] for b in blocks] == ["FAIL"] * 16 + ["ok  "]            # swap_blocks asks no policy
     assert blocks[0][1].startswith("     sim, but ran on host paths (explain() said sim): ")
     assert blocks[0][1].endswith("bit-exact vs reference: yes")
 
@@ -112,7 +109,7 @@ def test_allocating_loads_show_the_into_form_beside_them(capsys: pytest.CaptureF
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 0
     blocks = scenario_blocks(capsys.readouterr().out)
     allocating = [b for b in blocks if b[0][5:].startswith(("paged ND", "paged NZ")) and "given outputs" not in b[0]]
-    assert len(allocating) == 4 and len(blocks) == 17  # 12 for the first three operations, 4 block copies, 1 scatter
+    assert len(allocating) == 4 and len(blocks) == 17  # 12 for the first three operations, 5 block moves
     for block in allocating:
         assert "(allocating: the time includes zero-filling the new key and value)" in block[1]
         assert block[2].startswith("     into given key/value, ran on host paths: ")

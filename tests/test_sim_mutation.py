@@ -14,7 +14,7 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), block_copy writing one block too far and block_copy letting an
+twice is then written by two cores), gather_blocks reading one block too far, block_copy writing one block too far and block_copy letting an
 out-of-range destination through, the staged index window read without its MTE2_S flag, rows moved
 in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
 itself vector-only. The unmutated library passes the same calls.
@@ -67,6 +67,10 @@ MUTANTS = {
     "block-copy-off-by-one": [
         ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset]",
          "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset]"),
+    ],
+    "transfer-off-by-one": [  # gather_blocks reading the block after the one named
+        ("kernels/transfer_blocks.cpp", "CopyChunk(static_cast<uint64_t>(id) * t_.cacheBlockStride,",
+         "CopyChunk((static_cast<uint64_t>(id) + 1) * t_.cacheBlockStride,"),
     ],
     "block-copy-past-the-cache": [  # an out-of-range destination let through
         ("kernels/block_copy.cpp", "static_cast<uint64_t>(d) >= t_.numBlocks", "static_cast<uint64_t>(d) > t_.numBlocks"),
@@ -122,7 +126,11 @@ def block_copy(dst):
     cache = torch.zeros(4, 2, 16, dtype=h, device="npu")
     with ascend_kv.use_backend("npu"):
         ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"))
-CALLS = {"kv_dense": kv_dense, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
+def gather_last():
+    # block 3, the last of 4 blocks of 16 x 2 x 16 float16 (1,024 bytes each), of one key-only layer, into NZ
+    cache = torch.ones(4, 16, 2, 16, dtype=h)
+    ascend_kv.gather_blocks([cache], [], torch.tensor([3]), torch.zeros(1, 1, 1, 2, 16, 16, dtype=h), out_layout="nz")
+CALLS = {"kv_dense": kv_dense, "gather_last": gather_last, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
          "reshape_nz": lambda: reshape("nz", (2, 2, 16, 16), 32),
@@ -272,6 +280,13 @@ def test_block_copy_off_by_one_block_writes_past_the_cache(libraries: dict[str, 
     assert (buffer, offset, count) == (256, 256, 64)
 
 
+def test_transfer_off_by_one_block_reads_past_the_cache(libraries: dict[str, Path]) -> None:
+    """Block 3 is the last of 4 blocks of 1,024 bytes; the block after it is past the cache's 4,096 bytes."""
+    message = run(libraries["transfer-off-by-one"], "gather_last")
+    buffer, offset, count = overrun(message, "read", re.escape("caches[0]"))
+    assert buffer == 4096 and offset >= 4096
+
+
 def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[str, Path]) -> None:
     """dst = 4 = num_blocks (a device index nobody checked) must be skipped; let through, it lands past the cache."""
     assert run(libraries["block-copy-past-the-cache"], "block_copy_last") == "ok"
@@ -281,7 +296,7 @@ def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[st
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+@pytest.mark.parametrize("call", ["gather_last", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
                                   "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
                                   "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:

@@ -39,7 +39,8 @@ BACKEND_CHOICES = ("auto", "npu", "sim", "fallback")
 BACKEND_ENV = "ASCEND_KV_BACKEND"
 _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoadOperation",
              "reshape_and_cache": "ReshapeAndCacheOperation", "block_copy": "BlockCopyOperation",
-             "copy_blocks": "BlockCopyOperation"}
+             "copy_blocks": "BlockCopyOperation", "gather_blocks": "BlockCopyOperation",
+             "scatter_blocks": "BlockCopyOperation"}
 
 #: The reasons a FallbackWarning was given for (once each).
 _warned: set[str] = set()

@@ -1,11 +1,14 @@
 """The demo's block-management scenarios: a beam-search fork (``block_copy``), a fork over every
-layer (``copy_blocks``) and a KV offload round trip (``swap_blocks``), checked like the others."""
+layer (``copy_blocks``), a Mooncake-style KV receive (``scatter_blocks``: a TP-split ND staging
+buffer into the NZ caches of 32 layers in one call) and a KV offload round trip (``swap_blocks``),
+checked like the others."""
 
 from __future__ import annotations
 
 import torch
 
 from ..api.block_ops import block_copy, copy_blocks, swap_blocks
+from ..api.transfer_ops import scatter_blocks
 from ..api.layout import nd_to_nz
 from ..dispatch import policy
 from . import reference
@@ -98,6 +101,32 @@ def offload_scenario(name: str, blocks: int, *, block_size: int, heads: int = 8,
                     bytes_moved=2 * 2 * blocks * cache[0].nbytes)
 
 
+def receive_scenario(name: str, layers: int, blocks: int, *, splits: int, block_size: int, heads: int = 8,
+                     head_size: int = 128, dtype: torch.dtype = torch.float16, g: torch.Generator) -> Scenario:
+    """``blocks`` blocks of ``splits`` prefill ranks' heads (staging ``[2, L, n, S, bs, H/S, D]``) into
+    shuffled blocks of ``layers`` layers' NZ K and V caches, in one call."""
+    num_blocks = 2 * blocks
+    t, e = heads * head_size, 32 // dtype.itemsize
+    caches = _payload((layers, 2, num_blocks, t // e, block_size, e), dtype, g)   # per-layer views of one buffer
+    keys, values = [caches[layer, 0] for layer in range(layers)], [caches[layer, 1] for layer in range(layers)]
+    staging = _payload((2, layers, blocks, splits, block_size, heads // splits, head_size), dtype, g)
+    ids = torch.randperm(num_blocks, generator=g)[:blocks].to(torch.int32)
+    expected = caches.clone()
+
+    def run() -> tuple[torch.Tensor, ...]:
+        scatter_blocks(staging, keys, values, ids, src_layout="nd", head_splits=splits, cache_layout="nz")
+        return (caches,)
+
+    def check() -> tuple[torch.Tensor, ...]:
+        reference.scatter_blocks(staging, [expected[layer, 0] for layer in range(layers)],
+                                 [expected[layer, 1] for layer in range(layers)], ids, src_layout="nd",
+                                 head_splits=splits, cache_layout="nz")
+        return (expected,)
+
+    return Scenario(name, "scatter_blocks", run=run, reference=check, device=caches.device,
+                    bytes_moved=2 * staging.nbytes)
+
+
 def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
     """The block scenarios; ``scale`` divides the block size (1 = realistic shapes)."""
     block_size = max(1, 128 // scale)
@@ -108,6 +137,9 @@ def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
                       block_size=max(16, block_size), layout="nz", dtype=torch.bfloat16, g=g),
         layers_scenario(f"copy_blocks 32 layers x 16 pairs in one call (views of one buffer), block {block_size}",
                         32, 16, block_size=block_size, head_size=128 // scale or 1, g=g),
+        receive_scenario(f"scatter_blocks Mooncake receive: TP-split (S=2) ND staging of {max(2, 64 // scale)} blocks "
+                         "into NZ caches of 32 layers in one call, block 128, 8x128 heads, float16", 32,
+                         max(2, 64 // scale), splits=2, block_size=128, g=g),
         offload_scenario(f"swap_blocks offload round trip: 16 blocks to host memory and back, block {block_size}",
                          16, block_size=block_size, g=g),
     ]
