@@ -44,8 +44,8 @@ import torch
 from ..api.block_ops import block_copy, copy_blocks
 from ..api.errors import BackendUnavailableError
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
-from ..api.transfer_ops import gather_blocks, scatter_blocks
 from ..api.params import KvCacheCfg
+from ..api.transfer_ops import gather_blocks, scatter_blocks
 from ..dispatch.policy import BACKEND_CHOICES, use_backend
 from . import overhead as host_cost
 from . import reference, runs
@@ -326,22 +326,19 @@ def _transfer_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     values = [torch.zeros((blocks, *cache_block), dtype=dtype) for _ in range(layers)]
     buffer = _payload((2, layers, blocks, *buffer_block), dtype, g)
     ids = torch.randperm(blocks, generator=g).to(torch.int32)
-    options = ({"cache_layout": "nd", "out_layout": w.layout} if gather
-               else {"src_layout": "nd", "cache_layout": w.layout})
     reference_buffer = buffer[:, :1].clone()
 
     def call(count: int, out: torch.Tensor) -> None:
         if gather:
-            gather_blocks(keys[:count], values[:count], ids, out, **options)
+            gather_blocks(keys[:count], values[:count], ids, out, out_layout=w.layout)
         else:
-            scatter_blocks(out, keys[:count], values[:count], ids, **options)
+            scatter_blocks(out, keys[:count], values[:count], ids, cache_layout=w.layout)
 
     def check() -> None:
-        run = reference.gather_blocks if gather else reference.scatter_blocks
         if gather:
-            run(keys[:1], values[:1], ids, reference_buffer, **options)
+            reference.gather_blocks(keys[:1], values[:1], ids, reference_buffer, out_layout=w.layout)
         else:
-            run(reference_buffer, keys[:1], values[:1], ids, **options)
+            reference.scatter_blocks(reference_buffer, keys[:1], values[:1], ids, cache_layout=w.layout)
 
     return Call(
         layers=layers,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from ..api.block_ops import block_copy, copy_blocks, swap_blocks
-from ..api.transfer_ops import scatter_blocks
 from ..api.layout import nd_to_nz
+from ..api.transfer_ops import scatter_blocks
 from ..dispatch import policy
 from . import reference
 from .demo import Scenario, _payload
