@@ -127,3 +127,27 @@ def on_the_kernels(call: Callable[..., object], case: TransferCase) -> None:
     assert launches() - before == 1
     assert seen.transfers == 0 and seen.blocking_uploads == 0
     mirror.copy_back()
+
+
+def test_a_pinned_host_buffer_with_npu_caches_is_one_launch_and_one_copy(configure: Callable[[int, int], None],
+                                                                          kernels: None) -> None:
+    """Host ids (checked) and a pinned host buffer: one device staging buffer, one launch, one copy each way."""
+    configure(7, DEFAULT_UB)
+    case = make_case("nz", "nd", splits=2, ids=[4, 1])
+    mirror = fake_npu.same_layout(case.caches())
+    keys, values = mirror.values[:2], mirror.values[2:]
+    buffer = case.buffer.pin_memory()
+    expected_out = expected_gather(case, case.ids)
+    before = launches()
+    with ascend_kv.use_backend("npu"), ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.gather_blocks(keys, values, case.block_ids(), buffer, cache_layout="nz", head_splits=2)
+    assert launches() - before == 1 and seen.transfers == 1 and seen.blocking_uploads == 0  # the result, once
+    assert bits_equal(buffer, expected_out)
+    buffer.copy_(random_bits(tuple(buffer.shape), buffer.dtype, 8))
+    expected_caches = expected_scatter(TransferCase(case.keys, case.values, case.ids, buffer, "nz", "nd", 2,
+                                                    case.index_dtype), case.ids)
+    with ascend_kv.use_backend("npu"), ran_on(KERNELS), fake_npu.counting() as seen:
+        ascend_kv.scatter_blocks(buffer, keys, values, case.block_ids(), cache_layout="nz", head_splits=2)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    mirror.copy_back()
+    assert all(bits_equal(a, b) for a, b in zip(case.caches(), expected_caches))
