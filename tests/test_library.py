@@ -27,6 +27,7 @@ from torch._inductor.utils import run_and_get_code
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 from torch.utils._python_dispatch import TorchDispatchMode
+from transfer_cases import make_case
 
 import ascend_kv
 from ascend_kv.tools import reference
@@ -173,12 +174,26 @@ def test_opcheck_swap_blocks(target: str) -> None:
     torch.library.opcheck(OPS.swap_blocks.default, (src, dst, torch.tensor([[5, 0], [1, 2]], dtype=torch.int32)))
 
 
+@pytest.mark.parametrize(("cache_layout", "buffer_layout", "splits"), [("nd", "nz", 1), ("nz", "nd", 2), ("hnd", "hnd", 1)])
+@pytest.mark.parametrize("key_only", [False, True])
+def test_opcheck_gather_and_scatter_blocks(cache_layout: str, buffer_layout: str, splits: int, key_only: bool) -> None:
+    """Per-layer views of one buffer, relaid out on the way (finite values: opcheck compares with allclose)."""
+    case = make_case(cache_layout, buffer_layout, splits=splits, kv=1 if key_only else 2, one_buffer=True)
+    for t in [*case.caches(), case.buffer]:
+        t.view(torch.int16).bitwise_and_(0x3BFF)
+    options = (cache_layout, buffer_layout, splits)
+    torch.library.opcheck(OPS.gather_blocks.default, (case.keys, case.values, case.block_ids(), case.buffer, *options))
+    torch.library.opcheck(OPS.scatter_blocks.default,
+                          (case.buffer, case.keys, case.values, case.block_ids(), buffer_layout, cache_layout, splits))
+
+
 def test_every_operator_and_overload_has_an_opcheck_test() -> None:
     """The public operators of the library, overload by overload, each with its opcheck test above
     (the underscored ones are the library's own plumbing; the functional_* twins are the compile
     rule's, run by the compile tests)."""
     tested = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into",
-              "reshape_and_cache.default", "block_copy.default", "copy_blocks.default", "swap_blocks.default"}
+              "reshape_and_cache.default", "block_copy.default", "copy_blocks.default", "swap_blocks.default",
+              "gather_blocks.default", "scatter_blocks.default"}
     public = {f"{name}.{overload}" for name in dir(OPS) if not name.startswith(("_", "functional_"))
               and isinstance(getattr(OPS, name), torch._ops.OpOverloadPacket)
               for overload in getattr(OPS, name).overloads()}
