@@ -52,9 +52,10 @@ std::vector<Schema> Writers()
          "()"},
         {"block_copy",
          "Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor src_block_indices, Tensor dst_block_indices, "
-         "Tensor cum_sum",
+         "Tensor cum_sum, bool simultaneous=False",
          "()"},
-        {"copy_blocks", "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping", "()"},
+        {"copy_blocks",
+         "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping, bool simultaneous=False", "()"},
         {"swap_blocks", "Tensor src, Tensor(a!) dst, Tensor block_mapping", "()"},
     };
 }

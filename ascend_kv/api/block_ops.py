@@ -19,6 +19,8 @@ def block_copy(
     src_block_indices: torch.Tensor,
     dst_block_indices: torch.Tensor,
     cum_sum: torch.Tensor,
+    *,
+    simultaneous: bool = False,
 ) -> None:
     """Copy whole cache blocks in place, one source to one or more destinations (ATB BlockCopyOperation).
 
@@ -40,13 +42,18 @@ def block_copy(
         ``[n]`` int32 or int64 source blocks, in ``[0, num_blocks)``.
     dst_block_indices : torch.Tensor
         ``[m]`` int32 or int64 destination blocks, in ``[0, num_blocks)``, distinct, none of them
-        a source.
+        a source (unless ``simultaneous``).
     cum_sum : torch.Tensor
         ``[n]`` int32 or int64: running end of each source's destinations, non-decreasing,
         ``cum_sum[-1] == m``.
+    simultaneous : bool, optional
+        False (default): ATB's rules. True: every source block is read before any destination
+        is written, so cycles (a->b, b->a), chains (a->b, b->c: c gets b's old bytes),
+        self-copies and overlapping fan-out are defined; a destination is still named once.
 
     Index tensors on the host are checked (nothing is written on an error); on the caches'
     device they are read by the kernels or the device fallback, which skip out-of-range blocks.
+    A view identical to another (device, ``data_ptr()``, dtype, shape, strides) is copied once.
 
     Raises
     ------
@@ -66,13 +73,16 @@ def block_copy(
              cum_sum=cum_sum)
     if value_cache is not None:
         _tensors(value_cache=value_cache)
-    torch.ops.ascend_kv.block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum)
+    torch.ops.ascend_kv.block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum,
+                                   _flag(simultaneous))
 
 
 def copy_blocks(
     key_caches: Sequence[torch.Tensor],
     value_caches: Sequence[torch.Tensor],
     block_mapping: torch.Tensor,
+    *,
+    simultaneous: bool = False,
 ) -> None:
     """Copy cache blocks of every layer in place, ``(src, dst)`` pairs (vLLM's ``copy_blocks``).
 
@@ -83,12 +93,15 @@ def copy_blocks(
     ----------
     key_caches : sequence of torch.Tensor
         One cache per layer, each as ``block_copy``'s ``key_cache``; all on one device with one
-        ``num_blocks`` (per-layer views of one buffer are fine).
+        ``num_blocks`` (per-layer views of one buffer are fine; segments of one allocation may
+        differ in dtype and block shape; a view listed for several layers is copied once).
     value_caches : sequence of torch.Tensor
         One per layer as well, or empty for key-only (MLA) caches.
     block_mapping : torch.Tensor
         ``[n, 2]`` int32 or int64 ``(src, dst)`` pairs, on the host or the caches' device; the
         rules of ``block_copy`` apply per pair.
+    simultaneous : bool, optional
+        As :func:`block_copy`'s: every source read before any destination is written.
 
     Raises
     ------
@@ -102,7 +115,7 @@ def copy_blocks(
     """
     keys, values = _tensor_list("key_caches", key_caches), _tensor_list("value_caches", value_caches)
     _tensors(block_mapping=block_mapping)
-    torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping)
+    torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping, _flag(simultaneous))
 
 
 def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
@@ -136,6 +149,11 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
     """
     _tensors(src=src, dst=dst, block_mapping=block_mapping)
     torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+
+
+def _flag(simultaneous: object) -> bool:
+    return simultaneous if simultaneous is True or simultaneous is False else common.bool_argument(
+        "simultaneous", simultaneous)
 
 
 def _tensors(**arguments: object) -> None:

@@ -44,7 +44,7 @@ void Run(BlockCopyCall& call)
     const at::Device device = call.caches[0].device();
     if (device.is_cpu()) {
         const BlockCopyPlan plan = PlanBlockCopy(call);
-        if (HostBackend(Operation::kBlockCopy) == Backend::kSim) {
+        if (HostBackend(Operation::kBlockCopy) == Backend::kSim && !call.simultaneous) {
             Count(Ran::kSim);
             std::vector<at::Tensor> copies;
             for (const at::Tensor& cache : call.caches) {  // outside the kernel's domain: on a contiguous copy
@@ -65,7 +65,7 @@ void Run(BlockCopyCall& call)
     }
     const IndexTensors index = OnDevice(call.IndexTensors(), device);
     const Backend backend = DeviceBackend(Operation::kBlockCopy, device, BlockCopyOutsideReason(call.caches));
-    if (backend == Backend::kNpu) {
+    if (backend == Backend::kNpu && !call.simultaneous) {
         Count(Ran::kKernels);
         Launch(Kernels(backend), call.caches, index);
         return;
@@ -89,7 +89,8 @@ std::vector<Named> NamedCaches(const BlockCopyCall& call)
 }  // namespace
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum)
+               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+               bool simultaneous)
 {
     BelowAutograd guard;
     if (!key_cache.is_cpu()) {
@@ -97,32 +98,35 @@ void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& val
         RequireBaseFormats({{"key_cache", key_cache}, {"value_cache", value_cache ? *value_cache : absent}});
     }
     BlockCopyCall call = CheckBlockCopy(key_cache, value_cache.value_or(at::Tensor()), src_block_indices,
-                                        dst_block_indices, cum_sum, Check::kCall);
+                                        dst_block_indices, cum_sum, simultaneous, Check::kCall);
     Run(call);
 }
 
 void BlockCopyMeta(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum)
+                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+                   bool simultaneous)
 {
     NoteTracing();
     CheckBlockCopy(key_cache, value_cache.value_or(at::Tensor()), src_block_indices, dst_block_indices, cum_sum,
-                   Check::kShapes);
+                   simultaneous, Check::kShapes);
 }
 
-void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping)
+void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                bool simultaneous)
 {
     BelowAutograd guard;
-    BlockCopyCall call = CheckCopyBlocks(key_caches, value_caches, block_mapping, Check::kCall);
+    BlockCopyCall call = CheckCopyBlocks(key_caches, value_caches, block_mapping, simultaneous, Check::kCall);
     if (!call.caches.empty() && !call.caches[0].is_cpu()) {
         RequireBaseFormats(NamedCaches(call));
     }
     Run(call);
 }
 
-void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping)
+void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                    bool simultaneous)
 {
     NoteTracing();
-    CheckCopyBlocks(key_caches, value_caches, block_mapping, Check::kShapes);
+    CheckCopyBlocks(key_caches, value_caches, block_mapping, simultaneous, Check::kShapes);
 }
 
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping)

@@ -54,11 +54,15 @@ void ReshapeAndCacheMeta(const at::Tensor& key, const c10::optional<at::Tensor>&
                          c10::string_view kv_cache_cfg);
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
+               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+               bool simultaneous);
 void BlockCopyMeta(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
-void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
-void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
+                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+                   bool simultaneous);
+void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                bool simultaneous);
+void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                    bool simultaneous);
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 
