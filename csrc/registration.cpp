@@ -57,6 +57,7 @@ std::vector<Schema> Writers()
         {"copy_blocks",
          "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping, bool simultaneous=False", "()"},
         {"swap_blocks", "Tensor src, Tensor(a!) dst, Tensor block_mapping", "()"},
+        {"swap_blocks.bytes", "Tensor src, Tensor(a!) dst, int block_size_in_bytes, Tensor block_mapping", "()"},
     };
 }
 
@@ -201,6 +202,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("block_copy", &BlockCopy);
     m.impl("copy_blocks", &CopyBlocks);
     m.impl("swap_blocks", &SwapBlocks);
+    m.impl("swap_blocks.bytes", &SwapBlockBytes);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -222,6 +224,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("block_copy", &BlockCopyMeta);
     m.impl("copy_blocks", &CopyBlocksMeta);
     m.impl("swap_blocks", &SwapBlocksMeta);
+    m.impl("swap_blocks.bytes", &SwapBlockBytesMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)

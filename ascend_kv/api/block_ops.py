@@ -118,20 +118,33 @@ def copy_blocks(
     torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping, _flag(simultaneous))
 
 
-def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
-    """Copy blocks from one cache to another, on one device or between devices (vLLM's ``swap_blocks``).
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, *args: object, **kwargs: object) -> None:
+    """Copy blocks from one tensor to another, on one device or between devices (vLLM's ``swap_blocks``).
 
-    Block ``block_mapping[i, 0]`` of ``src`` goes to block ``block_mapping[i, 1]`` of ``dst``:
-    KV offload to host memory and back, preemption. From or to pinned host memory the copies
-    are non-blocking, queued on the device's current stream; the call never synchronises.
+    Two forms, told apart by the number of arguments after ``dst``:
+
+    - ``swap_blocks(src, dst, block_mapping)``: block ``block_mapping[i, 0]`` (dim 0) of ``src``
+      goes to block ``block_mapping[i, 1]`` of ``dst`` (operator ``swap_blocks``);
+    - ``swap_blocks(src, dst, block_size_in_bytes, block_mapping)`` (vLLM's current form): block
+      ``m`` of a tensor is its bytes ``[m * B, (m + 1) * B)`` from ``data_ptr()``; bytes
+      ``[s * B, (s + 1) * B)`` of ``src`` go to ``[d * B, (d + 1) * B)`` of ``dst`` for each
+      pair ``(s, d)``, whatever the dtypes (operator ``swap_blocks.bytes``). ``B`` need not be a
+      block's stride: GPU pages can go into halves of 2-page host blocks.
+
+    KV offload to host memory and back, preemption. From or to pinned host memory the copies are
+    non-blocking, queued on the device's current stream; the call never synchronises, and
+    consecutive pairs go as one copy.
 
     Parameters
     ----------
     src : torch.Tensor
-        ``[src_blocks, ...]``, read.
+        ``[src_blocks, ...]``, read (the bytes form: any contiguous tensor).
     dst : torch.Tensor
-        ``[dst_blocks, ...]`` with ``src.shape[1:]`` and ``src.dtype``, written; on ``src``'s
-        device or another, apart from ``src``.
+        Written, on ``src``'s device or another, apart from ``src``. The 3-argument form:
+        ``[dst_blocks, ...]`` with ``src.shape[1:]`` and ``src.dtype``; the bytes form: any
+        contiguous tensor.
+    block_size_in_bytes : int
+        The bytes form only: ``B``, positive.
     block_mapping : torch.Tensor
         ``[n, 2]`` int32 or int64 ``(src block, dst block)`` pairs on the host; blocks in range,
         destinations distinct.
@@ -146,9 +159,39 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
     >>> gpu = torch.zeros(8, 16, 2, 8, dtype=torch.float16)
     >>> host = torch.empty(4, 16, 2, 8, dtype=torch.float16)   # pin_memory=True on an NPU host
     >>> ascend_kv.swap_blocks(gpu, host, torch.tensor([[5, 0], [6, 1]]))
+    >>> ascend_kv.swap_blocks(gpu, host, 256, torch.tensor([[5, 0], [6, 3]]))   # 256-byte blocks
     """
+    bytes_form = len(args) + len(kwargs) == 2 or "block_size_in_bytes" in kwargs
+    names = ("block_size_in_bytes", "block_mapping") if bytes_form else ("block_mapping",)
+    bound = _bind(names, args, kwargs)
+    block_mapping = bound["block_mapping"]
     _tensors(src=src, dst=dst, block_mapping=block_mapping)
-    torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+    if not bytes_form:
+        torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+        return
+    size = bound["block_size_in_bytes"]
+    if type(size) is not int:
+        if isinstance(size, torch.Tensor):
+            raise TypeError(f"block_size_in_bytes must be an int, got {common.describe(size)}")
+        size = common.int64_argument("block_size_in_bytes", size)
+    torch.ops.ascend_kv.swap_blocks.bytes(src, dst, size, block_mapping)
+
+
+def _bind(names: tuple[str, ...], args: tuple[object, ...], kwargs: dict[str, object]) -> dict[str, object]:
+    """``swap_blocks``' arguments after ``dst`` by name, positional ones first, or ``TypeError`` as Python gives."""
+    if len(args) > len(names):
+        raise TypeError(f"swap_blocks takes 3 or 4 arguments (src, dst, [block_size_in_bytes,] block_mapping), "
+                        f"got {2 + len(args)} positional")
+    bound = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names or name in bound:
+            raise TypeError(f"swap_blocks got an unexpected or repeated argument {name!r} (its form takes "
+                            f"src, dst, {', '.join(names)})")
+        bound[name] = value
+    missing = [name for name in names if name not in bound]
+    if missing:
+        raise TypeError(f"swap_blocks missing argument {missing[0]!r} (src, dst, [block_size_in_bytes,] block_mapping)")
+    return bound
 
 
 def _flag(simultaneous: object) -> bool:

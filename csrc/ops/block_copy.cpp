@@ -86,6 +86,13 @@ std::vector<Named> NamedCaches(const BlockCopyCall& call)
     return named;
 }
 
+/// The first (nbytes // B) * B bytes of contiguous `t` as [nbytes // B, B] uint8: block m is bytes [m*B, (m+1)*B).
+at::Tensor ByteBlocks(const at::Tensor& t, int64_t block_bytes)
+{
+    const int64_t blocks = static_cast<int64_t>(t.nbytes()) / block_bytes;
+    return t.reshape(-1).view(at::kByte).narrow(0, 0, blocks * block_bytes).view({blocks, block_bytes});
+}
+
 }  // namespace
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
@@ -148,6 +155,30 @@ void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tens
 {
     NoteTracing();
     CheckSwapBlocks(src, dst, block_mapping, Check::kShapes);
+}
+
+void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                    const at::Tensor& block_mapping)
+{
+    BelowAutograd guard;
+    RequireBaseFormats({{"src", src}, {"dst", dst}});
+    const BlockCopyPlan pairs = CheckSwapBlockBytes(src, dst, block_size_in_bytes, block_mapping, Check::kCall);
+    if (pairs.destinations.empty()) {
+        return;
+    }
+    const at::Tensor from = ByteBlocks(src, block_size_in_bytes), to = ByteBlocks(dst, block_size_in_bytes);
+    if (src.is_cpu() && dst.is_cpu()) {
+        host::SwapBlocks(from, to, pairs);
+    } else {
+        on_device::CopyRuns(from, to, pairs);
+    }
+}
+
+void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                        const at::Tensor& block_mapping)
+{
+    NoteTracing();
+    CheckSwapBlockBytes(src, dst, block_size_in_bytes, block_mapping, Check::kShapes);
 }
 
 }  // namespace ascend_kv

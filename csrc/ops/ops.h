@@ -65,5 +65,9 @@ void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, cons
                     bool simultaneous);
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
+void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                    const at::Tensor& block_mapping);
+void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                        const at::Tensor& block_mapping);
 
 }  // namespace ascend_kv

@@ -120,11 +120,13 @@ void RequireCachesApart(const BlockCopyCall& call)
     }
 }
 
-void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* what)
+/// Every value in [0, num_blocks), or a ValueError: "<entry> = <value> is out of range: <holder> hold(s) <n> blocks<unit>".
+void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* holder,
+                    const std::string& unit = "")
 {
     for (size_t i = 0; i < values.size(); ++i) {
         TORCH_CHECK_VALUE(values[i] >= 0 && values[i] < num_blocks, name(i), " = ", values[i], " is out of range: ",
-                          what, " ", num_blocks, " blocks");
+                          holder, " ", num_blocks, " blocks", unit);
     }
 }
 
@@ -215,6 +217,26 @@ Namer Entry(std::string_view name)
 Namer Pair(int column)
 {
     return [column](int64_t i) { return "block_mapping[" + std::to_string(i) + ", " + std::to_string(column) + "]"; };
+}
+
+/// swap_blocks' pairs from block_mapping (on the host), src and dst apart: sources in
+/// [0, src_blocks), destinations in [0, dst_blocks) and distinct; `unit` follows "blocks" in messages.
+BlockCopyPlan SwapPairs(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
+                        int64_t src_blocks, int64_t dst_blocks, const std::string& unit)
+{
+    TORCH_CHECK_VALUE(block_mapping.is_cpu(), "block_mapping must be on the host (cpu), as vLLM keeps it, got ",
+                      block_mapping.device());
+    RequireApart("dst", dst, {{"src", src}});
+    BlockCopyPlan plan;
+    const IndexReader mapping(block_mapping);
+    for (int64_t i = 0; i < mapping.Rows(); ++i) {
+        plan.sources.push_back(mapping.At(i, 0));
+        plan.destinations.push_back(mapping.At(i, 1));
+    }
+    RequireInRange(Pair(0), plan.sources, src_blocks, "src holds", unit);
+    RequireInRange(Pair(1), plan.destinations, dst_blocks, "dst holds", unit);
+    RequireDistinct(Pair(1), plan.destinations);
+    return plan;
 }
 
 }  // namespace
@@ -312,22 +334,32 @@ BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, cons
     TORCH_CHECK_VALUE(src.sym_sizes().slice(1) == dst.sym_sizes().slice(1), "dst.shape[1:] (one block) = ",
                       Tuple(dst.sym_sizes().slice(1)), " must equal src.shape[1:] = ", Tuple(src.sym_sizes().slice(1)));
     RequireBlockMapping(block_mapping, meta);
-    BlockCopyPlan plan;
     if (check == Check::kShapes) {
-        return plan;
+        return {};
     }
-    TORCH_CHECK_VALUE(block_mapping.is_cpu(), "block_mapping must be on the host (cpu), as vLLM keeps it, got ",
-                      block_mapping.device());
-    RequireApart("dst", dst, {{"src", src}});
-    const IndexReader mapping(block_mapping);
-    for (int64_t i = 0; i < mapping.Rows(); ++i) {
-        plan.sources.push_back(mapping.At(i, 0));
-        plan.destinations.push_back(mapping.At(i, 1));
+    return SwapPairs(src, dst, block_mapping, src.size(0), dst.size(0), "");
+}
+
+BlockCopyPlan CheckSwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                                  const at::Tensor& block_mapping, Check check)
+{
+    const bool meta = AllowsMeta(check, src);
+    RequireData("src", src, meta);
+    RequireData("dst", dst, meta);
+    RequireWritable("dst", dst);
+    TORCH_CHECK_VALUE(block_size_in_bytes > 0, "block_size_in_bytes must be a positive number of bytes, got ",
+                      block_size_in_bytes);
+    for (const auto& [name, t] : {std::pair{"src", &src}, std::pair{"dst", &dst}}) {
+        TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous (its blocks are byte ranges from its "
+                          "data_ptr()), got sizes ", ShapeOf(*t), " and strides ", Tuple(t->strides()));
     }
-    RequireInRange(Pair(0), plan.sources, src.size(0), "src holds");
-    RequireInRange(Pair(1), plan.destinations, dst.size(0), "dst holds");
-    RequireDistinct(Pair(1), plan.destinations);
-    return plan;
+    RequireBlockMapping(block_mapping, meta);
+    if (check == Check::kShapes) {
+        return {};
+    }
+    const auto blocks = [&](const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()) / block_size_in_bytes; };
+    return SwapPairs(src, dst, block_mapping, blocks(src), blocks(dst),
+                     " of " + std::to_string(block_size_in_bytes) + " bytes");
 }
 
 }  // namespace ascend_kv

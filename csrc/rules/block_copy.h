@@ -53,4 +53,11 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call);
 BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
                               Check check);
 
+/// The rules of swap_blocks.bytes (vLLM's 4-argument form): block m of a tensor is its bytes
+/// [m*B, (m+1)*B) from data_ptr(); `src` and `dst` contiguous (any dtypes), block_mapping [n, 2]
+/// on the host. Returns its pairs checked (ranges inside the tensors, destinations distinct, src
+/// and dst apart); empty for a shapes-only check.
+BlockCopyPlan CheckSwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                                  const at::Tensor& block_mapping, Check check);
+
 }  // namespace ascend_kv

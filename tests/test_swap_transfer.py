@@ -1,0 +1,147 @@
+"""vLLM's block-transfer forms (TRANSFER.md §2): ``swap_blocks(src, dst, block_size_in_bytes,
+block_mapping)`` (operator ``swap_blocks.bytes``) against the spec's byte loop, bit for bit, on the
+host and between the host and the fake NPU (non-blocking from pinned memory, runs coalesced, nothing
+waited for); every rule at its boundary with nothing written; compiled steps equal to eager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fake_npu
+import pytest
+import torch
+from cases import bits_equal, random_bits, require_compiled_as_eager
+from hypothesis import given
+from hypothesis import strategies as st
+from test_block_copy import judge
+
+import ascend_kv
+from ascend_kv.tools import reference
+
+fake_npu.install()
+
+
+@st.composite
+def byte_swaps(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+    """Any dtypes, ``B`` any size (a block's stride or not), pairs with runs and distinct destinations."""
+    block = draw(st.sampled_from([1, 6, 64, 256]))
+    src_blocks, dst_blocks = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    src_dtype, dst_dtype = (draw(st.sampled_from([torch.float16, torch.int8, torch.float32])) for _ in range(2))
+    extra = draw(st.integers(0, 3))                                   # bytes past the last whole block
+    src = random_bits((src_blocks * block + extra,), torch.uint8, draw(st.integers(0, 99)))
+    dst = random_bits((dst_blocks * block + extra,), torch.uint8, draw(st.integers(100, 199)))
+    src = src[: src.numel() // src_dtype.itemsize * src_dtype.itemsize].view(src_dtype)
+    dst = dst[: dst.numel() // dst_dtype.itemsize * dst_dtype.itemsize].view(dst_dtype)
+    src_count, dst_count = src.nbytes // block, dst.nbytes // block
+    if not src_count or not dst_count:
+        return src, dst, block, torch.zeros(0, 2, dtype=torch.int64)
+    destinations = list(draw(st.permutations(range(dst_count))))[: draw(st.integers(0, dst_count))]
+    sources = [draw(st.integers(0, src_count - 1)) for _ in destinations]
+    index_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    return src, dst, block, torch.tensor(list(zip(sources, destinations)), dtype=index_dtype).reshape(-1, 2)
+
+
+@given(case=byte_swaps())
+def test_the_bytes_form_matches_the_reference_on_the_host(case: tuple[Any, ...]) -> None:
+    src, dst, block, mapping = case
+    expected = dst.clone()
+    reference.swap_blocks_bytes(src, expected, block, mapping)
+    ascend_kv.swap_blocks(src, dst, block, mapping)
+    assert bits_equal(dst, expected)
+
+
+def test_pages_go_into_halves_of_two_page_host_blocks() -> None:
+    """vLLM's offload: GPU pages of 512 bytes into CPU blocks of 2 pages, with B = 512."""
+    gpu = random_bits((8, 16, 2, 8), torch.float16, 1)                # 8 pages of 512 bytes
+    cpu = random_bits((3, 2, 16, 2, 8), torch.float16, 2)             # 3 blocks of 2 pages
+    mapping = torch.tensor([[5, 0], [6, 1], [2, 5], [3, 3]])
+    expected = cpu.clone()
+    reference.swap_blocks_bytes(gpu, expected, 512, mapping)
+    ascend_kv.swap_blocks(gpu, cpu, block_size_in_bytes=512, block_mapping=mapping)
+    assert bits_equal(cpu, expected)
+    assert bits_equal(cpu[0, 0], gpu[5]) and bits_equal(cpu[2, 1], gpu[2]) and bits_equal(cpu[1, 1], gpu[3])
+
+
+def test_the_bytes_form_between_pinned_memory_and_the_npu_never_waits() -> None:
+    """Out: one non-blocking copy per run (pages 5, 6 to 0, 1 is one run); in: non-blocking uploads.
+    No temporary: every copy is a narrow of src to a narrow of dst."""
+    cache = random_bits((8, 16, 2, 8), torch.float16, 3)
+    on_npu = cache.to("npu:0")
+    host = torch.zeros(4, 2, 16, 2, 8, dtype=torch.float16, pin_memory=True)
+    out = torch.tensor([[5, 0], [6, 1], [2, 5]])
+    with fake_npu.counting() as seen, fake_npu.recording("aten::_copy_from") as copies:
+        ascend_kv.swap_blocks(on_npu, host, 512, out)
+    flags = [bool(c.args[2]) for c in copies if c.devices[0] != c.devices[1]]
+    assert flags == [True, True] and seen.transfers == 2                # two runs, each a queued D2H copy
+    assert bits_equal(host[0], cache[5:7]) and bits_equal(host[2, 1], cache[2])
+    with fake_npu.counting() as seen:
+        ascend_kv.swap_blocks(host, on_npu, 512, torch.tensor([[0, 7], [1, 3]]))
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert bits_equal(on_npu[7].cpu(), cache[5]) and bits_equal(on_npu[3].cpu(), cache[6])
+
+
+def test_the_bytes_form_on_one_npu_reads_nothing_back() -> None:
+    source = random_bits((6, 64), torch.int8, 4)
+    target = random_bits((3, 32), torch.bfloat16, 5)
+    mapping = torch.tensor([[5, 2], [0, 0]], dtype=torch.int32)
+    expected = target.clone()
+    reference.swap_blocks_bytes(source, expected, 64, mapping)
+    src, dst = source.to("npu:0"), target.to("npu:0")
+    with fake_npu.counting() as seen:
+        ascend_kv.swap_blocks(src, dst, 64, mapping)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert bits_equal(dst.cpu(), expected)
+
+
+def test_bytes_form_rules_at_their_boundaries() -> None:
+    src = random_bits((4, 64), torch.uint8, 6)                        # 256 bytes
+    dst = random_bits((2, 50), torch.float16, 7)                      # 200 bytes
+    for block, mapping, message in (
+        (1, torch.tensor([[255, 199]]), None),
+        (0, torch.tensor([[0, 0]]), r"block_size_in_bytes must be a positive number of bytes, got 0"),
+        (100, torch.tensor([[1, 1]]), None),                          # (1 + 1) * 100 <= 200
+        (100, torch.tensor([[1, 2]]), r"block_mapping\[0, 1\] = 2 is out of range: dst holds 2 blocks of 100 bytes"),
+        (64, torch.tensor([[3, 0]]), None),
+        (64, torch.tensor([[0, 0], [4, 1]]), r"block_mapping\[1, 0\] = 4 is out of range: src holds 4 blocks of 64"),
+        (64, torch.tensor([[-1, 0]]), r"block_mapping\[0, 0\] = -1 is out of range"),
+        (64, torch.tensor([[0, 1], [2, 1]]), r"block_mapping\[1, 1\] = 1 repeats block_mapping\[0, 1\]"),
+        (64, torch.tensor([0, 1]), r"block_mapping must be a 2-D tensor \[n, 2\]"),
+    ):
+        judge(lambda b=block, m=mapping: ascend_kv.swap_blocks(src, dst, b, m), [dst], message)
+    for call, message, error in (
+        (lambda: ascend_kv.swap_blocks(src, dst, 8, torch.tensor([[0.0, 1.0]])), r"block_mapping must have dtype",
+         TypeError),
+        (lambda: ascend_kv.swap_blocks(src, dst, True, torch.tensor([[0, 1]])), r"block_size_in_bytes must be an int",
+         TypeError),
+        (lambda: ascend_kv.swap_blocks(src, dst, torch.tensor(8), torch.tensor([[0, 1]])),
+         r"block_size_in_bytes must be an int", TypeError),
+        (lambda: ascend_kv.swap_blocks(src.t(), dst, 8, torch.tensor([[0, 1]])), r"src must be contiguous", ValueError),
+        (lambda: ascend_kv.swap_blocks(src, dst[:, :10], 8, torch.tensor([[0, 1]])), r"dst must be contiguous",
+         ValueError),
+        (lambda: ascend_kv.swap_blocks(src, dst, 8, torch.tensor([[0, 1]], device="npu:0")),
+         r"block_mapping must be on the host", ValueError),
+        (lambda: ascend_kv.swap_blocks(src, src[2:], 8, torch.tensor([[0, 1]])), r"dst shares memory with src",
+         ValueError),
+        (lambda: ascend_kv.swap_blocks(src, dst, 8, torch.tensor([[0, 1]]), 3), r"swap_blocks takes 3 or 4 arguments",
+         TypeError),
+        (lambda: ascend_kv.swap_blocks(src, dst, block_size_in_bytes=8), r"missing argument 'block_mapping'",
+         TypeError),
+    ):
+        judge(call, [dst, src], message, error)
+
+
+def swap_step(gpu: torch.Tensor, cpu: torch.Tensor, mapping: torch.Tensor) -> torch.Tensor:
+    ascend_kv.swap_blocks(gpu, cpu, 512, mapping)
+    ascend_kv.copy_blocks([gpu], [], mapping.flip(1), simultaneous=True)
+    return cpu[0].flip(0)
+
+
+def test_compiled_bytes_form_matches_eager() -> None:
+    require_compiled_as_eager(swap_step, lambda: [random_bits((8, 16, 2, 8), torch.float16, 1),
+                                                  random_bits((3, 2, 16, 2, 8), torch.float16, 2),
+                                                  torch.tensor([[5, 0], [0, 5], [2, 1]])])
+
+
+def test_opcheck_bytes_form() -> None:
+    torch.library.opcheck(torch.ops.ascend_kv.swap_blocks.bytes,
+                          (torch.randn(6, 4, 16).half(), torch.zeros(3, 4, 16), 128, torch.tensor([[5, 0], [1, 2]])))
