@@ -20,6 +20,7 @@ from .api.ops import (
     reshape_and_cache,
 )
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
+from .api.transfer import swap_blocks_batch
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "paged_cache_load",
     "reshape_and_cache",
     "swap_blocks",
+    "swap_blocks_batch",
     "use_backend",
     "validate",
 ]

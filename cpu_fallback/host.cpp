@@ -1,6 +1,7 @@
 #include "cpu_fallback/host.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -338,6 +339,23 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
                  MutableBytes(dst) + pairs.destinations[i] * dst.stride(0) * size, block, stream);
         }
         EndStreaming(stream);
+    });
+}
+
+void MemcpyBatch(const BatchCopies& copies)
+{
+    const int64_t n = static_cast<int64_t>(copies.sizes.size());
+    int64_t average = 0;  // bytes per copy, for the split over threads (summed without overflow)
+    for (const int64_t size : copies.sizes) {
+        average += size / n;
+    }
+    ParallelFor(n, average, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            if (copies.sizes[i] > 0) {
+                std::memcpy(reinterpret_cast<void*>(copies.dst[i]), reinterpret_cast<const void*>(copies.src[i]),
+                            static_cast<size_t>(copies.sizes[i]));
+            }
+        }
     });
 }
 

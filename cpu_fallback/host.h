@@ -8,6 +8,7 @@
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/swap_batch.h"
 
 namespace ascend_kv::host {
 
@@ -20,5 +21,7 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots);
 void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan);
 /// swap_blocks between two host tensors.
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs);
+/// swap_blocks_batch in host memory: one memcpy per copy, over torch's threads when the batch is large.
+void MemcpyBatch(const BatchCopies& copies);
 
 }  // namespace ascend_kv::host

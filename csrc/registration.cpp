@@ -171,6 +171,9 @@ TORCH_LIBRARY(ascend_kv, m)
         }
         m.def((TwinName(name) + overload + "(" + Unannotated(s.arguments) + ") -> Tensor[]").c_str());
     }
+    // Writes through the pointers it is given: no tensor argument is written.
+    m.def("swap_blocks_batch(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes, bool is_src_access_order_any=False, "
+          "int direction=-1) -> ()");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("_paged_cache_load_outputs(") + kLoadInputs +
            ", int kv_cache_cfg, bool cumsum, Tensor? seq_starts, bool zero_fill, SymInt rows) -> (Tensor, Tensor)")
@@ -203,6 +206,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("copy_blocks", &CopyBlocks);
     m.impl("swap_blocks", &SwapBlocks);
     m.impl("swap_blocks.bytes", &SwapBlockBytes);
+    m.impl("swap_blocks_batch", &SwapBlocksBatch);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -225,12 +229,14 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("copy_blocks", &CopyBlocksMeta);
     m.impl("swap_blocks", &SwapBlocksMeta);
     m.impl("swap_blocks.bytes", &SwapBlockBytesMeta);
+    m.impl("swap_blocks_batch", &SwapBlocksBatchMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
 {
     using namespace ascend_kv;
     m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
+    m.impl("swap_blocks_batch", torch::CppFunction::makeFallthrough());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFallthrough());
     }

@@ -145,3 +145,95 @@ def test_compiled_bytes_form_matches_eager() -> None:
 def test_opcheck_bytes_form() -> None:
     torch.library.opcheck(torch.ops.ascend_kv.swap_blocks.bytes,
                           (torch.randn(6, 4, 16).half(), torch.zeros(3, 4, 16), 128, torch.tensor([[5, 0], [1, 2]])))
+
+
+# ----------------------------------------------------------------------------- swap_blocks_batch
+
+
+def pointers(t: torch.Tensor, offsets: list[int]) -> torch.Tensor:
+    return torch.tensor([t.data_ptr() + o for o in offsets], dtype=torch.int64)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[list[int], list[int], list[int]]:
+    """Copies between two 256-byte buffers: destinations pairwise apart (chunks of 16 bytes, each used once)."""
+    chunks = list(draw(st.permutations(range(16))))[: draw(st.integers(0, 16))]
+    sizes = [draw(st.integers(0, 16)) for _ in chunks]
+    sources = [draw(st.integers(0, 240)) for _ in chunks]
+    return sources, [16 * c for c in chunks], sizes
+
+
+@given(case=batches())
+def test_the_batch_matches_the_reference(case: tuple[list[int], list[int], list[int]]) -> None:
+    sources, destinations, sizes = case
+    src, dst = random_bits((256,), torch.uint8, 1), random_bits((256,), torch.uint8, 2)
+    expected = dst.clone()
+    lengths = torch.tensor(sizes, dtype=torch.int64)
+    reference.swap_blocks_batch(pointers(src, sources), pointers(expected, destinations), lengths)
+    ascend_kv.swap_blocks_batch(pointers(src, sources), pointers(dst, destinations), lengths)
+    assert bits_equal(dst, expected)
+
+
+@pytest.mark.parametrize("call", ["vLLM", "vllm-ascend 4th positional", "keyword", "facade"])
+def test_every_call_form_copies(call: str) -> None:
+    src = torch.arange(64, dtype=torch.uint8)
+    dst = torch.zeros(64, dtype=torch.uint8)
+    args = (pointers(src, [0, 32]), pointers(dst, [8, 40]), torch.tensor([8, 4]))
+    if call == "vLLM":
+        ascend_kv.swap_blocks_batch(*args, True)
+    elif call == "vllm-ascend 4th positional":
+        ascend_kv.swap_blocks_batch(*args, 1)
+    elif call == "keyword":
+        ascend_kv.swap_blocks_batch(*args, direction=2)
+    else:
+        from ascend_kv.compat import torch_npu
+        torch_npu.swap_blocks_batch(*args, 1)
+    assert dst[8:16].tolist() == list(range(8)) and dst[40:44].tolist() == [32, 33, 34, 35]
+    assert int(dst[:8].sum()) == 0 and int(dst[16:40].sum()) == 0 and int(dst[44:].sum()) == 0
+
+
+def test_batch_rules_at_their_boundaries() -> None:
+    src = random_bits((64,), torch.uint8, 3)
+    dst = random_bits((64,), torch.uint8, 4)
+    big = torch.tensor([8, 8])
+    for sources, destinations, sizes, message in (
+        ([0, 8], [0, 8], [8, 8], None),                                          # touching, not meeting
+        ([0, 8], [0, 7], [8, 8], r"dst_ptrs\[1\] = 0x[0-9a-f]+ \(8 bytes\) overlaps the destination of copy 0"),
+        ([0, 8], [0, 7], [8, 0], None),                                          # a zero-size copy meets nothing
+        ([0, 8], [0, 8], [8, -1], r"sizes\[1\] = -1 must be >= 0 bytes"),
+    ):
+        judge(lambda s=sources, d=destinations, n=sizes: ascend_kv.swap_blocks_batch(
+            pointers(src, s), pointers(dst, d), torch.tensor(n)), [dst], message)
+    same = dst
+    judge(lambda: ascend_kv.swap_blocks_batch(pointers(same, [0, 16]), pointers(same, [16, 40]), big), [same],
+          r"dst_ptrs\[0\] = 0x[0-9a-f]+ \(8 bytes\) overlaps the source of copy 1")
+    judge(lambda: ascend_kv.swap_blocks_batch(pointers(same, [0, 16]), pointers(same, [8, 24]), big), [same], None)
+    for call, message, error in (
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]).int(), pointers(dst, [0]), torch.tensor([1])),
+         r"src_ptrs must have dtype int64, got int32", TypeError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0, 8]), torch.tensor([1])),
+         r"dst_ptrs must have one entry per copy \(1, as src_ptrs\), got 2", ValueError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([1, 1])),
+         r"sizes must have one entry per copy", ValueError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([[1]])),
+         r"sizes must be a 1-D tensor", ValueError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([1]), direction=3),
+         r"direction must be None, 0 \(host to device\), 1 \(device to host\) or 2 \(device to device\), got 3",
+         ValueError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([1]), -2),
+         r"direction must be None, 0 .* got -2", ValueError),                   # -1 is the operator's None
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([1]), 1,
+                                             direction=1), r"direction twice", TypeError),
+        (lambda: ascend_kv.swap_blocks_batch(pointers(src, [0]), pointers(dst, [0]), torch.tensor([1], device="npu:0")),
+         r"sizes must be on the host", ValueError),
+    ):
+        judge(call, [dst], message, error)
+
+
+def test_the_batch_reads_and_waits_for_nothing_on_the_fake_npu() -> None:
+    src = random_bits((64,), torch.uint8, 5)
+    dst = torch.zeros(64, dtype=torch.uint8)
+    with fake_npu.counting() as seen:
+        ascend_kv.swap_blocks_batch(pointers(src, [0, 16]), pointers(dst, [32, 0]), torch.tensor([16, 8]), 1)
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    assert bits_equal(dst[32:48], src[:16]) and bits_equal(dst[:8], src[16:24])

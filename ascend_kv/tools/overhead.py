@@ -379,6 +379,8 @@ void KvCache(T, T, T, T, T, int64_t) { ++launches; }
 void PagedCacheLoad(T, T, T, T, T, T, T, int64_t, bool) { ++launches; }
 void ReshapeAndCache(T, T, T, T, T, int64_t) { ++launches; }
 void BlockCopy(T, T, T, T) { ++launches; }
+using V = const std::vector<int64_t>&;
+void MemcpyBatch(V, V, V, int64_t) { ++launches; }
 
 void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 {
@@ -396,10 +398,11 @@ struct AscendKvOverheadKernelTable {
     void (*reshape_and_cache)(T, T, T, T, T, int64_t);
     void (*block_copy)(T, T, T, T);
     int64_t (*storage_format)(T);
+    void (*memcpy_batch)(V, V, V, int64_t);
 };
 
-static const AscendKvOverheadKernelTable kTable = {1, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                                                   nullptr};
+static const AscendKvOverheadKernelTable kTable = {2, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
+                                                   nullptr, &MemcpyBatch};
 
 extern "C" const AscendKvOverheadKernelTable* ascend_kv_kernel_library() { return &kTable; }
 

@@ -143,8 +143,8 @@ void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, con
     }
 }
 
-const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                              &StorageFormat};
+const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache,       &PagedCacheLoad,   &ReshapeAndCache,
+                              &BlockCopy,            &StorageFormat, &LaunchMemcpyBatch};
 
 }  // namespace
 

@@ -24,7 +24,7 @@
 namespace ascend_kv {
 
 /// Raised when the table's layout changes, so a stale library is refused rather than misread.
-constexpr uint32_t kKernelLibraryVersion = 1;
+constexpr uint32_t kKernelLibraryVersion = 2;
 
 struct KernelLibrary {
     uint32_t version;
@@ -49,6 +49,12 @@ struct KernelLibrary {
     /// The device's storage format of `tensor` (ACL's aclFormat: 2 is ND), or -1 when this
     /// library cannot tell (the host build).
     int64_t (*storage_format)(const at::Tensor& tensor);
+    /// swap_blocks_batch: copy i moves sizes[i] bytes from address src[i] to address dst[i]
+    /// (checked: destinations apart from each other and from the sources). The NPU build queues
+    /// them on the current stream in one runtime call (direction -1: inferred per copy; 0 host to
+    /// device, 1 device to host, 2 device to device); the host build copies them with memcpy.
+    void (*memcpy_batch)(const std::vector<int64_t>& src, const std::vector<int64_t>& dst,
+                         const std::vector<int64_t>& sizes, int64_t direction);
 };
 
 }  // namespace ascend_kv

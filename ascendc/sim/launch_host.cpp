@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,6 +218,17 @@ void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<ui
     RunOn("block_copy", t.usedCores, list, [&]() {
         block_copy_kernel(Gm(tableBytes), Gm(src), Gm(dst), Gm(cumSum), Gm(tilingBytes));
     });
+}
+
+void LaunchMemcpyBatch(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, const std::vector<int64_t>& sizes,
+                       int64_t)
+{
+    for (size_t i = 0; i < sizes.size(); ++i) {  // the device's memory is host memory here
+        if (sizes[i] > 0) {
+            std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]),
+                        static_cast<size_t>(sizes[i]));
+        }
+    }
 }
 
 }  // namespace ascend_kv

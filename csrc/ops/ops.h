@@ -65,6 +65,10 @@ void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, cons
                     bool simultaneous);
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
+void SwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
+                     bool is_src_access_order_any, int64_t direction);
+void SwapBlocksBatchMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
+                         bool is_src_access_order_any, int64_t direction);
 void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
                     const at::Tensor& block_mapping);
 void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
