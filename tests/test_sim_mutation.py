@@ -14,8 +14,9 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), block_copy writing one block too far and block_copy letting an
-out-of-range destination through, the staged index window read without its MTE2_S flag, rows moved
+twice is then written by two cores), block_copy writing one block too far, block_copy letting an
+out-of-range destination through and block_copy making simultaneous copies one after another (a cycle
+then comes out wrong), the staged index window read without its MTE2_S flag, rows moved
 in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
 itself vector-only. The unmutated library passes the same calls.
 """
@@ -71,6 +72,16 @@ MUTANTS = {
     "block-copy-past-the-cache": [  # an out-of-range destination let through
         ("kernels/block_copy.cpp", "static_cast<uint64_t>(d) >= t_.numBlocks", "static_cast<uint64_t>(d) > t_.numBlocks"),
     ],
+    "block-copy-sequential": [  # simultaneous copies made one after another (a chunk written before the next read)
+        ("kernels/block_copy.cpp", "                CopyChunkOfEveryCopy(item - first);\n",
+         "                for (uint64_t copy = 0; copy < t_.copies; ++copy) {\n"
+         "                    uint64_t from = 0;\n"
+         "                    uint64_t to = 0;\n"
+         "                    if (Blocks(copy, from, to)) {\n"
+         "                        CopyChunk(from, to, item - first);\n"
+         "                    }\n"
+         "                }\n"),
+    ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
                                    "        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(after);\n"), ""),
@@ -122,7 +133,14 @@ def block_copy(dst):
     cache = torch.zeros(4, 2, 16, dtype=h, device="npu")
     with ascend_kv.use_backend("npu"):
         ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"))
-CALLS = {"kv_dense": kv_dense, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
+def block_copy_cycle():
+    # blocks 0 and 1 swapped, block 2 to 3 (a chain's tail): every source read before any write
+    cache = torch.arange(4, dtype=h).repeat_interleave(32).reshape(4, 2, 16)
+    ascend_kv.copy_blocks([cache], [], torch.tensor([[0, 1], [1, 0], [2, 3]]), simultaneous=True)
+    got = [int(cache[b, 0, 0]) for b in range(4)]
+    if got != [1, 0, 2, 2]:
+        raise RuntimeError(f"simultaneous copies wrote {got}, not [1, 0, 2, 2]")
+CALLS = {"kv_dense": kv_dense, "block_copy_cycle": block_copy_cycle, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
          "reshape_nz": lambda: reshape("nz", (2, 2, 16, 16), 32),
@@ -281,7 +299,14 @@ def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[st
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+def test_block_copy_made_sequential_breaks_a_cycle(libraries: dict[str, Path], cores: int) -> None:
+    """Copies one after another: block 1 takes block 0, then block 0 takes block 1's new bytes (block 0's)."""
+    assert run(libraries["block-copy-sequential"], "block_copy_cycle", cores) == (
+        "simultaneous copies wrote [0, 0, 2, 2], not [1, 0, 2, 2]")
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("call", ["block_copy_cycle", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
                                   "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
                                   "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:

@@ -5,6 +5,7 @@ views copied once in both modes; segments of one allocation; the rules at their 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import fake_npu
@@ -15,6 +16,8 @@ from cases import bits_equal, random_bits, require_compiled_as_eager
 from hypothesis import given
 from hypothesis import strategies as st
 from test_block_copy import judge, on_the_device_fallback
+from test_sim import KERNELS, SIM, kernels_on_the_fake_npu, ran_on
+from test_sim_block_copy import CORES, DEFAULT_UB, launches
 
 import ascend_kv
 from ascend_kv.tools import reference
@@ -207,3 +210,63 @@ def test_opcheck_takes_the_flag() -> None:
     layers = [torch.randn(6, 4, 16).half() for _ in range(2)]
     torch.library.opcheck(torch.ops.ascend_kv.copy_blocks.default,
                           (layers, [t.clone() for t in layers], torch.tensor([[0, 2], [2, 0]]), True))
+
+
+# ----------------------------------------------------------------------------- the kernel (sim, fake NPU)
+
+
+@pytest.mark.parametrize("ub", [1024, DEFAULT_UB])
+@pytest.mark.parametrize("cores", CORES)
+@given(case=simultaneous_cases())
+def test_the_kernel_reads_every_source_first(configure: Callable[[int, int], None], cores: int, ub: int,
+                                             case: Any) -> None:
+    """One launch; each core owns a chunk offset of a cache (reads it from every source into UB, then writes)."""
+    configure(cores, ub)
+    key, value, copies, index_dtype = case
+    tensors = [key] if value is None else [key, value]
+    expected = expected_after(tensors, copies.pairs())
+    before = launches()
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
+        ascend_kv.block_copy(key, value, *copies.tensors(index_dtype), simultaneous=True)
+    assert launches() - before == (1 if copies.destinations else 0)
+    assert all(bits_equal(t, e) for t, e in zip(tensors, expected))
+
+
+@pytest.mark.parametrize("cores", CORES)
+def test_the_kernel_on_32_layers_of_one_buffer_is_one_launch(configure: Callable[[int, int], None],
+                                                            cores: int) -> None:
+    configure(cores, DEFAULT_UB)
+    buf = random_bits((32, 2, 8, 128, 2, 64), torch.float16, 11)     # 32 KB blocks: several chunks each
+    keys, values = [buf[i, 0] for i in range(32)], [buf[i, 1] for i in range(32)]
+    pairs = [(0, 1), (1, 0), (2, 3), (3, 4), (4, 2), (5, 5), (5, 6), (6, 7)]
+    expected = expected_after([*keys, *values], pairs)
+    before = launches()
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
+        ascend_kv.copy_blocks(keys, values, torch.tensor(pairs), simultaneous=True)
+    assert launches() - before == 1
+    assert all(bits_equal(t, e) for t, e in zip([*keys, *values], expected))
+
+
+def test_the_kernel_takes_device_indices_unread_and_skips_out_of_range_pairs() -> None:
+    key, value = caches("interleaved", "nd", 6, torch.bfloat16, torch.bfloat16, seed=12)
+    pairs = [(0, 1), (1, 0), (9, 2), (2, -1), (3, 4), (4, 3)]
+    expected = expected_after([key, value], pairs)
+    mapping = torch.tensor(pairs, dtype=torch.int32)
+    mirror = fake_npu.same_layout([key, value, mapping])
+    with kernels_on_the_fake_npu(), ascend_kv.use_backend("npu"), fake_npu.counting() as seen, ran_on(KERNELS):
+        before = launches()
+        ascend_kv.copy_blocks([mirror.values[0]], [mirror.values[1]], mirror.values[2], simultaneous=True)
+        assert launches() - before == 1
+    assert seen.transfers == 0 and seen.blocking_uploads == 0
+    mirror.copy_back()
+    assert bits_equal(key, expected[0]) and bits_equal(value, expected[1])
+
+
+def test_more_copies_than_the_kernel_stages_run_on_the_host_paths(configure: Callable[[int, int], None]) -> None:
+    configure(2, DEFAULT_UB)
+    cache = random_bits((2100, 2, 16), torch.int8, 13)
+    pairs = [(b, b + 1025) for b in range(1025)]
+    expected = expected_after([cache], pairs)
+    with ran_on(0), ascend_kv.use_backend("sim"):
+        ascend_kv.copy_blocks([cache], [], torch.tensor(pairs), simultaneous=True)
+    assert bits_equal(cache, expected[0])

@@ -378,9 +378,8 @@ using T = const void*;
 void KvCache(T, T, T, T, T, int64_t) { ++launches; }
 void PagedCacheLoad(T, T, T, T, T, T, T, int64_t, bool) { ++launches; }
 void ReshapeAndCache(T, T, T, T, T, int64_t) { ++launches; }
-void BlockCopy(T, T, T, T) { ++launches; }
-using V = const std::vector<int64_t>&;
-void MemcpyBatch(V, V, V, int64_t) { ++launches; }
+void BlockCopy(T, T, T, T, bool) { ++launches; }
+void MemcpyBatch(T, T, T, int64_t) { ++launches; }
 
 void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 {
@@ -396,9 +395,9 @@ struct AscendKvOverheadKernelTable {
     void (*kv_cache)(T, T, T, T, T, int64_t);
     void (*paged_cache_load)(T, T, T, T, T, T, T, int64_t, bool);
     void (*reshape_and_cache)(T, T, T, T, T, int64_t);
-    void (*block_copy)(T, T, T, T);
+    void (*block_copy)(T, T, T, T, bool);
     int64_t (*storage_format)(T);
-    void (*memcpy_batch)(V, V, V, int64_t);
+    void (*memcpy_batch)(T, T, T, int64_t);
 };
 
 static const AscendKvOverheadKernelTable kTable = {2, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,

@@ -27,11 +27,12 @@ std::vector<at::Tensor> BlockViews(const std::vector<at::Tensor>& caches)
     return views;
 }
 
-void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, c10::ArrayRef<at::Tensor> index)
+void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, c10::ArrayRef<at::Tensor> index,
+            bool simultaneous)
 {
     const std::vector<at::Tensor> views = BlockViews(caches);
     if (!views.empty()) {
-        kernels.block_copy(views, index[0], index[1], index[2]);
+        kernels.block_copy(views, index[0], index[1], index[2], simultaneous);
     }
 }
 
@@ -44,13 +45,14 @@ void Run(BlockCopyCall& call)
     const at::Device device = call.caches[0].device();
     if (device.is_cpu()) {
         const BlockCopyPlan plan = PlanBlockCopy(call);
-        if (HostBackend(Operation::kBlockCopy) == Backend::kSim && !call.simultaneous) {
+        const bool fits = BlockCopyOutsideReason({}, call.simultaneous, call.dst.size(0)).empty();
+        if (HostBackend(Operation::kBlockCopy) == Backend::kSim && fits) {
             Count(Ran::kSim);
             std::vector<at::Tensor> copies;
             for (const at::Tensor& cache : call.caches) {  // outside the kernel's domain: on a contiguous copy
                 copies.push_back(cache.numel() && !BlockRowsOf(cache) ? cache.contiguous() : cache);
             }
-            Launch(Kernels(Backend::kSim), copies, OnDevice(call.IndexTensors(), device));
+            Launch(Kernels(Backend::kSim), copies, OnDevice(call.IndexTensors(), device), call.simultaneous);
             for (size_t i = 0; i < copies.size(); ++i) {
                 WriteBack(call.caches[i], copies[i]);
             }
@@ -64,10 +66,11 @@ void Run(BlockCopyCall& call)
         PlanBlockCopy(call);
     }
     const IndexTensors index = OnDevice(call.IndexTensors(), device);
-    const Backend backend = DeviceBackend(Operation::kBlockCopy, device, BlockCopyOutsideReason(call.caches));
-    if (backend == Backend::kNpu && !call.simultaneous) {
+    const Backend backend = DeviceBackend(Operation::kBlockCopy, device,
+                                          BlockCopyOutsideReason(call.caches, call.simultaneous, call.dst.size(0)));
+    if (backend == Backend::kNpu) {
         Count(Ran::kKernels);
-        Launch(Kernels(backend), call.caches, index);
+        Launch(Kernels(backend), call.caches, index, call.simultaneous);
         return;
     }
     call.src = index[0];
