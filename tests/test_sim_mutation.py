@@ -14,7 +14,7 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), block_copy writing one block too far, block_copy letting an
+twice is then written by two cores), block_copy writing one block too far (in both modes), block_copy letting an
 out-of-range destination through and block_copy making simultaneous copies one after another (a cycle
 then comes out wrong), the staged index window read without its MTE2_S flag, rows moved
 in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
@@ -66,8 +66,10 @@ MUTANTS = {
         ("tiling.h", "constexpr uint64_t kMaxPadBlockBytes = 65535;", "constexpr uint64_t kMaxPadBlockBytes = 2097151;"),
     ],
     "block-copy-off-by-one": [
-        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset]",
-         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset]"),
+        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset], buffer",
+         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset], buffer"),
+        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset], slot",
+         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset], slot"),
     ],
     "block-copy-past-the-cache": [  # an out-of-range destination let through
         ("kernels/block_copy.cpp", "static_cast<uint64_t>(d) >= t_.numBlocks", "static_cast<uint64_t>(d) > t_.numBlocks"),
@@ -124,7 +126,7 @@ def reshape(layout, cache_shape, head_size, slots=(31, 0, 5, 6)):
         ascend_kv.reshape_and_cache(key, key.clone(), cache, cache.clone(), torch.tensor(slots), kv_cache_cfg="nz")
     else:
         ascend_kv.reshape_and_cache(key, None, cache, None, torch.tensor(slots))
-def block_copy(dst):
+def block_copy(dst, simultaneous=False):
     # 4 blocks of 2 x 16 float16 (64 bytes each): block 0 to block `dst`, a device index nobody checked, on the
     # fake NPU (a host index out of range is refused before any kernel runs)
     sys.path.insert(0, tests)
@@ -132,7 +134,7 @@ def block_copy(dst):
     fake_npu.install()
     cache = torch.zeros(4, 2, 16, dtype=h, device="npu")
     with ascend_kv.use_backend("npu"):
-        ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"))
+        ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"), simultaneous=simultaneous)
 def block_copy_cycle():
     # blocks 0 and 1 swapped, block 2 to 3 (a chain's tail): every source read before any write
     cache = torch.arange(4, dtype=h).repeat_interleave(32).reshape(4, 2, 16)
@@ -140,7 +142,8 @@ def block_copy_cycle():
     got = [int(cache[b, 0, 0]) for b in range(4)]
     if got != [1, 0, 2, 2]:
         raise RuntimeError(f"simultaneous copies wrote {got}, not [1, 0, 2, 2]")
-CALLS = {"kv_dense": kv_dense, "block_copy_cycle": block_copy_cycle, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
+CALLS = {"kv_dense": kv_dense, "block_copy_cycle": block_copy_cycle,
+         "block_copy_last_simultaneous": lambda: block_copy(3, simultaneous=True), "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
          "reshape_nz": lambda: reshape("nz", (2, 2, 16, 16), 32),
@@ -290,6 +293,12 @@ def test_block_copy_off_by_one_block_writes_past_the_cache(libraries: dict[str, 
     assert (buffer, offset, count) == (256, 256, 64)
 
 
+def test_simultaneous_block_copy_off_by_one_block_writes_past_the_cache(libraries: dict[str, Path]) -> None:
+    """The same in the simultaneous mode's write from its UB slot."""
+    message = run(libraries["block-copy-off-by-one"], "block_copy_last_simultaneous")
+    assert overrun(message, "write", re.escape("caches[0]")) == (256, 256, 64)
+
+
 def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[str, Path]) -> None:
     """dst = 4 = num_blocks (a device index nobody checked) must be skipped; let through, it lands past the cache."""
     assert run(libraries["block-copy-past-the-cache"], "block_copy_last") == "ok"
@@ -306,7 +315,7 @@ def test_block_copy_made_sequential_breaks_a_cycle(libraries: dict[str, Path], c
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["block_copy_cycle", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+@pytest.mark.parametrize("call", ["block_copy_cycle", "block_copy_last_simultaneous", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
                                   "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
                                   "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:

@@ -237,3 +237,22 @@ def test_the_batch_reads_and_waits_for_nothing_on_the_fake_npu() -> None:
         ascend_kv.swap_blocks_batch(pointers(src, [0, 16]), pointers(dst, [32, 0]), torch.tensor([16, 8]), 1)
     assert seen.transfers == 0 and seen.blocking_uploads == 0
     assert bits_equal(dst[32:48], src[:16]) and bits_equal(dst[:8], src[16:24])
+
+
+def test_a_compiled_step_keeps_the_batch_and_copies_what_eager_does() -> None:
+    """The operator writes through addresses, not through a tensor: a compiled graph must not drop it."""
+    outputs = []
+    for compiled in (False, True):
+        src, dst = random_bits((64,), torch.uint8, 6), torch.zeros(64, dtype=torch.uint8)
+        host = torch.zeros(2, 32, dtype=torch.uint8)
+
+        def step(a: torch.Tensor, b: torch.Tensor, n: torch.Tensor, mapping: torch.Tensor) -> None:
+            ascend_kv.swap_blocks_batch(a, b, n, 1)
+            ascend_kv.swap_blocks(src, host, 16, mapping)
+
+        run = torch.compile(step, fullgraph=True) if compiled else step
+        torch._dynamo.reset()
+        run(pointers(src, [0, 32]), pointers(dst, [8, 40]), torch.tensor([8, 4]), torch.tensor([[3, 0], [0, 3]]))
+        outputs.append((dst, host))
+    assert bits_equal(outputs[0][0], outputs[1][0]) and bits_equal(outputs[0][1], outputs[1][1])
+    assert int(outputs[1][0][8:16].ne(0).sum()) + int(outputs[1][0][40:44].ne(0).sum()) > 0
