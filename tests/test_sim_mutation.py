@@ -76,13 +76,13 @@ MUTANTS = {
     ],
     "block-copy-sequential": [  # simultaneous copies made one after another (a chunk written before the next read)
         ("kernels/block_copy.cpp", "                CopyChunkOfEveryCopy(item - first);\n",
-         "                for (uint64_t copy = 0; copy < t_.copies; ++copy) {\n"
-         "                    uint64_t from = 0;\n"
-         "                    uint64_t to = 0;\n"
-         "                    if (Blocks(copy, from, to)) {\n"
-         "                        CopyChunk(from, to, item - first);\n"
-         "                    }\n"
-         "                }\n"),
+         ("                for (uint64_t copy = 0; copy < t_.copies; ++copy) {\n"
+          "                    uint64_t from = 0;\n"
+          "                    uint64_t to = 0;\n"
+          "                    if (Blocks(copy, from, to)) {\n"
+          "                        CopyChunk(from, to, item - first);\n"
+          "                    }\n"
+          "                }\n")),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"

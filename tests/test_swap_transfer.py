@@ -246,13 +246,15 @@ def test_a_compiled_step_keeps_the_batch_and_copies_what_eager_does() -> None:
         src, dst = random_bits((64,), torch.uint8, 6), torch.zeros(64, dtype=torch.uint8)
         host = torch.zeros(2, 32, dtype=torch.uint8)
 
-        def step(a: torch.Tensor, b: torch.Tensor, n: torch.Tensor, mapping: torch.Tensor) -> None:
+        def step(a: torch.Tensor, b: torch.Tensor, n: torch.Tensor, mapping: torch.Tensor, source: torch.Tensor,
+                 target: torch.Tensor) -> None:
             ascend_kv.swap_blocks_batch(a, b, n, 1)
-            ascend_kv.swap_blocks(src, host, 16, mapping)
+            ascend_kv.swap_blocks(source, target, 16, mapping)
 
         run = torch.compile(step, fullgraph=True) if compiled else step
         torch._dynamo.reset()
-        run(pointers(src, [0, 32]), pointers(dst, [8, 40]), torch.tensor([8, 4]), torch.tensor([[3, 0], [0, 3]]))
+        run(pointers(src, [0, 32]), pointers(dst, [8, 40]), torch.tensor([8, 4]), torch.tensor([[3, 0], [0, 3]]), src,
+            host)
         outputs.append((dst, host))
     assert bits_equal(outputs[0][0], outputs[1][0]) and bits_equal(outputs[0][1], outputs[1][1])
     assert int(outputs[1][0][8:16].ne(0).sum()) + int(outputs[1][0][40:44].ne(0).sum()) > 0
