@@ -21,6 +21,7 @@ from .api.ops import (
 )
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
 from .api.transfer_ops import gather_blocks, scatter_blocks
+from .api.transfer import swap_blocks_batch
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -48,6 +49,7 @@ __all__ = [
     "reshape_and_cache",
     "scatter_blocks",
     "swap_blocks",
+    "swap_blocks_batch",
     "use_backend",
     "validate",
 ]

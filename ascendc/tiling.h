@@ -63,7 +63,8 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(offsetElemBytes, "element size of token_offset (4 or 8)")                              \
     FIELD(seqLenElemBytes, "element size of seq_len (4 or 8)")                                   \
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
-    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
+    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
 /*
  * One cache (key or value) of the paged kernels and its tensor of token rows (paged_cache_load's
@@ -105,7 +106,8 @@ constexpr uint64_t kLayoutNd = 1;
     CACHE(value, "value_cache and the value output")                                             \
     FIELD(valueRows, "rows of the value output")                                                 \
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
-    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
+    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
 /*
  * reshape_and_cache: token i (i < tokens) goes to slot s = slot_mapping[i] of each cache when
@@ -128,7 +130,8 @@ constexpr uint64_t kLayoutNd = 1;
     CACHE(key, "key and key_cache")                                                              \
     CACHE(value, "value and value_cache")                                                        \
     FIELD(stageBytes, "UB bytes of the staged slot_mapping window, a multiple of 32")            \
-    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
+    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
 /*
  * block_copy: for each cache c of a table of numCaches caches (every layer's key and value caches
@@ -149,7 +152,8 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(cumElemBytes, "element size of cumSum (4 or 8), 0: no cumSum (copy j takes src[j])")   \
     FIELD(items, "work items: copies times the chunks of a block, summed over the caches")       \
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
-    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
+    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
 /// Words of one cache in block_copy's cache table: a block is `rows` rows of rowBytes bytes,
 /// rowStride apart, blocks blockStride apart from `address`; a chunk is rowsPerChunk whole rows,

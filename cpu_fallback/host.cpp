@@ -1,6 +1,12 @@
 #include "cpu_fallback/host.h"
 
 #include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 
 #include "cpu_fallback/copy.h"
 #include "csrc/rules/index_values.h"
@@ -213,39 +219,121 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
     });
 }
 
-void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& plan)
+namespace {
+
+/// The simultaneous form's staging: the source blocks some copy overwrites (a block both a source
+/// and a destination), each listed once, and for each copy its slot among them (-1: read in place).
+/// Self-copies change nothing and are dropped from `pairs`.
+struct Staging {
+    std::vector<int64_t> blocks;
+    std::vector<int64_t> slot;
+    BlockCopyPlan pairs;
+};
+
+Staging StagingOf(const BlockCopyPlan& plan)
 {
+    Staging staging;
+    const std::unordered_set<int64_t> written(plan.destinations.begin(), plan.destinations.end());
+    std::unordered_map<int64_t, int64_t> slot_of;
+    for (size_t j = 0; j < plan.destinations.size(); ++j) {
+        const int64_t s = plan.sources[j], d = plan.destinations[j];
+        if (s == d) {
+            continue;
+        }
+        int64_t slot = -1;
+        if (written.count(s)) {
+            const auto [at, added] = slot_of.emplace(s, static_cast<int64_t>(staging.blocks.size()));
+            if (added) {
+                staging.blocks.push_back(s);
+            }
+            slot = at->second;
+        }
+        staging.pairs.sources.push_back(s);
+        staging.pairs.destinations.push_back(d);
+        staging.slot.push_back(slot);
+    }
+    return staging;
+}
+
+/// Contiguous element strides of `sizes`, row-major.
+std::vector<int64_t> DenseStrides(c10::IntArrayRef sizes)
+{
+    std::vector<int64_t> strides(sizes.size());
+    int64_t step = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+        strides[d] = step;
+        step *= sizes[d];
+    }
+    return strides;
+}
+
+}  // namespace
+
+void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& given)
+{
+    // Simultaneous: the overwritten sources are first copied out, then every copy reads its source
+    // from there or in place (staged blocks only: a temporary proportional to the copies).
+    const Staging staging = call.simultaneous ? StagingOf(given) : Staging{};
+    const BlockCopyPlan& plan = call.simultaneous ? staging.pairs : given;
     const int64_t copies = static_cast<int64_t>(plan.destinations.size());
-    struct Cache {  // first byte, bytes between blocks, one block's copy
+    const int64_t staged = static_cast<int64_t>(staging.blocks.size());
+    struct Cache {  // first byte, bytes between blocks, one block's copy (in place, to and from its staging)
         char* data;
         int64_t block_step;
-        PieceCopy block;
+        PieceCopy block, to_stage, from_stage;
+        char* stage;
     };
     std::vector<Cache> caches;
+    std::vector<at::Tensor> stages;
     int64_t bytes = 0;
     for (const at::Tensor& cache : call.caches) {
         if (!cache.numel()) {
             continue;
         }
-        const PieceCopy block = PieceCopy::Of(cache.sizes().slice(1), cache.strides().slice(1),
-                                              cache.strides().slice(1), cache.element_size());
-        if (!block.Fits()) {  // blocks of more strided dims than a piece loops over
+        const c10::IntArrayRef sizes = cache.sizes().slice(1), strides = cache.strides().slice(1);
+        const PieceCopy block = PieceCopy::Of(sizes, strides, strides, cache.element_size());
+        if (!block.Fits()) {  // blocks of more strided dims than a piece loops over: through ATen
+            const auto index = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
+            const at::Tensor read = cache.index_select(0, index(plan.sources));  // all read before any write
             for (int64_t j = 0; j < copies; ++j) {
-                CopyBlock(cache, plan.sources[j], cache, plan.destinations[j]);
+                CopyBlock(read, j, cache, plan.destinations[j]);
             }
             continue;
         }
-        caches.push_back({MutableBytes(cache), cache.stride(0) * cache.element_size(), block});
+        const std::vector<int64_t> dense = DenseStrides(sizes);
+        char* stage = nullptr;
+        if (staged) {
+            stages.push_back(at::empty({staged * block.Bytes()}, cache.options().dtype(at::kByte)));
+            stage = MutableBytes(stages.back());
+        }
+        caches.push_back({MutableBytes(cache), cache.stride(0) * cache.element_size(), block,
+                          PieceCopy::Of(sizes, strides, dense, cache.element_size()),
+                          PieceCopy::Of(sizes, dense, strides, cache.element_size()), stage});
         bytes = std::max(bytes, block.Bytes());
     }
-    const int64_t items = copies * static_cast<int64_t>(caches.size());
+    const int64_t count = static_cast<int64_t>(caches.size());
+    if (staged) {
+        ParallelFor(staged * count, bytes, [&](int64_t begin, int64_t end) {
+            for (int64_t k = begin; k < end; ++k) {
+                const Cache& cache = caches[k / staged];
+                const int64_t i = k % staged;
+                Copy(cache.data + staging.blocks[i] * cache.block_step, cache.stage + i * cache.block.Bytes(),
+                     cache.to_stage, false);
+            }
+        });
+    }
+    const int64_t items = copies * count;
     const bool stream = ShouldStream(items * bytes, kStreamWrites);
     ParallelFor(items, bytes, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
             const Cache& cache = caches[k / copies];
             const int64_t j = k % copies;
-            Copy(cache.data + plan.sources[j] * cache.block_step, cache.data + plan.destinations[j] * cache.block_step,
-                 cache.block, stream);
+            char* to = cache.data + plan.destinations[j] * cache.block_step;
+            if (staged && staging.slot[j] >= 0) {
+                Copy(cache.stage + staging.slot[j] * cache.block.Bytes(), to, cache.from_stage, stream);
+            } else {
+                Copy(cache.data + plan.sources[j] * cache.block_step, to, cache.block, stream);
+            }
         }
         EndStreaming(stream);
     });
@@ -320,6 +408,23 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
         EndStreaming(stream);
     });
     return true;
+}
+
+void MemcpyBatch(const BatchCopies& copies)
+{
+    const int64_t n = static_cast<int64_t>(copies.sizes.size());
+    int64_t average = 0;  // bytes per copy, for the split over threads (summed without overflow)
+    for (const int64_t size : copies.sizes) {
+        average += size / n;
+    }
+    ParallelFor(n, average, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            if (copies.sizes[i] > 0) {
+                std::memcpy(reinterpret_cast<void*>(copies.dst[i]), reinterpret_cast<const void*>(copies.src[i]),
+                            static_cast<size_t>(copies.sizes[i]));
+            }
+        }
+    });
 }
 
 }  // namespace ascend_kv::host

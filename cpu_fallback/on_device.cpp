@@ -1,5 +1,6 @@
 #include "cpu_fallback/on_device.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -112,6 +113,18 @@ void Scatter(bool nd, const at::Tensor& cache, const at::Tensor& tokens, const a
     }
     const at::Tensor rows = Bits(tokens).narrow(0, 0, n).reshape(shape);
     AddDifference(target, Index({block, position}), rows, last);
+}
+
+/// The pairs' positions sorted by destination (stable).
+std::vector<int64_t> DestinationOrder(const BlockCopyPlan& pairs)
+{
+    std::vector<int64_t> order(pairs.destinations.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        order[i] = static_cast<int64_t>(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return pairs.destinations[a] < pairs.destinations[b]; });
+    return order;
 }
 
 }  // namespace
@@ -289,12 +302,7 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
     }
     // From a device: gathered there in destination order; to another device in one copy and one
     // scatter, to the host run by run of consecutive destinations (a host scatter would wait).
-    std::vector<int64_t> order(n);
-    for (int64_t i = 0; i < n; ++i) {
-        order[i] = i;
-    }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return pairs.destinations[a] < pairs.destinations[b]; });
+    const std::vector<int64_t> order = DestinationOrder(pairs);
     std::vector<int64_t> sources(n), targets(n);
     for (int64_t i = 0; i < n; ++i) {
         sources[i] = pairs.sources[order[i]];
@@ -385,6 +393,22 @@ void TransferBlocks(const TransferCall& call)
             const at::Tensor own = cache.index_select(0, at::zeros_like(first));
             cache.index_copy_(0, destination, at::where(RowMask(any, blocks.dim()), blocks, own));
         }
+    }
+}
+
+void CopyRuns(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs)
+{
+    const std::vector<int64_t> order = DestinationOrder(pairs);
+    const int64_t n = static_cast<int64_t>(order.size());
+    for (int64_t begin = 0; begin < n;) {
+        const int64_t s = pairs.sources[order[begin]], d = pairs.destinations[order[begin]];
+        int64_t end = begin + 1;
+        while (end < n && pairs.destinations[order[end]] == d + (end - begin) &&
+               pairs.sources[order[end]] == s + (end - begin)) {
+            ++end;
+        }
+        dst.narrow(0, d, end - begin).copy_(src.narrow(0, s, end - begin), /*non_blocking=*/true);
+        begin = end;
     }
 }
 

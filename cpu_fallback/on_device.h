@@ -42,4 +42,9 @@ at::Tensor OutputRows(const at::Tensor& context_lens, bool cumsum);
 /// to block destinations[i] of `dst`, queued without waiting for either device.
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs);
 
+/// Block sources[i] of `src` to block destinations[i] of `dst` ([blocks, ...] each, any devices),
+/// with no temporary: pairs sorted by destination, each run consecutive on both sides one async
+/// copy (non-blocking from or to pinned memory), never a synchronisation.
+void CopyRuns(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPlan& pairs);
+
 }  // namespace ascend_kv::on_device

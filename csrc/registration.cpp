@@ -52,9 +52,10 @@ std::vector<Schema> Writers()
          "()"},
         {"block_copy",
          "Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor src_block_indices, Tensor dst_block_indices, "
-         "Tensor cum_sum",
+         "Tensor cum_sum, bool simultaneous=False",
          "()"},
-        {"copy_blocks", "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping", "()"},
+        {"copy_blocks",
+         "Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping, bool simultaneous=False", "()"},
         {"swap_blocks", "Tensor src, Tensor(a!) dst, Tensor block_mapping", "()"},
         {"gather_blocks",
          "Tensor[] key_caches, Tensor[] value_caches, Tensor block_ids, Tensor(a!) out, str cache_layout='nd', "
@@ -64,6 +65,7 @@ std::vector<Schema> Writers()
          "Tensor src, Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_ids, str src_layout='nd', "
          "str cache_layout='nd', int head_splits=1",
          "()"},
+        {"swap_blocks.bytes", "Tensor src, Tensor(a!) dst, int block_size_in_bytes, Tensor block_mapping", "()"},
     };
 }
 
@@ -177,6 +179,9 @@ TORCH_LIBRARY(ascend_kv, m)
         }
         m.def((TwinName(name) + overload + "(" + Unannotated(s.arguments) + ") -> Tensor[]").c_str());
     }
+    // Writes through the pointers it is given: no tensor argument is written.
+    m.def("swap_blocks_batch(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes, bool is_src_access_order_any=False, "
+          "int direction=-1) -> ()");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("_paged_cache_load_outputs(") + kLoadInputs +
            ", int kv_cache_cfg, bool cumsum, Tensor? seq_starts, bool zero_fill, SymInt rows) -> (Tensor, Tensor)")
@@ -210,6 +215,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("swap_blocks", &SwapBlocks);
     m.impl("gather_blocks", &GatherBlocks);
     m.impl("scatter_blocks", &ScatterBlocks);
+    m.impl("swap_blocks.bytes", &SwapBlockBytes);
+    m.impl("swap_blocks_batch", &SwapBlocksBatch);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -233,12 +240,15 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("swap_blocks", &SwapBlocksMeta);
     m.impl("gather_blocks", &GatherBlocksMeta);
     m.impl("scatter_blocks", &ScatterBlocksMeta);
+    m.impl("swap_blocks.bytes", &SwapBlockBytesMeta);
+    m.impl("swap_blocks_batch", &SwapBlocksBatchMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
 {
     using namespace ascend_kv;
     m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
+    m.impl("swap_blocks_batch", torch::CppFunction::makeFallthrough());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFallthrough());
     }

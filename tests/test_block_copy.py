@@ -194,8 +194,8 @@ def test_copy_blocks_rules_name_the_pair_and_the_layer() -> None:
     judge(lambda: ascend_kv.copy_blocks(keys, [*values[:2], torch.zeros(5, 2, 8, dtype=torch.float16)],
                                         torch.tensor([[0, 1]])), keys,
           r"value_caches\[2\].shape\[0\] \(num_blocks\) = 5 must equal key_caches\[0\].shape\[0\] = 4")
-    judge(lambda: ascend_kv.copy_blocks(keys, [values[0], keys[1], values[2]], torch.tensor([[0, 1]])), keys,
-          r"shares memory with key_caches\[1\]")
+    judge(lambda: ascend_kv.copy_blocks(keys, [values[0], keys[1][:, :1], values[2]], torch.tensor([[0, 1]])), keys,
+          r"shares memory with key_caches\[1\]")                       # overlaid, not identical: refused
     with pytest.raises(TypeError, match=r"key_caches must be a list of tensors"):
         ascend_kv.copy_blocks(keys[0], values, torch.tensor([[0, 1]]))  # type: ignore[arg-type]
 

@@ -14,8 +14,9 @@ NZ, writes past key_cache in ND and NZ), a byte stride replaced by the row size 
 the gaps of strided views), an ND row of 14 bytes stored with DataCopy (whole 32-byte blocks only)
 instead of DataCopyPad, unaligned rows assumed packed in UB (DataCopyPad starts each on a 32-byte
 boundary), reshape_and_cache splitting its tokens over the cores instead of its slots (a slot named
-twice is then written by two cores), gather_blocks reading one block too far, block_copy writing one block too far and block_copy letting an
-out-of-range destination through, the staged index window read without its MTE2_S flag, rows moved
+twice is then written by two cores), gather_blocks reading one block too far, block_copy writing one block too far (in both modes), block_copy letting an
+out-of-range destination through and block_copy making simultaneous copies one after another (a cycle
+then comes out wrong), the staged index window read without its MTE2_S flag, rows moved
 in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
 itself vector-only. The unmutated library passes the same calls.
 """
@@ -65,8 +66,10 @@ MUTANTS = {
         ("tiling.h", "constexpr uint64_t kMaxPadBlockBytes = 65535;", "constexpr uint64_t kMaxPadBlockBytes = 2097151;"),
     ],
     "block-copy-off-by-one": [
-        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset]",
-         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset]"),
+        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset], buffer",
+         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset], buffer"),
+        ("kernels/block_copy.cpp", "WriteRows(cache_.gm[to * cache_.blockStride + offset], slot",
+         "WriteRows(cache_.gm[(to + 1) * cache_.blockStride + offset], slot"),
     ],
     "transfer-off-by-one": [  # gather_blocks reading the block after the one named
         ("kernels/transfer_blocks.cpp", "CopyChunk(static_cast<uint64_t>(id) * t_.cacheBlockStride,",
@@ -74,6 +77,16 @@ MUTANTS = {
     ],
     "block-copy-past-the-cache": [  # an out-of-range destination let through
         ("kernels/block_copy.cpp", "static_cast<uint64_t>(d) >= t_.numBlocks", "static_cast<uint64_t>(d) > t_.numBlocks"),
+    ],
+    "block-copy-sequential": [  # simultaneous copies made one after another (a chunk written before the next read)
+        ("kernels/block_copy.cpp", "                CopyChunkOfEveryCopy(item - first);\n",
+         ("                for (uint64_t copy = 0; copy < t_.copies; ++copy) {\n"
+          "                    uint64_t from = 0;\n"
+          "                    uint64_t to = 0;\n"
+          "                    if (Blocks(copy, from, to)) {\n"
+          "                        CopyChunk(from, to, item - first);\n"
+          "                    }\n"
+          "                }\n")),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
@@ -117,7 +130,7 @@ def reshape(layout, cache_shape, head_size, slots=(31, 0, 5, 6)):
         ascend_kv.reshape_and_cache(key, key.clone(), cache, cache.clone(), torch.tensor(slots), kv_cache_cfg="nz")
     else:
         ascend_kv.reshape_and_cache(key, None, cache, None, torch.tensor(slots))
-def block_copy(dst):
+def block_copy(dst, simultaneous=False):
     # 4 blocks of 2 x 16 float16 (64 bytes each): block 0 to block `dst`, a device index nobody checked, on the
     # fake NPU (a host index out of range is refused before any kernel runs)
     sys.path.insert(0, tests)
@@ -125,12 +138,20 @@ def block_copy(dst):
     fake_npu.install()
     cache = torch.zeros(4, 2, 16, dtype=h, device="npu")
     with ascend_kv.use_backend("npu"):
-        ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"))
+        ascend_kv.copy_blocks([cache], [], torch.tensor([[0, dst]], device="npu"), simultaneous=simultaneous)
 def gather_last():
     # block 3, the last of 4 blocks of 16 x 2 x 16 float16 (1,024 bytes each), of one key-only layer, into NZ
     cache = torch.ones(4, 16, 2, 16, dtype=h)
     ascend_kv.gather_blocks([cache], [], torch.tensor([3]), torch.zeros(1, 1, 1, 2, 16, 16, dtype=h), out_layout="nz")
-CALLS = {"kv_dense": kv_dense, "gather_last": gather_last, "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
+def block_copy_cycle():
+    # blocks 0 and 1 swapped, block 2 to 3 (a chain's tail): every source read before any write
+    cache = torch.arange(4, dtype=h).repeat_interleave(32).reshape(4, 2, 16)
+    ascend_kv.copy_blocks([cache], [], torch.tensor([[0, 1], [1, 0], [2, 3]]), simultaneous=True)
+    got = [int(cache[b, 0, 0]) for b in range(4)]
+    if got != [1, 0, 2, 2]:
+        raise RuntimeError(f"simultaneous copies wrote {got}, not [1, 0, 2, 2]")
+CALLS = {"kv_dense": kv_dense, "gather_last": gather_last, "block_copy_cycle": block_copy_cycle,
+         "block_copy_last_simultaneous": lambda: block_copy(3, simultaneous=True), "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
          "reshape_nz": lambda: reshape("nz", (2, 2, 16, 16), 32),
@@ -287,6 +308,12 @@ def test_transfer_off_by_one_block_reads_past_the_cache(libraries: dict[str, Pat
     assert overrun(message, "read", re.escape("caches[0]")) == (4096, 4096, 992)
 
 
+def test_simultaneous_block_copy_off_by_one_block_writes_past_the_cache(libraries: dict[str, Path]) -> None:
+    """The same in the simultaneous mode's write from its UB slot."""
+    message = run(libraries["block-copy-off-by-one"], "block_copy_last_simultaneous")
+    assert overrun(message, "write", re.escape("caches[0]")) == (256, 256, 64)
+
+
 def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[str, Path]) -> None:
     """dst = 4 = num_blocks (a device index nobody checked) must be skipped; let through, it lands past the cache."""
     assert run(libraries["block-copy-past-the-cache"], "block_copy_last") == "ok"
@@ -296,7 +323,14 @@ def test_block_copy_of_an_out_of_range_destination_is_stopped(libraries: dict[st
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["gather_last", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+def test_block_copy_made_sequential_breaks_a_cycle(libraries: dict[str, Path], cores: int) -> None:
+    """Copies one after another: block 1 takes block 0, then block 0 takes block 1's new bytes (block 0's)."""
+    assert run(libraries["block-copy-sequential"], "block_copy_cycle", cores) == (
+        "simultaneous copies wrote [0, 0, 2, 2], not [1, 0, 2, 2]")
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("call", ["gather_last", "block_copy_cycle", "block_copy_last_simultaneous", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
                                   "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
                                   "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:

@@ -19,6 +19,8 @@ def block_copy(
     src_block_indices: torch.Tensor,
     dst_block_indices: torch.Tensor,
     cum_sum: torch.Tensor,
+    *,
+    simultaneous: bool = False,
 ) -> None:
     """Copy whole cache blocks in place, one source to one or more destinations (ATB BlockCopyOperation).
 
@@ -40,13 +42,18 @@ def block_copy(
         ``[n]`` int32 or int64 source blocks, in ``[0, num_blocks)``.
     dst_block_indices : torch.Tensor
         ``[m]`` int32 or int64 destination blocks, in ``[0, num_blocks)``, distinct, none of them
-        a source.
+        a source (unless ``simultaneous``).
     cum_sum : torch.Tensor
         ``[n]`` int32 or int64: running end of each source's destinations, non-decreasing,
         ``cum_sum[-1] == m``.
+    simultaneous : bool, optional
+        False (default): ATB's rules. True: every source block is read before any destination
+        is written, so cycles (a->b, b->a), chains (a->b, b->c: c gets b's old bytes),
+        self-copies and overlapping fan-out are defined; a destination is still named once.
 
     Index tensors on the host are checked (nothing is written on an error); on the caches'
     device they are read by the kernels or the device fallback, which skip out-of-range blocks.
+    A view identical to another (device, ``data_ptr()``, dtype, shape, strides) is copied once.
 
     Raises
     ------
@@ -66,13 +73,16 @@ def block_copy(
              cum_sum=cum_sum)
     if value_cache is not None:
         _tensors(value_cache=value_cache)
-    torch.ops.ascend_kv.block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum)
+    torch.ops.ascend_kv.block_copy(key_cache, value_cache, src_block_indices, dst_block_indices, cum_sum,
+                                   _flag(simultaneous))
 
 
 def copy_blocks(
     key_caches: Sequence[torch.Tensor],
     value_caches: Sequence[torch.Tensor],
     block_mapping: torch.Tensor,
+    *,
+    simultaneous: bool = False,
 ) -> None:
     """Copy cache blocks of every layer in place, ``(src, dst)`` pairs (vLLM's ``copy_blocks``).
 
@@ -83,12 +93,15 @@ def copy_blocks(
     ----------
     key_caches : sequence of torch.Tensor
         One cache per layer, each as ``block_copy``'s ``key_cache``; all on one device with one
-        ``num_blocks`` (per-layer views of one buffer are fine).
+        ``num_blocks`` (per-layer views of one buffer are fine; segments of one allocation may
+        differ in dtype and block shape; a view listed for several layers is copied once).
     value_caches : sequence of torch.Tensor
         One per layer as well, or empty for key-only (MLA) caches.
     block_mapping : torch.Tensor
         ``[n, 2]`` int32 or int64 ``(src, dst)`` pairs, on the host or the caches' device; the
         rules of ``block_copy`` apply per pair.
+    simultaneous : bool, optional
+        As :func:`block_copy`'s: every source read before any destination is written.
 
     Raises
     ------
@@ -102,23 +115,36 @@ def copy_blocks(
     """
     keys, values = _tensor_list("key_caches", key_caches), _tensor_list("value_caches", value_caches)
     _tensors(block_mapping=block_mapping)
-    torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping)
+    torch.ops.ascend_kv.copy_blocks(keys, values, block_mapping, _flag(simultaneous))
 
 
-def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
-    """Copy blocks from one cache to another, on one device or between devices (vLLM's ``swap_blocks``).
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, *args: object, **kwargs: object) -> None:
+    """Copy blocks from one tensor to another, on one device or between devices (vLLM's ``swap_blocks``).
 
-    Block ``block_mapping[i, 0]`` of ``src`` goes to block ``block_mapping[i, 1]`` of ``dst``:
-    KV offload to host memory and back, preemption. From or to pinned host memory the copies
-    are non-blocking, queued on the device's current stream; the call never synchronises.
+    Two forms, told apart by the number of arguments after ``dst``:
+
+    - ``swap_blocks(src, dst, block_mapping)``: block ``block_mapping[i, 0]`` (dim 0) of ``src``
+      goes to block ``block_mapping[i, 1]`` of ``dst`` (operator ``swap_blocks``);
+    - ``swap_blocks(src, dst, block_size_in_bytes, block_mapping)`` (vLLM's current form): block
+      ``m`` of a tensor is its bytes ``[m * B, (m + 1) * B)`` from ``data_ptr()``; bytes
+      ``[s * B, (s + 1) * B)`` of ``src`` go to ``[d * B, (d + 1) * B)`` of ``dst`` for each
+      pair ``(s, d)``, whatever the dtypes (operator ``swap_blocks.bytes``). ``B`` need not be a
+      block's stride: GPU pages can go into halves of 2-page host blocks.
+
+    KV offload to host memory and back, preemption. From or to pinned host memory the copies are
+    non-blocking, queued on the device's current stream; the call never synchronises, and
+    consecutive pairs go as one copy.
 
     Parameters
     ----------
     src : torch.Tensor
-        ``[src_blocks, ...]``, read.
+        ``[src_blocks, ...]``, read (the bytes form: any contiguous tensor).
     dst : torch.Tensor
-        ``[dst_blocks, ...]`` with ``src.shape[1:]`` and ``src.dtype``, written; on ``src``'s
-        device or another, apart from ``src``.
+        Written, on ``src``'s device or another, apart from ``src``. The 3-argument form:
+        ``[dst_blocks, ...]`` with ``src.shape[1:]`` and ``src.dtype``; the bytes form: any
+        contiguous tensor.
+    block_size_in_bytes : int
+        The bytes form only: ``B``, positive.
     block_mapping : torch.Tensor
         ``[n, 2]`` int32 or int64 ``(src block, dst block)`` pairs on the host; blocks in range,
         destinations distinct.
@@ -133,9 +159,44 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
     >>> gpu = torch.zeros(8, 16, 2, 8, dtype=torch.float16)
     >>> host = torch.empty(4, 16, 2, 8, dtype=torch.float16)   # pin_memory=True on an NPU host
     >>> ascend_kv.swap_blocks(gpu, host, torch.tensor([[5, 0], [6, 1]]))
+    >>> ascend_kv.swap_blocks(gpu, host, 256, torch.tensor([[5, 0], [6, 3]]))   # 256-byte blocks
     """
+    bytes_form = len(args) + len(kwargs) == 2 or "block_size_in_bytes" in kwargs
+    names = ("block_size_in_bytes", "block_mapping") if bytes_form else ("block_mapping",)
+    bound = _bind(names, args, kwargs)
+    block_mapping = bound["block_mapping"]
     _tensors(src=src, dst=dst, block_mapping=block_mapping)
-    torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+    if not bytes_form:
+        torch.ops.ascend_kv.swap_blocks(src, dst, block_mapping)
+        return
+    size = bound["block_size_in_bytes"]
+    if type(size) is not int:
+        if isinstance(size, torch.Tensor):
+            raise TypeError(f"block_size_in_bytes must be an int, got {common.describe(size)}")
+        size = common.int64_argument("block_size_in_bytes", size)
+    torch.ops.ascend_kv.swap_blocks.bytes(src, dst, size, block_mapping)
+
+
+def _bind(names: tuple[str, ...], args: tuple[object, ...], kwargs: dict[str, object]) -> dict[str, object]:
+    """``swap_blocks``' arguments after ``dst`` by name, positional ones first, or ``TypeError`` as Python gives."""
+    if len(args) > len(names):
+        raise TypeError(f"swap_blocks takes 3 or 4 arguments (src, dst, [block_size_in_bytes,] block_mapping), "
+                        f"got {2 + len(args)} positional")
+    bound = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names or name in bound:
+            raise TypeError(f"swap_blocks got an unexpected or repeated argument {name!r} (its form takes "
+                            f"src, dst, {', '.join(names)})")
+        bound[name] = value
+    missing = [name for name in names if name not in bound]
+    if missing:
+        raise TypeError(f"swap_blocks missing argument {missing[0]!r} (src, dst, [block_size_in_bytes,] block_mapping)")
+    return bound
+
+
+def _flag(simultaneous: object) -> bool:
+    return simultaneous if simultaneous is True or simultaneous is False else common.bool_argument(
+        "simultaneous", simultaneous)
 
 
 def _tensors(**arguments: object) -> None:

@@ -41,6 +41,7 @@ import torch
 
 from .. import KvCacheCfg, paged_cache_load, reshape_and_cache
 from ..api import arguments as common
+from ..api.transfer import swap_blocks_batch as _swap_blocks_batch
 from .formats import cache_layout, empty_with_format, get_npu_format, npu_format_cast
 
 #: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
@@ -357,6 +358,19 @@ def _atb_paged_cache_load(
 
 _atb_paged_cache_load.__name__ = _atb_paged_cache_load.__qualname__ = "npu_paged_cache_load"
 
+
+# ----------------------------------------------------------------------------- vllm-ascend's transfer op
+
+
+def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor, direction: int) -> None:
+    """vllm-ascend's ``torch.ops._C_ascend.swap_blocks_batch(src_ptrs, dst_ptrs, sizes, direction)``.
+
+    Copy ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` (int64 host tables), queued
+    on the current NPU stream; ``direction`` 0 host to device, 1 device to host, 2 device to
+    device. The rules and the run are :func:`ascend_kv.swap_blocks_batch`'s.
+    """
+    _swap_blocks_batch(src_ptrs, dst_ptrs, sizes, direction=direction)
+
 #: ``torch_npu.atb``: the ATB operations torch_npu exposes (here: the paged load).
 atb = types.ModuleType(f"{__name__}.atb", "torch_npu.atb's npu_paged_cache_load, run by ascend_kv.")
 atb.npu_paged_cache_load = _atb_paged_cache_load  # type: ignore[attr-defined]
@@ -370,4 +384,5 @@ __all__ = [
     "npu_format_cast",
     "npu_gather_pa_kv_cache",
     "npu_scatter_pa_kv_cache",
+    "swap_blocks_batch",
 ]

@@ -74,6 +74,8 @@ def _register_python_parts() -> None:
         implementations.impl(name, function, "CompositeExplicitAutograd")
     _python_parts.append(implementations)
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _allocating_load_fake)
+    # swap_blocks_batch writes through raw addresses, not through a tensor argument: a compiled graph keeps it.
+    torch.fx.node.has_side_effect(torch.ops.ascend_kv.swap_blocks_batch.default)
 
 
 def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,

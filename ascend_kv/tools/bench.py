@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ..api.block_ops import block_copy, copy_blocks
+from ..api.block_ops import block_copy, copy_blocks, swap_blocks
 from ..api.errors import BackendUnavailableError
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
@@ -58,13 +58,14 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.in
 #: (the issue: prefill kv_cache, paged load ND and NZ, paged write prefill >= 0.9x; the block copies
 #: keep the 0.8x they had).
 TARGETS = {"prefill": 0.9, "paged-nd": 0.9, "paged-nz": 0.9, "write-prefill": 0.9, "block-copy": 0.8,
-           "copy-blocks": 0.8, "gather-blocks": 0.9, "scatter-blocks": 0.9}
+           "copy-blocks": 0.8, "copy-blocks-simultaneous": 0.9, "swap-bytes": 0.9, "gather-blocks": 0.9,
+           "scatter-blocks": 0.9}
 #: Goals, likewise.
 GOALS = {"prefill": 1.0, "paged-nd": 1.0, "paged-nz": 1.0, "write-prefill": 1.0, "gather-blocks": 1.0,
          "scatter-blocks": 1.0}
 #: The workload kinds that move bulk data (the others are decode steps: a few rows per sequence).
-BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks", "gather-blocks",
-        "scatter-blocks")
+BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks", "copy-blocks-simultaneous",
+        "swap-bytes", "gather-blocks", "scatter-blocks")
 #: ``--threads``' word for torch's default intra-op thread count (the count when the run starts).
 DEFAULT_THREADS = "default"
 
@@ -83,7 +84,7 @@ class Workload:
 
     name: str
     kind: str                 #: decode, prefill, paged-nd, paged-nz, write-decode, write-prefill, block-copy,
-    #:                           copy-blocks, gather-blocks, scatter-blocks
+    #:                           copy-blocks, copy-blocks-simultaneous, swap-bytes, gather-blocks, scatter-blocks
     batch: int                #: sequences, or blocks copied (block-copy, copy-blocks)
     tokens: int               #: new tokens (kv_cache) or cached tokens (paged) per sequence
     heads: int = 8
@@ -96,6 +97,10 @@ class Workload:
     def op(self) -> str:
         if self.kind in ("block-copy", "copy-blocks", "gather-blocks", "scatter-blocks"):
             return self.kind.replace("-", "_")
+        if self.kind == "copy-blocks-simultaneous":
+            return "copy_blocks"
+        if self.kind == "swap-bytes":
+            return "swap_blocks"
         if self.kind.startswith("write"):
             return "reshape_and_cache"
         return "kv_cache" if self.kind in ("decode", "prefill") else "paged_cache_load"
@@ -120,6 +125,10 @@ def workloads(tiny: bool = False) -> list[Workload]:
         Workload("write prefill 8x512 8x128", "write-prefill", 8, 512, 8, 128, 128),
         Workload("block_copy 64 blocks 8x128", "block-copy", 64, 1, 8, 128, 128),
         Workload("copy_blocks 64 blocks x 32 layers 8x128", "copy-blocks", 64, 1, 8, 128, 128),
+        Workload("copy_blocks simultaneous 64 blocks x 32 layers 8x128", "copy-blocks-simultaneous", 64, 1, 8, 128,
+                 128),
+        Workload("swap_blocks 4-arg host to host 64 blocks 8x128", "swap-bytes", 64, 1, 8, 128, 128),
+
         Workload("gather_blocks ND->ND 64 blocks x 32 layers 8x128", "gather-blocks", 64, 1, 8, 128, 128),
         Workload("gather_blocks ND->NZ 64 blocks x 32 layers 8x128", "gather-blocks", 64, 1, 8, 128, 128, layout="nz"),
         Workload("scatter_blocks ND->ND 64 blocks x 32 layers 8x128", "scatter-blocks", 64, 1, 8, 128, 128),
@@ -164,8 +173,8 @@ def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     """Tensors for workload ``w`` in ``dtype``, one set per layer (see :func:`layers_for`)."""
     g = torch.Generator().manual_seed(seed)
     builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call,
-                "block_copy": _block_call, "copy_blocks": _block_call, "gather_blocks": _transfer_call,
-                "scatter_blocks": _transfer_call}
+                "block_copy": _block_call, "copy_blocks": _block_call, "swap_blocks": _swap_bytes_call,
+                "gather_blocks": _transfer_call, "scatter_blocks": _transfer_call}
     return builders[w.op](w, dtype, g)
 
 
@@ -282,22 +291,26 @@ def _write_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
 def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     """``w.batch`` blocks copied to as many others in each layer's K and V caches; ``block_copy`` one
     call per layer, ``copy_blocks`` one call for all :data:`MAX_LAYERS` layers (vLLM's form)."""
-    pairs, num_blocks = w.batch, 2 * w.batch
+    simultaneous = w.kind == "copy-blocks-simultaneous"
+    pairs, num_blocks = w.batch, 2 * w.batch + (4 if simultaneous else 0)
     block_bytes = w.block_size * w.heads * (w.head_size_k + w.head_size_v) * dtype.itemsize   # key + value
     bytes_moved = 2 * pairs * block_bytes
-    layers = MAX_LAYERS if w.kind == "copy-blocks" else layers_for(bytes_moved, num_blocks * block_bytes)
+    layers = MAX_LAYERS if w.kind != "block-copy" else layers_for(bytes_moved, num_blocks * block_bytes)
     sets = [(torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_k), dtype=dtype),   # written: no page faults
              torch.zeros((num_blocks, w.block_size, w.heads, w.head_size_v), dtype=dtype)) for _ in range(layers)]
     order = torch.randperm(num_blocks, generator=g)
-    src, dst = order[:pairs].to(torch.int32), order[pairs:].to(torch.int32)
+    src, dst = order[:pairs].to(torch.int32), order[pairs:2 * pairs].to(torch.int32)
     cum_sum = torch.arange(1, pairs + 1, dtype=torch.int32)
+    if simultaneous:  # the last 4 pairs: two swaps (a <-> b, c <-> d), which stage 4 source blocks
+        a, b, c, d = order[2 * pairs:].tolist()
+        src[-4:], dst[-4:] = torch.tensor([a, b, c, d]), torch.tensor([b, a, d, c])
     mapping = torch.stack([src, dst], dim=1)
     keys, values = [k for k, _ in sets], [v for _, v in sets]
     first_key, first_value = sets[0]
 
     def loop() -> None:
-        if w.kind == "copy-blocks":
-            copy_blocks(keys, values, mapping)
+        if w.kind != "block-copy":
+            copy_blocks(keys, values, mapping, simultaneous=simultaneous)
             return
         for key_cache, value_cache in sets:
             block_copy(key_cache, value_cache, src, dst, cum_sum)
@@ -306,8 +319,35 @@ def _block_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
         layers=layers,
         loop=loop,
         single=lambda: block_copy(first_key, first_value, src, dst, cum_sum) if w.kind == "block-copy"
-        else copy_blocks(keys[:1], values[:1], mapping),
-        reference=lambda: reference.block_copy(first_key, first_value, src, dst, cum_sum),
+        else copy_blocks(keys[:1], values[:1], mapping, simultaneous=simultaneous),
+        reference=lambda: reference.simultaneous_copy([first_key, first_value], mapping.tolist()) if simultaneous
+        else reference.block_copy(first_key, first_value, src, dst, cum_sum),
+        bytes_moved=bytes_moved,
+    )
+
+
+def _swap_bytes_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """vLLM's 4-argument ``swap_blocks`` between host tensors: ``w.batch`` blocks of a key cache
+    (``block_size_in_bytes`` one block) into a host buffer of as many blocks, one call per layer."""
+    block_bytes = w.block_size * w.heads * w.head_size_k * dtype.itemsize
+    bytes_moved = 2 * w.batch * block_bytes
+    num_blocks = 2 * w.batch
+    layers = layers_for(bytes_moved, 3 * w.batch * block_bytes)
+    sets = [(_payload((num_blocks, w.block_size, w.heads, w.head_size_k), dtype, g),
+             torch.zeros((w.batch, w.block_size, w.heads, w.head_size_k), dtype=dtype)) for _ in range(layers)]
+    order = torch.randperm(num_blocks, generator=g)[: w.batch]
+    mapping = torch.stack([order, torch.randperm(w.batch, generator=g)], dim=1)
+    first_src, first_dst = sets[0]
+
+    def loop() -> None:
+        for src, dst in sets:
+            swap_blocks(src, dst, block_bytes, mapping)
+
+    return Call(
+        layers=layers,
+        loop=loop,
+        single=lambda: swap_blocks(first_src, first_dst, block_bytes, mapping),
+        reference=lambda: reference.swap_blocks_bytes(first_src, first_dst, block_bytes, mapping),
         bytes_moved=bytes_moved,
     )
 

@@ -378,7 +378,9 @@ using T = const void*;
 void KvCache(T, T, T, T, T, int64_t) { ++launches; }
 void PagedCacheLoad(T, T, T, T, T, T, T, int64_t, bool) { ++launches; }
 void ReshapeAndCache(T, T, T, T, T, int64_t) { ++launches; }
-void BlockCopy(T, T, T, T) { ++launches; }
+void BlockCopy(T, T, T, T, bool) { ++launches; }
+void TransferBlocks(T, T, T, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, bool) { ++launches; }
+void MemcpyBatch(T, T, T, int64_t) { ++launches; }
 
 void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 {
@@ -394,12 +396,14 @@ struct AscendKvOverheadKernelTable {
     void (*kv_cache)(T, T, T, T, T, int64_t);
     void (*paged_cache_load)(T, T, T, T, T, T, T, int64_t, bool);
     void (*reshape_and_cache)(T, T, T, T, T, int64_t);
-    void (*block_copy)(T, T, T, T);
+    void (*block_copy)(T, T, T, T, bool);
+    void (*transfer_blocks)(T, T, T, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, bool);
     int64_t (*storage_format)(T);
+    void (*memcpy_batch)(T, T, T, int64_t);
 };
 
-static const AscendKvOverheadKernelTable kTable = {1, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                                                   nullptr};
+static const AscendKvOverheadKernelTable kTable = {2, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
+                                                   &TransferBlocks, nullptr, &MemcpyBatch};
 
 extern "C" const AscendKvOverheadKernelTable* ascend_kv_kernel_library() { return &kTable; }
 

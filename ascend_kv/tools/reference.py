@@ -155,6 +155,50 @@ def copy_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor]
             cache[dst] = cache[src]
 
 
+def copy_pairs(src_block_indices: torch.Tensor, dst_block_indices: torch.Tensor,
+               cum_sum: torch.Tensor) -> list[tuple[int, int]]:
+    """``block_copy``'s ``(source, destination)`` pairs: ``src[i]`` to ``dst[cum_sum[i-1]:cum_sum[i]]``."""
+    src, dst, ends = src_block_indices.tolist(), dst_block_indices.tolist(), cum_sum.tolist()
+    return [(src[i], dst[j]) for i in range(len(src)) for j in range(ends[i - 1] if i else 0, ends[i])]
+
+
+def simultaneous_copy(caches: list[torch.Tensor], pairs: list[tuple[int, int]]) -> None:
+    """TRANSFER.md §1: in each distinct cache (identical views once), every in-range pair's source
+    block read first, then written to its destination; out-of-range pairs skipped."""
+    distinct: list[torch.Tensor] = []
+    for cache in caches:
+        if not any(_identical(cache, kept) for kept in distinct):
+            distinct.append(cache)
+    for cache in distinct:
+        n = cache.shape[0]
+        ok = [(s, d) for s, d in pairs if 0 <= s < n and 0 <= d < n]
+        snap = [cache[s].clone() for s, _ in ok]
+        for (_, d), block in zip(ok, snap):
+            cache[d] = block
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.device, a.data_ptr(), a.dtype, a.shape, a.stride()) == (b.device, b.data_ptr(), b.dtype, b.shape,
+                                                                       b.stride())
+
+
+def swap_blocks_bytes(src: torch.Tensor, dst: torch.Tensor, block_size_in_bytes: int,
+                      block_mapping: torch.Tensor) -> None:
+    """vLLM's 4-argument ``swap_blocks``: bytes ``[s*B, (s+1)*B)`` of ``src`` to ``[d*B, (d+1)*B)`` of ``dst``."""
+    b = block_size_in_bytes
+    sb, db = src.reshape(-1).view(torch.uint8), dst.reshape(-1).view(torch.uint8)
+    for s, d in block_mapping.tolist():
+        db[d * b:(d + 1) * b] = sb[s * b:(s + 1) * b].to(db.device)
+
+
+def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor) -> None:
+    """vLLM's ``swap_blocks_batch`` on host memory: ``memcpy(dst_ptrs[i], src_ptrs[i], sizes[i])`` for each ``i``."""
+    import ctypes
+
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        ctypes.memmove(d, s, n)
+
+
 def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
     """vLLM's ``swap_blocks``: block ``block_mapping[i, 0]`` of ``src`` to block ``block_mapping[i, 1]`` of ``dst``."""
     for s, d in block_mapping.tolist():

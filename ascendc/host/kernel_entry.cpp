@@ -87,9 +87,10 @@ ReshapeTiling ReshapePlan(const at::Tensor& key, const at::Tensor& value, const 
 }
 
 BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
-                              const at::Tensor& cumSum, std::vector<uint64_t>* table)
+                              const at::Tensor& cumSum, bool simultaneous, std::vector<uint64_t>* table)
 {
     BlockCopyGeometry call;
+    call.simultaneous = simultaneous;
     for (const at::Tensor& cache : caches) {
         call.caches.push_back(GeometryOf(cache));
         call.addresses.push_back(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(cache.data_ptr())));
@@ -170,10 +171,10 @@ void ReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::T
 }
 
 void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
-               const at::Tensor& cumSum)
+               const at::Tensor& cumSum, bool simultaneous)
 {
     std::vector<uint64_t> table;
-    const auto tiling = BlockCopyPlan(caches, src, dst, cumSum, &table);
+    const auto tiling = BlockCopyPlan(caches, src, dst, cumSum, simultaneous, &table);
     if (tiling.usedCores > 0) {
         LaunchBlockCopy(caches, table, src, dst, cumSum, tiling);
     }
@@ -189,8 +190,8 @@ void TransferBlocks(const std::vector<at::Tensor>& caches, const at::Tensor& buf
     }
 }
 
-const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                              &TransferBlocks, &StorageFormat};
+const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache,        &PagedCacheLoad, &ReshapeAndCache,
+                              &BlockCopy,            &TransferBlocks, &StorageFormat,  &LaunchMemcpyBatch};
 
 }  // namespace
 
@@ -220,10 +221,10 @@ std::string ReshapeAndCacheTilingText(const at::Tensor& key, const c10::optional
 }
 
 std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, const at::Tensor& dst,
-                                const c10::optional<at::Tensor>& cumSum)
+                                const c10::optional<at::Tensor>& cumSum, bool simultaneous)
 {
     std::vector<uint64_t> table;
-    return DescribeTiling(BlockCopyPlan(caches.vec(), src, dst, cumSum.value_or(at::Tensor()), &table));
+    return DescribeTiling(BlockCopyPlan(caches.vec(), src, dst, cumSum.value_or(at::Tensor()), simultaneous, &table));
 }
 
 std::string TransferTilingText(at::TensorList caches, const at::Tensor& buffer, const at::Tensor& ids,
@@ -247,7 +248,7 @@ TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m)
           &ascend_kv::PagedCacheLoadTilingText);
     m.def("reshape_and_cache_tiling(Tensor key, Tensor? value, Tensor key_cache, Tensor? value_cache, "
           "Tensor slot_mapping, int layout) -> str", &ascend_kv::ReshapeAndCacheTilingText);
-    m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum) -> str",
+    m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum, bool simultaneous=False) -> str",
           &ascend_kv::BlockCopyTilingText);
     m.def("transfer_blocks_tiling(Tensor[] caches, Tensor buffer, Tensor ids, int[] frame, int[] cache_strides, "
           "int[] buffer_strides, bool gather) -> str", &ascend_kv::TransferTilingText);

@@ -61,6 +61,11 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
 void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
                            const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling);
 
+/// swap_blocks_batch's copies (kernel_library.h, memcpy_batch): queued on the current NPU stream
+/// (NPU build) or copied with memcpy (host build).
+void LaunchMemcpyBatch(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, const std::vector<int64_t>& sizes,
+                       int64_t direction);
+
 /// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
 /// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);
 /// `cumSum` may be undefined.

@@ -26,6 +26,10 @@ namespace ascend_kv {
 /// Raised when the table's layout changes, so a stale library is refused rather than misread.
 constexpr uint32_t kKernelLibraryVersion = 2;
 
+/// block_copy's simultaneous mode holds a chunk of every copy's source in UB at once: the operator
+/// library gives it calls of at most this many destinations (each UB slot then has >= 32 bytes).
+constexpr int64_t kMaxSimultaneousCopies = 1024;
+
 struct KernelLibrary {
     uint32_t version;
     /// new_kv [ntokens, hidden], past [layers, batch, max_seq_len, hidden] (written), token_offset
@@ -43,9 +47,11 @@ struct KernelLibrary {
     void (*reshape_and_cache)(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                               const at::Tensor& value_cache, const at::Tensor& slot_mapping, int64_t layout);
     /// caches: every cache written, each as its [num_blocks, rows, row] view with contiguous rows;
-    /// block src[i] goes to blocks dst[cum_sum[i-1]:cum_sum[i]] (cum_sum undefined: src[j] to dst[j]).
+    /// block src[i] goes to blocks dst[cum_sum[i-1]:cum_sum[i]] (cum_sum undefined: src[j] to dst[j]);
+    /// simultaneous: every source read before any destination is written (at most
+    /// kMaxSimultaneousCopies entries of dst).
     void (*block_copy)(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
-                       const at::Tensor& cum_sum);
+                       const at::Tensor& cum_sum, bool simultaneous);
     /// gather_blocks / scatter_blocks: caches [num_blocks, ...] (key caches of every layer, then value
     /// caches; one shape and strides), buffer [KV, L, n, *block], ids [n]. A block is the frame of
     /// kTransferFrameDims dims `frame` (loops in nesting order) at element strides `cache_strides` in
@@ -56,6 +62,12 @@ struct KernelLibrary {
     /// The device's storage format of `tensor` (ACL's aclFormat: 2 is ND), or -1 when this
     /// library cannot tell (the host build).
     int64_t (*storage_format)(const at::Tensor& tensor);
+    /// swap_blocks_batch: copy i moves sizes[i] bytes from address src[i] to address dst[i]
+    /// (checked: destinations apart from each other and from the sources). The NPU build queues
+    /// them on the current stream in one runtime call (direction -1: inferred per copy; 0 host to
+    /// device, 1 device to host, 2 device to device); the host build copies them with memcpy.
+    void (*memcpy_batch)(const std::vector<int64_t>& src, const std::vector<int64_t>& dst,
+                         const std::vector<int64_t>& sizes, int64_t direction);
 };
 
 }  // namespace ascend_kv

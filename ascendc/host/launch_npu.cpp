@@ -8,6 +8,8 @@
  * was queued. The declarations below are ours (the generated header is not available when the
  * binding compiles); they follow the kernels' parameter lists exactly.
  */
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -109,7 +111,81 @@ void Queue(const char* op, const at::Device& device, const Tiling& tiling, Launc
     command.Run();
 }
 
+/// aclrtMemcpyBatchAsync's attribute (aclrtMemcpyBatchAttr: destination and source aclrtMemLocation,
+/// then 16 reserved bytes), declared here so the build does not need a CANN whose headers have it.
+struct BatchLocation {
+    uint32_t id;
+    int32_t type;  // aclrtMemLocationType: 0 host, 1 device
+};
+struct BatchAttr {
+    BatchLocation dst;
+    BatchLocation src;
+    uint8_t reserved[16];
+};
+using MemcpyBatchAsync = aclError (*)(void** dsts, size_t* destMaxs, void** srcs, size_t* sizes, size_t numBatches,
+                                      BatchAttr* attrs, size_t* attrsIndexes, size_t numAttrs, size_t* failIndex,
+                                      aclrtStream stream);
+
+/// The runtime's aclrtMemcpyBatchAsync (CANN 8.5 and later), or null on an older CANN.
+MemcpyBatchAsync BatchCopier()
+{
+    static const auto found = reinterpret_cast<MemcpyBatchAsync>(dlsym(RTLD_DEFAULT, "aclrtMemcpyBatchAsync"));
+    return found;
+}
+
+aclrtMemcpyKind KindOf(int64_t direction)
+{
+    switch (direction) {
+        case 0: return ACL_MEMCPY_HOST_TO_DEVICE;
+        case 1: return ACL_MEMCPY_DEVICE_TO_HOST;
+        case 2: return ACL_MEMCPY_DEVICE_TO_DEVICE;
+        default: return ACL_MEMCPY_DEFAULT;  // the runtime tells the direction from the addresses
+    }
+}
+
 }  // namespace
+
+void LaunchMemcpyBatch(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, const std::vector<int64_t>& sizes,
+                       int64_t direction)
+{
+    std::vector<void*> srcs, dsts;
+    std::vector<size_t> bytes;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        if (sizes[i] > 0) {
+            srcs.push_back(reinterpret_cast<void*>(src[i]));
+            dsts.push_back(reinterpret_cast<void*>(dst[i]));
+            bytes.push_back(static_cast<size_t>(sizes[i]));
+        }
+    }
+    if (bytes.empty()) {
+        return;
+    }
+    const auto device = static_cast<uint32_t>(c10_npu::current_device());
+    // Through torch_npu's task queue, as the kernels: ordered with the stream's other work, never a wait.
+    at_npu::native::OpCommand command;
+    command.Name("ascend_kv_swap_blocks_batch");
+    command.SetCustomHandler([=]() mutable -> int {
+        aclrtStream stream = c10_npu::getCurrentNPUStream().stream(false);
+        const MemcpyBatchAsync batch = BatchCopier();
+        if (batch != nullptr && direction >= 0) {  // one runtime call for the batch
+            BatchAttr attr{};
+            attr.src = {device, direction == 0 ? 0 : 1};
+            attr.dst = {device, direction == 1 ? 0 : 1};
+            std::vector<size_t> maxs = bytes;
+            size_t first = 0, failed = SIZE_MAX;
+            return static_cast<int>(batch(dsts.data(), maxs.data(), srcs.data(), bytes.data(), bytes.size(), &attr,
+                                          &first, 1, &failed, stream));
+        }
+        for (size_t i = 0; i < bytes.size(); ++i) {  // an older CANN, or the direction inferred: one copy each
+            const aclError error = aclrtMemcpyAsync(dsts[i], bytes[i], srcs[i], bytes[i], KindOf(direction), stream);
+            if (error != ACL_SUCCESS) {
+                return static_cast<int>(error);
+            }
+        }
+        return 0;
+    });
+    command.Run();
+}
 
 uint64_t VectorCoreCount(const at::Device& device)
 {

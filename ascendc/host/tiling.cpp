@@ -298,6 +298,11 @@ int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, ui
     t.stageBytes = StageBytes(needed, windows, ubBytes);
     // Segments below 64 KB: the range of DataCopyPad's blockLen that every checker accepts.
     t.chunkBytes = Min(ChunkBytes(ubBytes, windows * t.stageBytes), kMaxBlockCopyChunkBytes);
+    t.simultaneous = call.simultaneous ? 1 : 0;
+    if (call.simultaneous && t.copies > 0) {  // one UB slot per copy, all of them in one buffer
+        const uint64_t free = ubBytes > windows * t.stageBytes ? ubBytes - windows * t.stageBytes : 0;
+        t.chunkBytes = Min(RoundDown(free / t.copies, kBlockBytes), kMaxBlockCopyChunkBytes);
+    }
     if (t.chunkBytes < kBlockBytes) {
         return kTilingUbTooSmall;
     }
@@ -322,9 +327,9 @@ int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, ui
         const uint64_t entry[kBlockCopyCacheWords] = {call.addresses[c], Stride(cache, 0), rowStride, rows, rowBytes,
                                                       SpanBytes(cache), rowsPerChunk, segments, chunks};
         words.insert(words.end(), entry, entry + kBlockCopyCacheWords);
-        t.items += t.copies * chunks;
+        t.items += (t.simultaneous ? 1 : t.copies) * chunks;  // simultaneous: a core owns a chunk of every copy
     }
-    t.usedCores = t.numBlocks == 0 || t.pairs == 0 ? 0 : Min(coreCount, t.items);
+    t.usedCores = t.numBlocks == 0 || t.pairs == 0 || t.copies == 0 ? 0 : Min(coreCount, t.items);
     *tiling = t;
     *table = std::move(words);
     return kTilingOk;

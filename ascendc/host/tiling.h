@@ -63,6 +63,7 @@ struct BlockCopyGeometry {
     std::vector<TensorGeom> caches;
     std::vector<uint64_t> addresses;
     TensorGeom src, dst, cumSum;
+    bool simultaneous = false;  ///< every source read before any destination is written
 };
 
 /// transfer_blocks: a block as a frame of kTransferFrameDims dims (sizes, and element strides in a

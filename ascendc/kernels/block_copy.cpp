@@ -13,6 +13,12 @@
  * DataCopyPad in, one out), or one buffer-sized segment of a row larger than a buffer. Offsets are
  * 64-bit. Chunks of distinct copies never meet when no block is both a source and a destination and
  * no destination is named twice (the host checks it for host indices).
+ *
+ * Simultaneous mode (tiling.simultaneous): items are (cache, chunk), and the core that owns chunk
+ * k of a cache reads chunk k of every copy's source into its own UB slot (chunkBytes each, one
+ * buffer of copies slots), then writes every slot to its destination. No other core touches
+ * chunk k of that cache, so every source byte is read before any destination byte is written,
+ * whatever the copies (cycles, chains, self-copies); the UB holds the staging, never GM.
  */
 #include "copy_common.h"
 
@@ -44,7 +50,11 @@ public:
         if (t_.cumElemBytes != 0) {
             cumSum_.Init(pipe, cumSum, t_.pairs, t_.cumElemBytes, t_.stageBytes);
         }
-        pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
+        if (t_.simultaneous != 0) {
+            pipe->InitBuffer(queue_, 1, static_cast<uint32_t>(t_.chunkBytes * t_.copies));
+        } else {
+            pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
+        }
     }
 
     /// The items of core `core` (< usedCores).
@@ -54,6 +64,16 @@ public:
         uint64_t cache = 0;
         uint64_t first = 0;  // the first item of `cache`
         Load(cache);
+        if (t_.simultaneous != 0) {
+            for (uint64_t item = mine.begin; item < mine.end; ++item) {
+                while (item >= first + cache_.chunks) {
+                    first += cache_.chunks;
+                    Load(++cache);
+                }
+                CopyChunkOfEveryCopy(item - first);
+            }
+            return;
+        }
         for (uint64_t item = mine.begin; item < mine.end; ++item) {
             while (item >= first + t_.copies * cache_.chunks) {
                 first += t_.copies * cache_.chunks;
@@ -116,12 +136,10 @@ private:
         return true;
     }
 
-    /// Chunk `k` of block `from` to the same chunk of block `to`, through one UB buffer.
-    __aicore__ inline void CopyChunk(uint64_t from, uint64_t to, uint64_t k)
+    /// Where chunk `k` of a block lies: its byte offset in the block, rows and bytes per row.
+    __aicore__ inline void ChunkAt(uint64_t k, uint64_t& offset, uint64_t& rows, uint64_t& bytes) const
     {
-        uint64_t offset = 0;
-        uint64_t rows = 0;
-        uint64_t bytes = cache_.rowBytes;
+        bytes = cache_.rowBytes;
         if (cache_.segments > 1) {
             const uint64_t row = k / cache_.segments;
             const uint64_t segment = k - row * cache_.segments;
@@ -133,6 +151,43 @@ private:
             offset = row * cache_.rowStride;
             rows = MinU64(cache_.rowsPerChunk, cache_.rows - row);
         }
+    }
+
+    /// Simultaneous mode: chunk `k` of every copy's source into the copy's UB slot, then every slot
+    /// to its destination (skipped copies read and write nothing).
+    __aicore__ inline void CopyChunkOfEveryCopy(uint64_t k)
+    {
+        uint64_t offset = 0;
+        uint64_t rows = 0;
+        uint64_t bytes = 0;
+        ChunkAt(k, offset, rows, bytes);
+        AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
+        uint64_t from = 0;
+        uint64_t to = 0;
+        for (uint64_t copy = 0; copy < t_.copies; ++copy) {
+            if (Blocks(copy, from, to)) {
+                AscendC::LocalTensor<uint8_t> slot = buffer[static_cast<uint32_t>(copy * t_.chunkBytes)];
+                ReadRows(slot, cache_.gm[from * cache_.blockStride + offset], cache_.rowStride, rows, bytes);
+            }
+        }
+        queue_.EnQue(buffer);
+        buffer = queue_.DeQue<uint8_t>();
+        for (uint64_t copy = 0; copy < t_.copies; ++copy) {
+            if (Blocks(copy, from, to)) {
+                AscendC::LocalTensor<uint8_t> slot = buffer[static_cast<uint32_t>(copy * t_.chunkBytes)];
+                WriteRows(cache_.gm[to * cache_.blockStride + offset], slot, cache_.rowStride, rows, bytes);
+            }
+        }
+        queue_.FreeTensor(buffer);
+    }
+
+    /// Chunk `k` of block `from` to the same chunk of block `to`, through one UB buffer.
+    __aicore__ inline void CopyChunk(uint64_t from, uint64_t to, uint64_t k)
+    {
+        uint64_t offset = 0;
+        uint64_t rows = 0;
+        uint64_t bytes = 0;
+        ChunkAt(k, offset, rows, bytes);
         AscendC::LocalTensor<uint8_t> buffer = queue_.AllocTensor<uint8_t>();
         ReadRows(buffer, cache_.gm[from * cache_.blockStride + offset], cache_.rowStride, rows, bytes);
         queue_.EnQue(buffer);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -267,6 +268,17 @@ void LaunchTransferBlocks(const std::vector<at::Tensor>& caches, const std::vect
     RunOn("transfer_blocks", t.usedCores, list, [&]() {
         transfer_blocks_kernel(Gm(tableBytes), Gm(buffer), Gm(ids), Gm(tilingBytes));
     });
+}
+
+void LaunchMemcpyBatch(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, const std::vector<int64_t>& sizes,
+                       int64_t)
+{
+    for (size_t i = 0; i < sizes.size(); ++i) {  // the device's memory is host memory here
+        if (sizes[i] > 0) {
+            std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]),
+                        static_cast<size_t>(sizes[i]));
+        }
+    }
 }
 
 }  // namespace ascend_kv

@@ -27,11 +27,12 @@ std::vector<at::Tensor> BlockViews(const std::vector<at::Tensor>& caches)
     return views;
 }
 
-void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, c10::ArrayRef<at::Tensor> index)
+void Launch(const KernelLibrary& kernels, const std::vector<at::Tensor>& caches, c10::ArrayRef<at::Tensor> index,
+            bool simultaneous)
 {
     const std::vector<at::Tensor> views = BlockViews(caches);
     if (!views.empty()) {
-        kernels.block_copy(views, index[0], index[1], index[2]);
+        kernels.block_copy(views, index[0], index[1], index[2], simultaneous);
     }
 }
 
@@ -44,13 +45,14 @@ void Run(BlockCopyCall& call)
     const at::Device device = call.caches[0].device();
     if (device.is_cpu()) {
         const BlockCopyPlan plan = PlanBlockCopy(call);
-        if (HostBackend(Operation::kBlockCopy) == Backend::kSim) {
+        const bool fits = BlockCopyOutsideReason({}, call.simultaneous, call.dst.size(0)).empty();
+        if (HostBackend(Operation::kBlockCopy) == Backend::kSim && fits) {
             Count(Ran::kSim);
             std::vector<at::Tensor> copies;
             for (const at::Tensor& cache : call.caches) {  // outside the kernel's domain: on a contiguous copy
                 copies.push_back(cache.numel() && !BlockRowsOf(cache) ? cache.contiguous() : cache);
             }
-            Launch(Kernels(Backend::kSim), copies, OnDevice(call.IndexTensors(), device));
+            Launch(Kernels(Backend::kSim), copies, OnDevice(call.IndexTensors(), device), call.simultaneous);
             for (size_t i = 0; i < copies.size(); ++i) {
                 WriteBack(call.caches[i], copies[i]);
             }
@@ -64,10 +66,11 @@ void Run(BlockCopyCall& call)
         PlanBlockCopy(call);
     }
     const IndexTensors index = OnDevice(call.IndexTensors(), device);
-    const Backend backend = DeviceBackend(Operation::kBlockCopy, device, BlockCopyOutsideReason(call.caches));
+    const Backend backend = DeviceBackend(Operation::kBlockCopy, device,
+                                          BlockCopyOutsideReason(call.caches, call.simultaneous, call.dst.size(0)));
     if (backend == Backend::kNpu) {
         Count(Ran::kKernels);
-        Launch(Kernels(backend), call.caches, index);
+        Launch(Kernels(backend), call.caches, index, call.simultaneous);
         return;
     }
     call.src = index[0];
@@ -86,10 +89,18 @@ std::vector<Named> NamedCaches(const BlockCopyCall& call)
     return named;
 }
 
+/// The first (nbytes // B) * B bytes of contiguous `t` as [nbytes // B, B] uint8: block m is bytes [m*B, (m+1)*B).
+at::Tensor ByteBlocks(const at::Tensor& t, int64_t block_bytes)
+{
+    const int64_t blocks = static_cast<int64_t>(t.nbytes()) / block_bytes;
+    return t.reshape(-1).view(at::kByte).narrow(0, 0, blocks * block_bytes).view({blocks, block_bytes});
+}
+
 }  // namespace
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum)
+               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+               bool simultaneous)
 {
     BelowAutograd guard;
     if (!key_cache.is_cpu()) {
@@ -97,32 +108,35 @@ void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& val
         RequireBaseFormats({{"key_cache", key_cache}, {"value_cache", value_cache ? *value_cache : absent}});
     }
     BlockCopyCall call = CheckBlockCopy(key_cache, value_cache.value_or(at::Tensor()), src_block_indices,
-                                        dst_block_indices, cum_sum, Check::kCall);
+                                        dst_block_indices, cum_sum, simultaneous, Check::kCall);
     Run(call);
 }
 
 void BlockCopyMeta(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum)
+                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+                   bool simultaneous)
 {
     NoteTracing();
     CheckBlockCopy(key_cache, value_cache.value_or(at::Tensor()), src_block_indices, dst_block_indices, cum_sum,
-                   Check::kShapes);
+                   simultaneous, Check::kShapes);
 }
 
-void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping)
+void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                bool simultaneous)
 {
     BelowAutograd guard;
-    BlockCopyCall call = CheckCopyBlocks(key_caches, value_caches, block_mapping, Check::kCall);
+    BlockCopyCall call = CheckCopyBlocks(key_caches, value_caches, block_mapping, simultaneous, Check::kCall);
     if (!call.caches.empty() && !call.caches[0].is_cpu()) {
         RequireBaseFormats(NamedCaches(call));
     }
     Run(call);
 }
 
-void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping)
+void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                    bool simultaneous)
 {
     NoteTracing();
-    CheckCopyBlocks(key_caches, value_caches, block_mapping, Check::kShapes);
+    CheckCopyBlocks(key_caches, value_caches, block_mapping, simultaneous, Check::kShapes);
 }
 
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping)
@@ -144,6 +158,30 @@ void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tens
 {
     NoteTracing();
     CheckSwapBlocks(src, dst, block_mapping, Check::kShapes);
+}
+
+void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                    const at::Tensor& block_mapping)
+{
+    BelowAutograd guard;
+    RequireBaseFormats({{"src", src}, {"dst", dst}});
+    const BlockCopyPlan pairs = CheckSwapBlockBytes(src, dst, block_size_in_bytes, block_mapping, Check::kCall);
+    if (pairs.destinations.empty()) {
+        return;
+    }
+    const at::Tensor from = ByteBlocks(src, block_size_in_bytes), to = ByteBlocks(dst, block_size_in_bytes);
+    if (src.is_cpu() && dst.is_cpu()) {
+        host::SwapBlocks(from, to, pairs);
+    } else {
+        on_device::CopyRuns(from, to, pairs);
+    }
+}
+
+void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                        const at::Tensor& block_mapping)
+{
+    NoteTracing();
+    CheckSwapBlockBytes(src, dst, block_size_in_bytes, block_mapping, Check::kShapes);
 }
 
 }  // namespace ascend_kv

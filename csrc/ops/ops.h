@@ -54,13 +54,25 @@ void ReshapeAndCacheMeta(const at::Tensor& key, const c10::optional<at::Tensor>&
                          c10::string_view kv_cache_cfg);
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
+               const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+               bool simultaneous);
 void BlockCopyMeta(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
-                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum);
-void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
-void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping);
+                   const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,
+                   bool simultaneous);
+void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                bool simultaneous);
+void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
+                    bool simultaneous);
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
+void SwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
+                     bool is_src_access_order_any, int64_t direction);
+void SwapBlocksBatchMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
+                         bool is_src_access_order_any, int64_t direction);
+void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                    const at::Tensor& block_mapping);
+void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                        const at::Tensor& block_mapping);
 
 void GatherBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
                   const at::Tensor& out, c10::string_view cache_layout, c10::string_view out_layout,

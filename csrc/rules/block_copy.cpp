@@ -48,6 +48,45 @@ void RequireCaches(const BlockCopyCall& call, bool allow_meta)
     }
 }
 
+/// Whether `a` and `b` are the same view: one device, data_ptr, dtype, shape and strides.
+bool IdenticalViews(const at::Tensor& a, const at::Tensor& b)
+{
+    return a.device() == b.device() && a.data_ptr() == b.data_ptr() && a.scalar_type() == b.scalar_type() &&
+           a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
+/// Each cache once: a view identical to an earlier one (vLLM's cross-layer KV sharing lists one
+/// layer's view for several layers) is dropped, or a cycle copied twice would swap back. Caches
+/// sorted by address compare only with those at the same address.
+void DropDuplicateViews(BlockCopyCall& call)
+{
+    std::vector<std::pair<const void*, size_t>> order;
+    for (size_t i = 0; i < call.caches.size(); ++i) {
+        order.emplace_back(call.caches[i].data_ptr(), i);
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<bool> dropped(call.caches.size(), false);
+    for (size_t k = 0; k < order.size(); ++k) {
+        for (size_t m = k + 1; m < order.size() && order[m].first == order[k].first; ++m) {
+            if (!dropped[order[k].second] && IdenticalViews(call.caches[order[k].second], call.caches[order[m].second])) {
+                dropped[order[m].second] = true;  // m's index is the later one: sorted by (address, index)
+            }
+        }
+    }
+    if (std::find(dropped.begin(), dropped.end(), true) == dropped.end()) {
+        return;
+    }
+    BlockCopyCall distinct;
+    for (size_t i = 0; i < call.caches.size(); ++i) {
+        if (!dropped[i]) {
+            distinct.caches.push_back(call.caches[i]);
+            distinct.names.push_back(call.names[i]);
+        }
+    }
+    call.caches = std::move(distinct.caches);
+    call.names = std::move(distinct.names);
+}
+
 /// ValueError when two of the written caches may share a byte. A sweep over the caches sorted by
 /// first address compares only those whose address ranges meet (per-layer views of one buffer
 /// meet none but their neighbours), so many layers cost about one comparison each.
@@ -81,11 +120,13 @@ void RequireCachesApart(const BlockCopyCall& call)
     }
 }
 
-void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* what)
+/// Every value in [0, num_blocks), or a ValueError: "<entry> = <value> is out of range: <holder> hold(s) <n> blocks<unit>".
+void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* holder,
+                    const std::string& unit = "")
 {
     for (size_t i = 0; i < values.size(); ++i) {
         TORCH_CHECK_VALUE(values[i] >= 0 && values[i] < num_blocks, name(i), " = ", values[i], " is out of range: ",
-                          what, " ", num_blocks, " blocks");
+                          holder, " ", num_blocks, " blocks", unit);
     }
 }
 
@@ -100,20 +141,23 @@ void RequireDistinct(const Namer& name, const std::vector<int64_t>& values)
     }
 }
 
-/// Blocks in range, destinations distinct, no block both a source and a destination.
+/// Blocks in range, destinations distinct and, unless `simultaneous`, no block both a source and a destination.
 void PairRules(const Namer& src_name, const Namer& dst_name, const std::vector<int64_t>& listed_sources,
-               const std::vector<int64_t>& destinations, int64_t num_blocks)
+               const std::vector<int64_t>& destinations, int64_t num_blocks, bool simultaneous)
 {
     RequireInRange(src_name, listed_sources, num_blocks, "the caches hold");
     RequireInRange(dst_name, destinations, num_blocks, "the caches hold");
     RequireDistinct(dst_name, destinations);
+    if (simultaneous) {
+        return;  // every source is read before any destination is written
+    }
     const std::unordered_set<int64_t> source_set(listed_sources.begin(), listed_sources.end());
     for (size_t j = 0; j < destinations.size(); ++j) {
         if (source_set.count(destinations[j])) {
             const auto i = std::find(listed_sources.begin(), listed_sources.end(), destinations[j]) - listed_sources.begin();
             TORCH_CHECK_VALUE(false, dst_name(j), " = ", destinations[j], " is also a source (", src_name(i),
                               "): a block cannot be both a source and a destination, or the result would depend on "
-                              "the order of the copies");
+                              "the order of the copies (simultaneous=True reads every source first)");
         }
     }
 }
@@ -175,12 +219,33 @@ Namer Pair(int column)
     return [column](int64_t i) { return "block_mapping[" + std::to_string(i) + ", " + std::to_string(column) + "]"; };
 }
 
+/// swap_blocks' pairs from block_mapping (on the host), src and dst apart: sources in
+/// [0, src_blocks), destinations in [0, dst_blocks) and distinct; `unit` follows "blocks" in messages.
+BlockCopyPlan SwapPairs(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
+                        int64_t src_blocks, int64_t dst_blocks, const std::string& unit)
+{
+    TORCH_CHECK_VALUE(block_mapping.is_cpu(), "block_mapping must be on the host (cpu), as vLLM keeps it, got ",
+                      block_mapping.device());
+    RequireApart("dst", dst, {{"src", src}});
+    BlockCopyPlan plan;
+    const IndexReader mapping(block_mapping);
+    for (int64_t i = 0; i < mapping.Rows(); ++i) {
+        plan.sources.push_back(mapping.At(i, 0));
+        plan.destinations.push_back(mapping.At(i, 1));
+    }
+    RequireInRange(Pair(0), plan.sources, src_blocks, "src holds", unit);
+    RequireInRange(Pair(1), plan.destinations, dst_blocks, "dst holds", unit);
+    RequireDistinct(Pair(1), plan.destinations);
+    return plan;
+}
+
 }  // namespace
 
 BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& src,
-                             const at::Tensor& dst, const at::Tensor& cum_sum, Check check)
+                             const at::Tensor& dst, const at::Tensor& cum_sum, bool simultaneous, Check check)
 {
     BlockCopyCall call;
+    call.simultaneous = simultaneous;
     call.caches.push_back(key_cache);
     call.names.emplace_back("key_cache");
     if (value_cache.defined()) {
@@ -196,6 +261,7 @@ BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& valu
     RequireIndexDevices(key_cache.device(), {{"src_block_indices", src}, {"dst_block_indices", dst},
                                              {"cum_sum", cum_sum}});
     if (check == Check::kCall) {
+        DropDuplicateViews(call);
         RequireCachesApart(call);
     }
     call.src = src;
@@ -205,13 +271,14 @@ BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& valu
 }
 
 BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
-                              Check check)
+                              bool simultaneous, Check check)
 {
     TORCH_CHECK_VALUE(value_caches.empty() || value_caches.size() == key_caches.size(),
                       "value_caches must have one cache per layer (", key_caches.size(),
                       ", as key_caches) or none (key-only caches), got ", value_caches.size());
     BlockCopyCall call;
     call.mapping = true;
+    call.simultaneous = simultaneous;
     for (size_t i = 0; i < key_caches.size(); ++i) {
         call.caches.push_back(key_caches[i]);
         call.names.push_back("key_caches[" + std::to_string(i) + "]");
@@ -227,6 +294,7 @@ BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_ca
         RequireIndexDevices(call.caches[0].device(), {{"block_mapping", block_mapping}});
     }
     if (check == Check::kCall) {
+        DropDuplicateViews(call);
         RequireCachesApart(call);
     }
     call.src = block_mapping.select(1, 0);
@@ -243,12 +311,13 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
     if (call.mapping) {
         plan.sources = listed;
         if (!call.caches.empty()) {
-            PairRules(Pair(0), Pair(1), listed, plan.destinations, call.caches[0].size(0));
+            PairRules(Pair(0), Pair(1), listed, plan.destinations, call.caches[0].size(0), call.simultaneous);
         }
         return plan;
     }
     plan.sources = ExpandedSources(listed, Values(host[2]), static_cast<int64_t>(plan.destinations.size()));
-    PairRules(Entry("src_block_indices"), Entry("dst_block_indices"), listed, plan.destinations, call.caches[0].size(0));
+    PairRules(Entry("src_block_indices"), Entry("dst_block_indices"), listed, plan.destinations, call.caches[0].size(0),
+              call.simultaneous);
     return plan;
 }
 
@@ -265,22 +334,32 @@ BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, cons
     TORCH_CHECK_VALUE(src.sym_sizes().slice(1) == dst.sym_sizes().slice(1), "dst.shape[1:] (one block) = ",
                       Tuple(dst.sym_sizes().slice(1)), " must equal src.shape[1:] = ", Tuple(src.sym_sizes().slice(1)));
     RequireBlockMapping(block_mapping, meta);
-    BlockCopyPlan plan;
     if (check == Check::kShapes) {
-        return plan;
+        return {};
     }
-    TORCH_CHECK_VALUE(block_mapping.is_cpu(), "block_mapping must be on the host (cpu), as vLLM keeps it, got ",
-                      block_mapping.device());
-    RequireApart("dst", dst, {{"src", src}});
-    const IndexReader mapping(block_mapping);
-    for (int64_t i = 0; i < mapping.Rows(); ++i) {
-        plan.sources.push_back(mapping.At(i, 0));
-        plan.destinations.push_back(mapping.At(i, 1));
+    return SwapPairs(src, dst, block_mapping, src.size(0), dst.size(0), "");
+}
+
+BlockCopyPlan CheckSwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                                  const at::Tensor& block_mapping, Check check)
+{
+    const bool meta = AllowsMeta(check, src);
+    RequireData("src", src, meta);
+    RequireData("dst", dst, meta);
+    RequireWritable("dst", dst);
+    TORCH_CHECK_VALUE(block_size_in_bytes > 0, "block_size_in_bytes must be a positive number of bytes, got ",
+                      block_size_in_bytes);
+    for (const auto& [name, t] : {std::pair{"src", &src}, std::pair{"dst", &dst}}) {
+        TORCH_CHECK_VALUE(t->is_contiguous(), name, " must be contiguous (its blocks are byte ranges from its "
+                          "data_ptr()), got sizes ", ShapeOf(*t), " and strides ", Tuple(t->strides()));
     }
-    RequireInRange(Pair(0), plan.sources, src.size(0), "src holds");
-    RequireInRange(Pair(1), plan.destinations, dst.size(0), "dst holds");
-    RequireDistinct(Pair(1), plan.destinations);
-    return plan;
+    RequireBlockMapping(block_mapping, meta);
+    if (check == Check::kShapes) {
+        return {};
+    }
+    const auto blocks = [&](const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()) / block_size_in_bytes; };
+    return SwapPairs(src, dst, block_mapping, blocks(src), blocks(dst),
+                     " of " + std::to_string(block_size_in_bytes) + " bytes");
 }
 
 }  // namespace ascend_kv

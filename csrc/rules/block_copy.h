@@ -23,18 +23,22 @@ struct BlockCopyCall {
     at::Tensor dst;                   ///< [copies] destination blocks (copy_blocks: block_mapping[:, 1])
     at::Tensor cum_sum;               ///< [pairs] running ends of each source's destinations, or undefined
     bool mapping = false;             ///< copy_blocks: the index values come from block_mapping
+    bool simultaneous = false;        ///< every source read before any destination is written
 
     ascend_kv::IndexTensors IndexTensors() const { return {src, dst, cum_sum}; }
 };
 
+/// A checked call (Check::kCall) lists each cache once: identical views (device, data_ptr, dtype,
+/// shape, strides), such as one layer's view listed for several layers, are kept at their first place.
 BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& src,
-                             const at::Tensor& dst, const at::Tensor& cum_sum, Check check);
+                             const at::Tensor& dst, const at::Tensor& cum_sum, bool simultaneous, Check check);
 
 BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
-                              Check check);
+                              bool simultaneous, Check check);
 
 /// A block copy with its index values checked, one entry per destination: block sources[j] of
-/// every cache goes to block destinations[j]; all in range, destinations distinct, none a source.
+/// every cache goes to block destinations[j]; all in range, destinations distinct, and (unless
+/// the call is simultaneous) none a source.
 struct BlockCopyPlan {
     std::vector<int64_t> sources, destinations;
 };
@@ -48,5 +52,12 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call);
 /// for a shapes-only check.
 BlockCopyPlan CheckSwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping,
                               Check check);
+
+/// The rules of swap_blocks.bytes (vLLM's 4-argument form): block m of a tensor is its bytes
+/// [m*B, (m+1)*B) from data_ptr(); `src` and `dst` contiguous (any dtypes), block_mapping [n, 2]
+/// on the host. Returns its pairs checked (ranges inside the tensors, destinations distinct, src
+/// and dst apart); empty for a shapes-only check.
+BlockCopyPlan CheckSwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
+                                  const at::Tensor& block_mapping, Check check);
 
 }  // namespace ascend_kv

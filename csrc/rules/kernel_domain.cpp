@@ -1,5 +1,6 @@
 #include "csrc/rules/kernel_domain.h"
 
+#include "ascendc/host/kernel_library.h"
 #include "csrc/rules/text.h"
 
 namespace ascend_kv {
@@ -73,8 +74,12 @@ std::string OutsideReason(const std::vector<Rows>& rows)
     return "";
 }
 
-std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches)
+std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches, bool simultaneous, int64_t copies)
 {
+    if (simultaneous && copies > kMaxSimultaneousCopies) {
+        return "a simultaneous copy of " + std::to_string(copies) + " destinations: the kernel holds a chunk of at most " +
+               std::to_string(kMaxSimultaneousCopies) + " sources in its UB at once";
+    }
     for (size_t i = 0; i < caches.size(); ++i) {
         if (caches[i].numel() && !BlockRowsOf(caches[i])) {
             return "cache " + std::to_string(i) + " has sizes " + Tuple(caches[i].sizes()) + " and strides " +

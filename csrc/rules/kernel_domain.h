@@ -30,7 +30,8 @@ std::optional<BlockRows> BlockRowsOf(const at::Tensor& t);
 /// Why the kernels cannot take these data tensors in place, or empty when they can.
 std::string OutsideReason(const std::vector<Rows>& rows);
 
-/// Why the block-copy kernel cannot take these caches in place, or empty when it can.
-std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches);
+/// Why the block-copy kernel cannot take these caches in place, or empty when it can; a
+/// simultaneous call of `copies` destinations also needs them to fit its UB slots.
+std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches, bool simultaneous, int64_t copies);
 
 }  // namespace ascend_kv
