@@ -21,7 +21,7 @@ from .api.ops import (
 )
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
 from .api.transfer_ops import gather_blocks, scatter_blocks
-from .api.transfer import swap_blocks_batch
+from .api.swap_batch import swap_blocks_batch
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"

@@ -41,7 +41,7 @@ import torch
 
 from .. import KvCacheCfg, paged_cache_load, reshape_and_cache
 from ..api import arguments as common
-from ..api.transfer import swap_blocks_batch as _swap_blocks_batch
+from ..api.swap_batch import swap_blocks_batch as _swap_blocks_batch
 from .formats import cache_layout, empty_with_format, get_npu_format, npu_format_cast
 
 #: Marks this module as a stand-in for the real torch_npu (``ascend_kv.dispatch.device`` then sees no NPU library).
