@@ -174,6 +174,20 @@ def test_opcheck_swap_blocks(target: str) -> None:
     torch.library.opcheck(OPS.swap_blocks.default, (src, dst, torch.tensor([[5, 0], [1, 2]], dtype=torch.int32)))
 
 
+def test_opcheck_swap_blocks_bytes() -> None:
+    """vLLM's 4-argument form: 512-byte blocks of a bfloat16 source into an int8 destination."""
+    src, dst = torch.randn(6, 16, 2, 16).bfloat16(), torch.zeros(4096, dtype=torch.int8)
+    torch.library.opcheck(OPS.swap_blocks.bytes, (src, dst, 512, torch.tensor([[5, 0], [1, 7]])))
+
+
+def test_opcheck_swap_blocks_batch() -> None:
+    """Raw addresses: two copies between host tensors (the tables are read, never written)."""
+    src, dst = torch.arange(64, dtype=torch.uint8), torch.zeros(64, dtype=torch.uint8)
+    table = (torch.tensor([src.data_ptr(), src.data_ptr() + 32]), torch.tensor([dst.data_ptr() + 32, dst.data_ptr()]),
+             torch.tensor([16, 8]))
+    torch.library.opcheck(OPS.swap_blocks_batch.default, (*table, False, -1))
+
+
 @pytest.mark.parametrize(("cache_layout", "buffer_layout", "splits"), [("nd", "nz", 1), ("nz", "nd", 2), ("hnd", "hnd", 1)])
 @pytest.mark.parametrize("key_only", [False, True])
 def test_opcheck_gather_and_scatter_blocks(cache_layout: str, buffer_layout: str, splits: int, key_only: bool) -> None:
@@ -193,7 +207,7 @@ def test_every_operator_and_overload_has_an_opcheck_test() -> None:
     rule's, run by the compile tests)."""
     tested = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into",
               "reshape_and_cache.default", "block_copy.default", "copy_blocks.default", "swap_blocks.default",
-              "gather_blocks.default", "scatter_blocks.default"}
+              "swap_blocks.bytes", "swap_blocks_batch.default", "gather_blocks.default", "scatter_blocks.default"}
     public = {f"{name}.{overload}" for name in dir(OPS) if not name.startswith(("_", "functional_"))
               and isinstance(getattr(OPS, name), torch._ops.OpOverloadPacket)
               for overload in getattr(OPS, name).overloads()}
