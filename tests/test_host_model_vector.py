@@ -219,7 +219,7 @@ def test_dynamic_rows_equal_the_reference(driver: Path, tmp_path: Path, dtype: t
     xf = x.float()
     a = xf.abs().amax(-1, keepdim=True)
     a = torch.where(torch.isnan(xf).any(-1, keepdim=True), torch.full_like(a, float("nan")), a)
-    assert torch.equal(load(tmp_path / "q", torch.int8, (6, 32)), q_int8(xf * (127.0 / a)))
+    assert torch.equal(load(tmp_path / "q", torch.int8, (6, 32)), q_int8(xf * torch.div(torch.full_like(a, 127.0), a)))
     assert bits_equal(load(tmp_path / "s", torch.float32, (6,)), (a * torch.tensor(1 / 127, dtype=torch.float32))[:, 0])
 
 

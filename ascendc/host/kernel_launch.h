@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include "kernel_library.h"
 #include "tiling.h"
 
 namespace ascend_kv {
@@ -60,6 +61,12 @@ void LaunchPagedLoad(const at::Tensor& keyCache, const at::Tensor& valueCache, c
 /// undefined (key-only mode).
 void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
                            const at::Tensor& valueCache, const at::Tensor& slotMapping, const ReshapeTiling& tiling);
+
+/// Run reshape_and_cache_quant_kernel on tiling.usedCores cores (> 0); absent tensors undefined.
+void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                const at::Tensor& valueCache, const at::Tensor& slotMapping,
+                                const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                                const ReshapeQuantTiling& tiling);
 
 /// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
 /// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);

@@ -24,7 +24,20 @@
 namespace ascend_kv {
 
 /// Raised when the table's layout changes, so a stale library is refused rather than misread.
-constexpr uint32_t kKernelLibraryVersion = 1;
+constexpr uint32_t kKernelLibraryVersion = 2;
+
+/// One side of a quantizing reshape_and_cache (int8 codes, QUANT.md §3): the scheme (kQuant* of
+/// ascendc/tiling.h; kQuantNone copies bytes), the compute dtype of a static scheme (float, half or
+/// bfloat16), the row as heads x head_size, and the tensors (undefined when absent), contiguous:
+/// static scale and offset of 1, heads or heads * head_size elements; dynamic scale cache
+/// [num_blocks, block_size, heads], any strides (written).
+struct KernelQuantSide {
+    int64_t scheme = 0;
+    at::ScalarType compute = at::kFloat;
+    int64_t heads = 1;
+    int64_t head_size = 1;
+    at::Tensor scale, offset, scale_cache;
+};
 
 struct KernelLibrary {
     uint32_t version;
@@ -49,6 +62,11 @@ struct KernelLibrary {
     /// The device's storage format of `tensor` (ACL's aclFormat: 2 is ND), or -1 when this
     /// library cannot tell (the host build).
     int64_t (*storage_format)(const at::Tensor& tensor);
+    /// reshape_and_cache whose sides are quantized as `key_quant` / `value_quant` say; the caches
+    /// of a quantized side are int8; the rest as reshape_and_cache.
+    void (*reshape_and_cache_quant)(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                    const at::Tensor& value_cache, const at::Tensor& slot_mapping, int64_t layout,
+                                    const KernelQuantSide& key_quant, const KernelQuantSide& value_quant);
 };
 
 }  // namespace ascend_kv

@@ -13,13 +13,9 @@
 #define ASCEND_KV_QUANT_ROW_H
 
 #include "kernel_operator.h"
+#include "../tiling.h"
 
 namespace ascend_kv {
-
-/// Compute dtype of a static quantization (the promotion of input, scale and offset dtypes).
-constexpr uint8_t kComputeFloat = 0;
-constexpr uint8_t kComputeHalf = 1;
-constexpr uint8_t kComputeBfloat16 = 2;
 
 /// UB scratch for rows of up to `count` elements: float work (the row being computed), a 16-bit
 /// stage (half or bfloat16 rounding, half before int8) and an int32 stage, each 32-byte aligned.
@@ -29,16 +25,17 @@ struct QuantScratch {
     AscendC::LocalTensor<int32_t> wide;
 };
 
-/// work[0, count) rounded in place to the compute dtype (a no-op for float).
-__aicore__ inline void RoundToCompute(const QuantScratch& s, uint8_t compute, uint32_t count)
+/// v[0, count) rounded in place to the compute dtype through `narrow` (a no-op for float).
+__aicore__ inline void RoundToCompute(const AscendC::LocalTensor<float>& v, const AscendC::LocalTensor<half>& narrow,
+                                      uint64_t compute, uint32_t count)
 {
     if (compute == kComputeHalf) {
-        AscendC::Cast(s.narrow, s.work, AscendC::RoundMode::CAST_RINT, count);
-        AscendC::Cast(s.work, s.narrow, AscendC::RoundMode::CAST_NONE, count);
+        AscendC::Cast(narrow, v, AscendC::RoundMode::CAST_RINT, count);
+        AscendC::Cast(v, narrow, AscendC::RoundMode::CAST_NONE, count);
     } else if (compute == kComputeBfloat16) {
-        AscendC::LocalTensor<bfloat16_t> b = s.narrow.ReinterpretCast<bfloat16_t>();
-        AscendC::Cast(b, s.work, AscendC::RoundMode::CAST_RINT, count);
-        AscendC::Cast(s.work, b, AscendC::RoundMode::CAST_NONE, count);
+        AscendC::LocalTensor<bfloat16_t> b = narrow.ReinterpretCast<bfloat16_t>();
+        AscendC::Cast(b, v, AscendC::RoundMode::CAST_RINT, count);
+        AscendC::Cast(v, b, AscendC::RoundMode::CAST_NONE, count);
     }
 }
 
@@ -61,7 +58,7 @@ __aicore__ inline void QuantizeStaticRow(const AscendC::LocalTensor<int8_t>& cod
                                          const AscendC::LocalTensor<float>& x,
                                          const AscendC::LocalTensor<float>& scale,
                                          const AscendC::LocalTensor<float>& offset, bool divide, bool hasOffset,
-                                         uint8_t compute, uint32_t count)
+                                         uint64_t compute, uint32_t count)
 {
     const int32_t n = static_cast<int32_t>(count);
     if (divide) {
@@ -69,10 +66,10 @@ __aicore__ inline void QuantizeStaticRow(const AscendC::LocalTensor<int8_t>& cod
     } else {
         AscendC::Mul(s.work, x, scale, n);
     }
-    RoundToCompute(s, compute, count);
+    RoundToCompute(s.work, s.narrow, compute, count);
     if (hasOffset) {
         AscendC::Add(s.work, s.work, offset, n);  // the zero point goes in before rounding to codes
-        RoundToCompute(s, compute, count);
+        RoundToCompute(s.work, s.narrow, compute, count);
     }
     ToInt8Codes(codes, s, count);
 }

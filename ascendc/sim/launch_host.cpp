@@ -25,6 +25,10 @@ extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM
                                         GM_ADDR tiling);
 extern "C" void reshape_and_cache_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
                                          GM_ADDR slotMapping, GM_ADDR tiling);
+extern "C" void reshape_and_cache_quant_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
+                                               GM_ADDR slotMapping, GM_ADDR keyScale, GM_ADDR keyOffset,
+                                               GM_ADDR keyScaleCache, GM_ADDR valueScale, GM_ADDR valueOffset,
+                                               GM_ADDR valueScaleCache, GM_ADDR tiling);
 extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
 
 namespace ascend_kv {
@@ -187,6 +191,33 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
                               {tilingBytes, "tiling", false}};
     Run("reshape_and_cache", t.usedCores, regions, [&]() {
         reshape_and_cache_kernel(Gm(key), Gm(value), Gm(keyCache), Gm(valueCache), Gm(slotMapping), Gm(tilingBytes));
+    });
+}
+
+void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                const at::Tensor& valueCache, const at::Tensor& slotMapping,
+                                const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                                const ReshapeQuantTiling& tiling)
+{
+    ReshapeQuantTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{key, "key", false},
+                              {value, "value", false},
+                              {keyCache, "key_cache", true},
+                              {valueCache, "value_cache", true},
+                              {slotMapping, "slot_mapping", false},
+                              {keyQuant.scale, "k_scale", false},
+                              {keyQuant.offset, "k_offset", false},
+                              {keyQuant.scale_cache, "k_scale_cache", true},
+                              {valueQuant.scale, "v_scale", false},
+                              {valueQuant.offset, "v_offset", false},
+                              {valueQuant.scale_cache, "v_scale_cache", true},
+                              {tilingBytes, "tiling", false}};
+    Run("reshape_and_cache", t.usedCores, regions, [&]() {
+        reshape_and_cache_quant_kernel(Gm(key), Gm(value), Gm(keyCache), Gm(valueCache), Gm(slotMapping),
+                                       Gm(keyQuant.scale), Gm(keyQuant.offset), Gm(keyQuant.scale_cache),
+                                       Gm(valueQuant.scale), Gm(valueQuant.offset), Gm(valueQuant.scale_cache),
+                                       Gm(tilingBytes));
     });
 }
 
