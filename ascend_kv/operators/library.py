@@ -74,6 +74,7 @@ def _register_python_parts() -> None:
         implementations.impl(name, function, "CompositeExplicitAutograd")
     _python_parts.append(implementations)
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _allocating_load_fake)
+    torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.dequant", _allocating_dequant_fake)
 
 
 def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
@@ -88,6 +89,20 @@ def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, bl
     bridge.on_trace()
     key, value = torch.ops.ascend_kv._paged_cache_load_outputs(key_cache, value_cache, block_table, context_lens,
                                                                kv_cache_cfg, cumsum, seq_starts, zero_fill, 0)
+    rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
+    return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
+
+
+def _allocating_dequant_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
+                             context_lens: torch.Tensor, kv_cache_cfg: int = 0, cumsum: bool = False,
+                             seq_starts: torch.Tensor | None = None, zero_fill: bool = False,
+                             *quant: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_allocating_load_fake` of the dequantizing overload (``quant``: its scales and ``out_dtype``)."""
+    from ..dispatch import bridge
+
+    bridge.on_trace()
+    key, value = torch.ops.ascend_kv._paged_cache_load_outputs.dequant(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, zero_fill, *quant, 0)
     rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
     return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
 
