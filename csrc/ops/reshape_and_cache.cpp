@@ -29,10 +29,32 @@ QuantArgs WriteQuantArgs(const c10::optional<at::Tensor>& scale, const c10::opti
             scale_cache.value_or(at::Tensor())};
 }
 
+/// One checked side as the kernel table takes it (QuantScheme's values are the kernels' kQuant*).
+KernelQuantSide KernelSide(const QuantSide& side)
+{
+    KernelQuantSide k;
+    k.scheme = static_cast<int64_t>(side.scheme);
+    if (!side.Quantized()) {
+        return k;
+    }
+    k.compute = side.compute;
+    k.heads = side.heads.expect_int();
+    k.head_size = side.head_size.expect_int();
+    k.scale = side.scale.defined() ? side.scale.contiguous() : at::Tensor();
+    k.offset = side.offset.defined() ? side.offset.contiguous() : at::Tensor();
+    k.scale_cache = side.scale_cache;
+    return k;
+}
+
 void Launch(const KernelLibrary& kernels, const ReshapeAndCacheCall& call, const at::Tensor& slot_mapping)
 {
-    kernels.reshape_and_cache(call.key, call.value, call.key_cache, call.value_cache, slot_mapping,
-                              static_cast<int64_t>(call.geometry.layout));
+    const int64_t layout = static_cast<int64_t>(call.geometry.layout);
+    if (call.quant.Any()) {
+        kernels.reshape_and_cache_quant(call.key, call.value, call.key_cache, call.value_cache, slot_mapping, layout,
+                                        KernelSide(call.quant.key), KernelSide(call.quant.value));
+        return;
+    }
+    kernels.reshape_and_cache(call.key, call.value, call.key_cache, call.value_cache, slot_mapping, layout);
 }
 
 
@@ -47,7 +69,7 @@ void Run(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at
                                                  Check::kCall, k_quant, v_quant);
         const at::Tensor slots = CheckSlots(call);
         const Backend backend = HostBackend(Operation::kReshapeAndCache);
-        if (call.quant.Any()) {  // the sim has no quantizing kernel yet: the host path
+        if (call.quant.Any() && (backend != Backend::kSim || !QuantWriteOutsideReason(call.quant).empty())) {
             Count(Ran::kHostPaths);
             host::ReshapeAndCacheQuant(call, slots);
         } else if (backend == Backend::kSim) {
@@ -79,7 +101,7 @@ void Run(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at
         CheckSlots(call);
     }
     call.slot_mapping = OnDevice(call.IndexTensors(), key_cache.device())[0];
-    std::string outside = QuantOutsideReason(call.quant);
+    std::string outside = QuantWriteOutsideReason(call.quant);
     if (outside.empty()) {
         outside = OutsideReason(call.DataRows());
     }

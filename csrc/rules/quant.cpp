@@ -211,4 +211,24 @@ std::string QuantOutsideReason(const QuantParams& quant)
                        : "";
 }
 
+std::string QuantWriteOutsideReason(const QuantParams& quant)
+{
+    for (const QuantSide* side : {&quant.key, &quant.value}) {
+        if (!side->Quantized()) {
+            continue;
+        }
+        if (side->target != at::kChar) {
+            return std::string("float8 codes (") + c10::toString(side->target) +
+                   ") need an fp8 Cast, which the vector cores of Atlas A2/A3 lack: the device fallback writes them";
+        }
+        const c10::SymInt row = side->heads * side->head_size;
+        if (row > kMaxQuantKernelRowElems) {
+            return "a quantized token row of " + std::to_string(row.expect_int()) +
+                   " elements is longer than the quantizing kernel holds in UB (" +
+                   std::to_string(kMaxQuantKernelRowElems) + ")";
+        }
+    }
+    return "";
+}
+
 }  // namespace ascend_kv

@@ -95,4 +95,13 @@ void RequireQuantApart(const QuantParams& quant, c10::ArrayRef<Named> others);
 /// implement quantization, every such call on a device runs on the device fallback.
 std::string QuantOutsideReason(const QuantParams& quant);
 
+/// Most elements of a token row the quantizing write kernel holds in UB (its rows, stages and
+/// per-channel parameters: ascendc/host/tiling.cpp); longer rows go to the device fallback.
+constexpr int64_t kMaxQuantKernelRowElems = 4096;
+
+/// Why the write kernel does not take a quantizing reshape_and_cache (empty when it does): codes
+/// other than int8 (Atlas A2/A3 have no fp8 Cast, QUANT.md §4) or a row longer than
+/// kMaxQuantKernelRowElems.
+std::string QuantWriteOutsideReason(const QuantParams& quant);
+
 }  // namespace ascend_kv
