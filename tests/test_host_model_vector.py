@@ -267,8 +267,8 @@ MUTANTS = {
     "offset-after-rounding": (
         "ascendc/kernels/quant_row.h",
         "        AscendC::Add(s.work, s.work, offset, n);",
-        "        AscendC::Cast(s.work, s.work, AscendC::RoundMode::CAST_RINT, count);\n"
-        "        AscendC::Add(s.work, s.work, offset, n);",
+        ("        AscendC::Cast(s.work, s.work, AscendC::RoundMode::CAST_RINT, count);\n"
+         "        AscendC::Add(s.work, s.work, offset, n);"),
     ),
 }
 

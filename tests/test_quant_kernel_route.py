@@ -102,3 +102,11 @@ def test_fp8_codes_run_on_the_device_fallback_and_say_why() -> None:
     with kernels_on_the_fake_npu(), ran_on(DEVICE_FALLBACK), pytest.warns(ascend_kv.FallbackWarning):
         ascend_kv.reshape_and_cache(mirror.values[0], None, mirror.values[1], None, mirror.values[2],
                                     k_scale=mirror.values[3])
+
+
+def test_explain_states_where_quantized_codes_may_differ() -> None:
+    write = ascend_kv.explain("reshape_and_cache", "cpu").quantization
+    assert "within 1 ulp of a rounding boundary" in write and "k_inv_scale and dynamic" in write
+    assert "float8 codes" in write
+    assert "device fallback" in ascend_kv.explain("paged_cache_load", "cpu").quantization
+    assert ascend_kv.explain("block_copy", "cpu").quantization == ""
