@@ -162,7 +162,7 @@ constexpr uint64_t kLayoutNd = 1;
  */
 #define ASCEND_KV_QUANT_TILING_FIELDS(FIELD)                                                     \
     FIELD(scheme, "kQuantNone, kQuantDivide, kQuantMultiply or kQuantDynamic")                  \
-    FIELD(inputType, "element type of the token rows (kQuantFloat/Half/Bfloat16)")               \
+    FIELD(inputType, "element type of the token rows: the write's input, the load's output")               \
     FIELD(compute, "static: compute dtype (kComputeFloat/Half/Bfloat16 of quant_row.h)")        \
     FIELD(heads, "heads of a token row")                                                         \
     FIELD(headSize, "elements of one head")                                                      \
@@ -240,6 +240,17 @@ struct ReshapeQuantTiling {
     QuantTiling valueQuant;
     uint64_t usedCores;   ///< base.usedCores (RunKernel reads it here)
     uint64_t maxElems;    ///< largest rowElems of a quantized side: the row buffers' element count
+};
+
+/// paged_cache_load with int8 dequantization: the load's tiling (its chunkBytes sized for the UB
+/// the dequantization leaves) and each side's dequantization (kQuantDivide: (q - offset) * scale,
+/// kQuantDynamic: q * the token's scale from the scale cache; float32, one rounding at the end).
+struct PagedLoadDequantTiling {
+    PagedLoadTiling base;
+    QuantTiling keyQuant;
+    QuantTiling valueQuant;
+    uint64_t usedCores;   ///< base.usedCores (RunKernel reads it here)
+    uint64_t maxElems;    ///< largest rowElems of a dequantized side
 };
 
 #undef ASCEND_KV_TILING_DECLARE_FIELD

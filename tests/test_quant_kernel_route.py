@@ -108,5 +108,55 @@ def test_explain_states_where_quantized_codes_may_differ() -> None:
     write = ascend_kv.explain("reshape_and_cache", "cpu").quantization
     assert "within 1 ulp of a rounding boundary" in write and "k_inv_scale and dynamic" in write
     assert "float8 codes" in write
-    assert "device fallback" in ascend_kv.explain("paged_cache_load", "cpu").quantization
+    assert "byte for byte" in ascend_kv.explain("paged_cache_load", "cpu").quantization
     assert ascend_kv.explain("block_copy", "cpu").quantization == ""
+
+
+def load_call(layout: str, seed: int) -> tuple[tuple[torch.Tensor, ...], dict[str, object]]:
+    """int8 caches with every code, a static per-channel key (scale and int8 offset) and a dynamic value
+    (bf16 scale cache)."""
+    g = torch.Generator().manual_seed(seed)
+    nb, bs, h, d = 4, 16, 2, 32
+    shape = (nb, bs, h, d) if layout == "nd" else (nb, h * d // 32, bs, 32)
+    key_cache = torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
+    value_cache = torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
+    table = torch.tensor([[2, 0, 1], [3, 1, 0]], dtype=torch.int32)
+    lens = torch.tensor([37, 20], dtype=torch.int32)
+    quant: dict[str, object] = {
+        "k_scale": (torch.rand(1, h, d, generator=g) * 0.1).to(torch.float16),
+        "k_offset": torch.randint(-5, 5, (1, h, d), generator=g, dtype=torch.int8),
+        "v_scale_cache": (torch.rand(nb, bs, h, generator=g) * 0.05).to(torch.bfloat16),
+    }
+    return (key_cache, value_cache, table, lens), quant
+
+
+@pytest.mark.parametrize("cores", [1, 7, 48])
+@pytest.mark.parametrize("layout", ["nd", "nz"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_sim_runs_the_dequantizing_load_bit_exactly(configure, cores: int, layout: str, out_dtype: torch.dtype) -> None:
+    configure(cores, 192 * 1024 - 256 - 8 * 1024)
+    args, quant = load_call(layout, cores)
+    with ran_on(HOST_PATHS), ascend_kv.use_backend("fallback"):
+        want = ascend_kv.paged_cache_load(*args, kv_cache_cfg=layout, out_dtype=out_dtype, **quant)
+    with ran_on(SIM), ascend_kv.use_backend("sim"):
+        got = ascend_kv.paged_cache_load(*args, kv_cache_cfg=layout, out_dtype=out_dtype, **quant)
+    assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])
+
+
+def test_fake_npu_dequantizing_load_runs_one_launch_and_reads_nothing_back() -> None:
+    args, quant = load_call("nd", 5)
+    with ran_on(HOST_PATHS), ascend_kv.use_backend("fallback"):
+        want = ascend_kv.paged_cache_load(*args, kv_cache_cfg="nd", out_dtype=torch.float16, **quant)
+    fake_npu.install()
+    outputs = [torch.zeros_like(want[0]), torch.zeros_like(want[1])]
+    mirror = fake_npu.same_layout([*args, *outputs, *quant.values()])
+    device = mirror.values
+    with kernels_on_the_fake_npu():
+        before = int(torch.ops.ascend_kv_host.launches())
+        with ran_on(KERNELS), fake_npu.counting() as seen:
+            ascend_kv.paged_cache_load(*device[:4], kv_cache_cfg="nd", key=device[4], value=device[5],
+                                       **dict(zip(quant, device[6:])))
+        assert int(torch.ops.ascend_kv_host.launches()) - before == 1
+    assert seen.transfers == 0 and seen.uploads == 0
+    mirror.copy_back()
+    assert same_bytes(outputs[0], want[0]) and same_bytes(outputs[1], want[1])

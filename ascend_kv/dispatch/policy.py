@@ -273,7 +273,9 @@ def quantization_note(op: str) -> str:
                 "whose maximum is subnormal may differ (vector units flush subnormals). float8 codes (no fp8 Cast "
                 "on A2/A3) and rows longer than the kernel holds in UB run on the device fallback")
     if op == "PagedCacheLoadOperation":
-        return "dequantizing loads run on the device fallback (float32 arithmetic, one rounding; no kernel yet)"
+        return ("dequantizing loads of int8 caches run on the AscendC kernel, byte for byte as the CPU reference "
+                "(float32 multiplications, one rounding to the output dtype); float8 caches (no fp8 Cast on A2/A3) and "
+                "rows longer than the kernel holds in UB run on the device fallback")
     return ""
 
 

@@ -142,6 +142,25 @@ ReshapeQuantTiling ReshapeQuantPlan(const at::Tensor& key, const at::Tensor& val
     return Tile("reshape_and_cache", keyCache.device(), call, &ComputeReshapeQuantTiling);
 }
 
+PagedLoadDequantTiling PagedLoadDequantPlan(const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                            const at::Tensor& blockTable, const at::Tensor& contextLens,
+                                            const at::Tensor& seqStarts, const at::Tensor& key, const at::Tensor& value,
+                                            int64_t layout, bool cumsum, const KernelQuantSide& keyQuant,
+                                            const KernelQuantSide& valueQuant)
+{
+    PagedLoadDequantGeometry call;
+    call.base.layout = static_cast<uint64_t>(layout);
+    call.base.cumsum = cumsum;
+    call.base.key = {GeometryOf(keyCache), GeometryOf(key)};
+    call.base.value = {GeometryOf(valueCache), GeometryOf(value)};
+    call.base.blockTable = GeometryOf(blockTable);
+    call.base.contextLens = GeometryOf(contextLens);
+    call.base.seqStarts = GeometryOf(seqStarts);
+    call.key = QuantGeometryOf(keyQuant, key);
+    call.value = QuantGeometryOf(valueQuant, value);
+    return Tile("paged_cache_load", keyCache.device(), call, &ComputePagedLoadDequantTiling);
+}
+
 BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
                               const at::Tensor& cumSum, std::vector<uint64_t>* table)
 {
@@ -199,6 +218,19 @@ void ReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const 
     }
 }
 
+void PagedCacheLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                           const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                           const at::Tensor& value, int64_t layout, bool cumsum, const KernelQuantSide& keyQuant,
+                           const KernelQuantSide& valueQuant)
+{
+    const auto tiling = PagedLoadDequantPlan(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value,
+                                             layout, cumsum, keyQuant, valueQuant);
+    if (tiling.usedCores > 0) {
+        LaunchPagedLoadDequant(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, keyQuant,
+                               valueQuant, tiling);
+    }
+}
+
 void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
                const at::Tensor& cumSum)
 {
@@ -210,7 +242,8 @@ void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, con
 }
 
 const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                              &StorageFormat, &ReshapeAndCacheQuant};
+                              &StorageFormat, &ReshapeAndCacheQuant,
+                              &PagedCacheLoadDequant};
 
 }  // namespace
 

@@ -68,6 +68,12 @@ void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, 
                                 const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
                                 const ReshapeQuantTiling& tiling);
 
+/// Run paged_cache_load_dequant_kernel on tiling.usedCores cores (> 0); absent tensors undefined.
+void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                            const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                            const at::Tensor& value, const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                            const PagedLoadDequantTiling& tiling);
+
 /// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
 /// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);
 /// `cumSum` may be undefined.

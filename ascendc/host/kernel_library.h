@@ -67,6 +67,14 @@ struct KernelLibrary {
     void (*reshape_and_cache_quant)(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                                     const at::Tensor& value_cache, const at::Tensor& slot_mapping, int64_t layout,
                                     const KernelQuantSide& key_quant, const KernelQuantSide& value_quant);
+    /// paged_cache_load whose sides are dequantized as `key_quant` / `value_quant` say (scheme
+    /// kQuantDivide: (q - offset) * scale; kQuantDynamic: q * the scale cache's entry; the caches of
+    /// such a side are int8, its output float16/bfloat16/float32); the rest as paged_cache_load.
+    void (*paged_cache_load_dequant)(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                     const at::Tensor& block_table, const at::Tensor& context_lens,
+                                     const at::Tensor& seq_starts, const at::Tensor& key, const at::Tensor& value,
+                                     int64_t layout, bool cumsum, const KernelQuantSide& key_quant,
+                                     const KernelQuantSide& value_quant);
 };
 
 }  // namespace ascend_kv

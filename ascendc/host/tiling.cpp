@@ -314,6 +314,19 @@ bool QuantTilingOf(const QuantSideGeometry& side, const CacheTiling& cache, Quan
     return side.scale.present && elemsOk(q->scaleElems) && (q->offsetElems == 0 || elemsOk(q->offsetElems));
 }
 
+/// UB of the quantizing kernels for rows of n elements (quant_params.h and the kernels' queues):
+/// two input rows of up to 4 bytes an element, two output rows of outBytes, the float work row,
+/// the 16-bit and int32 stages and four float parameter rows.
+uint64_t QuantReservedBytes(uint64_t n, uint64_t outBytes)
+{
+    if (n == 0) {
+        return 0;
+    }
+    return kCopyBuffers * RoundUp(n * 4, kBlockBytes) + kCopyBuffers * RoundUp(outBytes, kBlockBytes) +
+           RoundUp(n * 4, kBlockBytes) + RoundUp(n * 2, kBlockBytes) + RoundUp(n * 4, kBlockBytes) +
+           RoundUp(16 * n, kBlockBytes);
+}
+
 }  // namespace
 
 int ComputeReshapeQuantTiling(const ReshapeQuantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
@@ -330,17 +343,37 @@ int ComputeReshapeQuantTiling(const ReshapeQuantGeometry& call, uint64_t coreCou
         return kTilingBadShape;
     }
     t.maxElems = Max(t.keyQuant.rowElems, t.valueQuant.rowElems);
-    // UB of the quantization (reshape_and_cache_quant.cpp): two input rows (up to float), two
-    // code rows, the float work row, the 16-bit and int32 stages, four parameter rows.
-    const uint64_t n = t.maxElems;
-    const uint64_t reserved = n == 0 ? 0
-                                     : kCopyBuffers * RoundUp(n * 4, kBlockBytes) + kCopyBuffers * RoundUp(n, kBlockBytes) +
-                                           RoundUp(n * 4, kBlockBytes) + RoundUp(n * 2, kBlockBytes) +
-                                           RoundUp(n * 4, kBlockBytes) + RoundUp(16 * n, kBlockBytes);
+    const uint64_t reserved = QuantReservedBytes(t.maxElems, t.maxElems);
     if (reserved >= ubBytes) {
         return kTilingUbTooSmall;
     }
     const int status = ComputeReshapeTiling(call.base, coreCount, ubBytes - reserved, &t.base);
+    if (status != kTilingOk) {
+        return status;
+    }
+    t.usedCores = t.base.usedCores;
+    *tiling = t;
+    return kTilingOk;
+}
+
+int ComputePagedLoadDequantTiling(const PagedLoadDequantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                                  PagedLoadDequantTiling* tiling)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    PagedLoadDequantTiling t{};
+    const bool nd = call.base.layout == kLayoutNd;
+    if (!QuantTilingOf(call.key, CacheTilingOf(call.base.key, nd), &t.keyQuant) ||
+        !QuantTilingOf(call.value, CacheTilingOf(call.base.value, nd), &t.valueQuant)) {
+        return kTilingBadShape;
+    }
+    t.maxElems = Max(t.keyQuant.rowElems, t.valueQuant.rowElems);
+    const uint64_t reserved = QuantReservedBytes(t.maxElems, 4 * t.maxElems);  // float output rows at most
+    if (reserved >= ubBytes) {
+        return kTilingUbTooSmall;
+    }
+    const int status = ComputePagedLoadTiling(call.base, coreCount, ubBytes - reserved, &t.base);
     if (status != kTilingOk) {
         return status;
     }

@@ -74,6 +74,13 @@ struct ReshapeQuantGeometry {
     QuantSideGeometry key, value;
 };
 
+/// paged_cache_load with int8 dequantization of one or both sides (QuantSideGeometry.inputType:
+/// the output's element type).
+struct PagedLoadDequantGeometry {
+    PagedLoadGeometry base;
+    QuantSideGeometry key, value;
+};
+
 /// block_copy: caches as [num_blocks, rows, row] views (rows contiguous; the addresses are the
 /// caches' first bytes), src [pairs], dst [copies], cumSum [pairs] or absent.
 struct BlockCopyGeometry {
@@ -111,6 +118,10 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
 /// Tiling of reshape_and_cache_quant_kernel; as ComputeKvCacheTiling.
 int ComputeReshapeQuantTiling(const ReshapeQuantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
                               ReshapeQuantTiling* tiling);
+
+/// Tiling of paged_cache_load_dequant_kernel; as ComputeKvCacheTiling.
+int ComputePagedLoadDequantTiling(const PagedLoadDequantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                                  PagedLoadDequantTiling* tiling);
 
 /// Tiling of block_copy_kernel and its cache table (kBlockCopyCacheWords words per cache); as
 /// ComputeKvCacheTiling.

@@ -18,7 +18,7 @@
  * copied as bytes, row by row.
  */
 #include "copy_common.h"
-#include "quant_row.h"
+#include "quant_params.h"
 
 namespace ascend_kv {
 
@@ -47,14 +47,8 @@ public:
         const uint32_t n = static_cast<uint32_t>(t_.maxElems);
         pipe->InitBuffer(in_, kCopyBuffers, n * sizeof(float));
         pipe->InitBuffer(out_, kCopyBuffers, n);
-        pipe->InitBuffer(work_, n * sizeof(float));
-        pipe->InitBuffer(narrow_, n * sizeof(half));
-        pipe->InitBuffer(wide_, n * sizeof(int32_t));
-        pipe->InitBuffer(params_, 4 * n * sizeof(float));
-        scratch_.work = work_.Get<float>();
-        scratch_.narrow = narrow_.Get<half>();
-        scratch_.wide = wide_.Get<int32_t>();
-        keyParams_ = params_.Get<float>();
+        rows_.Init(pipe, n);
+        keyParams_ = rows_.Params();
         valueParams_ = keyParams_[2 * n];
         PrepareSide(t_.keyQuant, keyParams_, keyScale, keyOffset, keyScaleCache, keyScaleCache_);
         if (b.hasValue != 0) {
@@ -95,57 +89,13 @@ private:
             scaleCache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(scaleCacheGm), q.scaleCacheSpan);
         } else if (q.scheme != kQuantNone) {
             const uint32_t n = static_cast<uint32_t>(q.rowElems);
-            ExpandParam(params, scale, q.scaleElems, q.scaleType, q);
+            rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
             if (q.offsetElems != 0) {
                 AscendC::LocalTensor<float> offsetRow = params[static_cast<uint32_t>(t_.maxElems)];
-                ExpandParam(offsetRow, offset, q.offsetElems, q.offsetType, q);
-                RoundToCompute(offsetRow, scratch_.narrow, q.compute, n);
+                rows_.Expand(in_, offsetRow, offset, q.offsetElems, q.offsetType, q);
+                RoundToCompute(offsetRow, rows_.scratch.narrow, q.compute, n);
             }
         }
-    }
-
-    /// dst[0, rowElems) = the parameter of `count` elements of `type` at `gm`, as float, repeated
-    /// over the heads (count = heads) or the row (count = 1).
-    __aicore__ inline void ExpandParam(const AscendC::LocalTensor<float>& dst, GM_ADDR gm, uint64_t count,
-                                       uint64_t type, const QuantTiling& q)
-    {
-        const uint32_t n = static_cast<uint32_t>(count);
-        const uint64_t elemBytes = type == kQuantFloat || type == kQuantInt32 ? 4 : type == kQuantInt8 ? 1 : 2;
-        AscendC::GlobalTensor<uint8_t> source;
-        source.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(gm), count * elemBytes);
-        AscendC::LocalTensor<uint8_t> raw = in_.AllocTensor<uint8_t>();
-        ReadRow(raw, 0, source, count * elemBytes);
-        in_.EnQue(raw);
-        raw = in_.DeQue<uint8_t>();
-        // as float into dst when the parameter is per channel, else into the work row
-        const AscendC::LocalTensor<float> values = count == q.rowElems ? dst : scratch_.work;
-        if (type == kQuantFloat) {
-            AscendC::Muls(values, raw.ReinterpretCast<float>(), 1.0f, static_cast<int32_t>(n));  // keeps -0 and NaN
-        } else if (type == kQuantHalf) {
-            AscendC::Cast(values, raw.ReinterpretCast<half>(), AscendC::RoundMode::CAST_NONE, n);
-        } else if (type == kQuantBfloat16) {
-            AscendC::Cast(values, raw.ReinterpretCast<bfloat16_t>(), AscendC::RoundMode::CAST_NONE, n);
-        } else if (type == kQuantInt8) {
-            AscendC::Cast(scratch_.narrow, raw.ReinterpretCast<int8_t>(), AscendC::RoundMode::CAST_NONE, n);
-            AscendC::Cast(values, scratch_.narrow, AscendC::RoundMode::CAST_NONE, n);
-        } else {
-            AscendC::Cast(values, raw.ReinterpretCast<int32_t>(), AscendC::RoundMode::CAST_RINT, n);
-        }
-        in_.FreeTensor(raw);
-        if (count == q.rowElems) {
-            return;
-        }
-        // per tensor / per head: repeated by the scalar unit, once per core
-        AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
-        AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
-        for (uint64_t h = 0; h < q.heads; ++h) {
-            const float v = values.GetValue(static_cast<uint32_t>(count == 1 ? 0 : h));
-            for (uint64_t d = 0; d < q.headSize; ++d) {
-                dst.SetValue(static_cast<uint32_t>(h * q.headSize + d), v);
-            }
-        }
-        AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
-        AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
     }
 
     /// Token i of one side to position `position` of block `block`: codes, or bytes.
@@ -166,17 +116,17 @@ private:
         raw = in_.DeQue<uint8_t>();
         AscendC::LocalTensor<float> x = raw.ReinterpretCast<float>();
         if (q.inputType == kQuantHalf) {
-            AscendC::Cast(scratch_.work, raw.ReinterpretCast<half>(), AscendC::RoundMode::CAST_NONE, n);
-            x = scratch_.work;
+            AscendC::Cast(rows_.scratch.work, raw.ReinterpretCast<half>(), AscendC::RoundMode::CAST_NONE, n);
+            x = rows_.scratch.work;
         } else if (q.inputType == kQuantBfloat16) {
-            AscendC::Cast(scratch_.work, raw.ReinterpretCast<bfloat16_t>(), AscendC::RoundMode::CAST_NONE, n);
-            x = scratch_.work;
+            AscendC::Cast(rows_.scratch.work, raw.ReinterpretCast<bfloat16_t>(), AscendC::RoundMode::CAST_NONE, n);
+            x = rows_.scratch.work;
         }
         AscendC::LocalTensor<int8_t> codes = out_.AllocTensor<int8_t>();
         if (q.scheme == kQuantDynamic) {
             QuantizeDynamic(codes, x, q, params, scaleCache, block, position);
         } else {
-            QuantizeStaticRow(codes, scratch_, x, params, params[static_cast<uint32_t>(t_.maxElems)],
+            QuantizeStaticRow(codes, rows_.scratch, x, params, params[static_cast<uint32_t>(t_.maxElems)],
                               q.scheme == kQuantDivide, q.offsetElems != 0, q.compute, n);
         }
         in_.FreeTensor(raw);
@@ -197,7 +147,7 @@ private:
                                            uint64_t position)
     {
         const uint32_t n = static_cast<uint32_t>(q.rowElems);
-        AscendC::LocalTensor<float> magnitude = scratch_.wide.ReinterpretCast<float>();
+        AscendC::LocalTensor<float> magnitude = rows_.scratch.wide.ReinterpretCast<float>();
         AscendC::Abs(magnitude, x, static_cast<int32_t>(n));
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
@@ -220,8 +170,8 @@ private:
         }
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
-        AscendC::Mul(scratch_.work, x, params, static_cast<int32_t>(n));
-        ToInt8Codes(codes, scratch_, n);
+        AscendC::Mul(rows_.scratch.work, x, params, static_cast<int32_t>(n));
+        ToInt8Codes(codes, rows_.scratch, n);
         StoreScales(q, scales, scaleCache, block, position);
     }
 
@@ -231,11 +181,11 @@ private:
     {
         const uint32_t heads = static_cast<uint32_t>(q.heads);
         const uint64_t at = block * q.scaleBlockStride + position * q.scaleSlotStride;
-        AscendC::LocalTensor<uint16_t> narrowBits = scratch_.narrow.ReinterpretCast<uint16_t>();
+        AscendC::LocalTensor<uint16_t> narrowBits = rows_.scratch.narrow.ReinterpretCast<uint16_t>();
         if (q.scaleCacheType == kQuantHalf) {
-            AscendC::Cast(scratch_.narrow, scales, AscendC::RoundMode::CAST_RINT, heads);
+            AscendC::Cast(rows_.scratch.narrow, scales, AscendC::RoundMode::CAST_RINT, heads);
         } else if (q.scaleCacheType == kQuantBfloat16) {
-            AscendC::Cast(scratch_.narrow.ReinterpretCast<bfloat16_t>(), scales, AscendC::RoundMode::CAST_RINT,
+            AscendC::Cast(rows_.scratch.narrow.ReinterpretCast<bfloat16_t>(), scales, AscendC::RoundMode::CAST_RINT,
                           heads);
         }
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
@@ -301,8 +251,7 @@ private:
     CopyQueue copy_;
     AscendC::TQue<AscendC::TPosition::VECIN, 1> in_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 1> out_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> work_, narrow_, wide_, params_;
-    QuantScratch scratch_;
+    QuantRows rows_;
     AscendC::LocalTensor<float> keyParams_;
     AscendC::LocalTensor<float> valueParams_;
     AscendC::GlobalTensor<uint8_t> keyScaleCache_;

@@ -29,6 +29,11 @@ extern "C" void reshape_and_cache_quant_kernel(GM_ADDR key, GM_ADDR value, GM_AD
                                                GM_ADDR slotMapping, GM_ADDR keyScale, GM_ADDR keyOffset,
                                                GM_ADDR keyScaleCache, GM_ADDR valueScale, GM_ADDR valueOffset,
                                                GM_ADDR valueScaleCache, GM_ADDR tiling);
+extern "C" void paged_cache_load_dequant_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable,
+                                                GM_ADDR contextLens, GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value,
+                                                GM_ADDR keyScale, GM_ADDR keyOffset, GM_ADDR keyScaleCache,
+                                                GM_ADDR valueScale, GM_ADDR valueOffset, GM_ADDR valueScaleCache,
+                                                GM_ADDR tiling);
 extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
 
 namespace ascend_kv {
@@ -218,6 +223,35 @@ void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, 
                                        Gm(keyQuant.scale), Gm(keyQuant.offset), Gm(keyQuant.scale_cache),
                                        Gm(valueQuant.scale), Gm(valueQuant.offset), Gm(valueQuant.scale_cache),
                                        Gm(tilingBytes));
+    });
+}
+
+void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                            const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                            const at::Tensor& value, const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                            const PagedLoadDequantTiling& tiling)
+{
+    PagedLoadDequantTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{keyCache, "key_cache", false},
+                              {valueCache, "value_cache", false},
+                              {blockTable, "block_table", false},
+                              {contextLens, "context_lens", false},
+                              {seqStarts, "seq_starts", false},
+                              {key, "key", true},
+                              {value, "value", true},
+                              {keyQuant.scale, "k_scale", false},
+                              {keyQuant.offset, "k_offset", false},
+                              {keyQuant.scale_cache, "k_scale_cache", false},
+                              {valueQuant.scale, "v_scale", false},
+                              {valueQuant.offset, "v_offset", false},
+                              {valueQuant.scale_cache, "v_scale_cache", false},
+                              {tilingBytes, "tiling", false}};
+    Run("paged_cache_load", t.usedCores, regions, [&]() {
+        paged_cache_load_dequant_kernel(Gm(keyCache), Gm(valueCache), Gm(blockTable), Gm(contextLens), Gm(seqStarts),
+                                        Gm(key), Gm(value), Gm(keyQuant.scale), Gm(keyQuant.offset),
+                                        Gm(keyQuant.scale_cache), Gm(valueQuant.scale), Gm(valueQuant.offset),
+                                        Gm(valueQuant.scale_cache), Gm(tilingBytes));
     });
 }
 

@@ -9,6 +9,7 @@
 #include "cpu_fallback/host.h"
 #include "cpu_fallback/on_device.h"
 #include "csrc/ops/upload.h"
+#include "csrc/ops/kernel_quant.h"
 #include "csrc/ops/ops.h"
 #include "csrc/ops/route.h"
 #include "csrc/rules/formats.h"
@@ -73,6 +74,12 @@ void Allocate(PagedLoadCall& call, const c10::SymInt& rows)
 
 void Launch(const KernelLibrary& kernels, const PagedLoadCall& call, c10::ArrayRef<at::Tensor> index)
 {
+    if (call.quant.Any()) {
+        kernels.paged_cache_load_dequant(call.key_cache, call.value_cache, index[0], index[1], index[2], call.key,
+                                         call.value, static_cast<int64_t>(call.geometry.layout), call.cumsum,
+                                         KernelSide(call.quant.key), KernelSide(call.quant.value));
+        return;
+    }
     kernels.paged_cache_load(call.key_cache, call.value_cache, index[0], index[1], index[2], call.key, call.value,
                              static_cast<int64_t>(call.geometry.layout), call.cumsum);
 }
@@ -112,10 +119,8 @@ std::tuple<at::Tensor, at::Tensor> Run(const at::Tensor& key_cache, const at::Te
         if (!key.defined()) {
             Allocate(call, plan.end_row);
         }
-        if (call.quant.Any()) {  // the sim has no dequantizing kernel yet: the host path
-            Count(Ran::kHostPaths);
-            host::PagedLoad(call, plan);
-        } else if (HostBackend(Operation::kPagedLoad) == Backend::kSim) {
+        const bool sim = HostBackend(Operation::kPagedLoad) == Backend::kSim;
+        if (sim && (!call.quant.Any() || QuantLoadOutsideReason(call).empty())) {
             RunSim(call);
         } else {
             Count(Ran::kHostPaths);
@@ -138,7 +143,7 @@ std::tuple<at::Tensor, at::Tensor> Run(const at::Tensor& key_cache, const at::Te
         Allocate(call, on_device::OutputRows(call.context_lens, cumsum).item<int64_t>());
     }
     const IndexTensors index = OnDevice(call.IndexTensors(), key_cache.device());
-    std::string outside = QuantOutsideReason(call.quant);
+    std::string outside = QuantLoadOutsideReason(call);
     if (outside.empty()) {
         outside = OutsideReason(call.DataRows());
     }

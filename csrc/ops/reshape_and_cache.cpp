@@ -3,6 +3,7 @@
 #include "cpu_fallback/host.h"
 #include "cpu_fallback/on_device.h"
 #include "csrc/ops/upload.h"
+#include "csrc/ops/kernel_quant.h"
 #include "csrc/ops/ops.h"
 #include "csrc/ops/route.h"
 #include "csrc/rules/formats.h"
@@ -27,23 +28,6 @@ QuantArgs WriteQuantArgs(const c10::optional<at::Tensor>& scale, const c10::opti
 {
     return {scale.value_or(at::Tensor()), inv_scale.value_or(at::Tensor()), offset.value_or(at::Tensor()),
             scale_cache.value_or(at::Tensor())};
-}
-
-/// One checked side as the kernel table takes it (QuantScheme's values are the kernels' kQuant*).
-KernelQuantSide KernelSide(const QuantSide& side)
-{
-    KernelQuantSide k;
-    k.scheme = static_cast<int64_t>(side.scheme);
-    if (!side.Quantized()) {
-        return k;
-    }
-    k.compute = side.compute;
-    k.heads = side.heads.expect_int();
-    k.head_size = side.head_size.expect_int();
-    k.scale = side.scale.defined() ? side.scale.contiguous() : at::Tensor();
-    k.offset = side.offset.defined() ? side.offset.contiguous() : at::Tensor();
-    k.scale_cache = side.scale_cache;
-    return k;
 }
 
 void Launch(const KernelLibrary& kernels, const ReshapeAndCacheCall& call, const at::Tensor& slot_mapping)

@@ -247,4 +247,20 @@ PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
     return plan;
 }
 
+std::string QuantLoadOutsideReason(const PagedLoadCall& call)
+{
+    for (const bool key : {true, false}) {
+        const QuantSide& side = key ? call.quant.key : call.quant.value;
+        const at::Tensor& cache = key ? call.key_cache : call.value_cache;
+        std::string reason = QuantKernelSideReason(side, cache.scalar_type());
+        if (reason.empty() && side.Quantized() && (side.heads * side.head_size).expect_int() % 32 != 0) {
+            reason = std::string(key ? "key" : "value") + " rows of codes that are not whole 32-byte blocks";
+        }
+        if (!reason.empty()) {
+            return reason;
+        }
+    }
+    return "";
+}
+
 }  // namespace ascend_kv

@@ -61,4 +61,9 @@ struct PagedLoadPlan {
 /// most), with the rows its outputs need (checked against given outputs).
 PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call);
 
+/// Why the dequantizing kernel does not take this call's dequantized sides (empty when it does):
+/// QuantKernelSideReason of each with its cache's dtype, or rows of codes that are not whole
+/// 32-byte blocks (the load kernels' rows).
+std::string QuantLoadOutsideReason(const PagedLoadCall& call);
+
 }  // namespace ascend_kv

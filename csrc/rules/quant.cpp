@@ -204,31 +204,28 @@ void RequireQuantApart(const QuantParams& quant, c10::ArrayRef<Named> others)
     }
 }
 
-std::string QuantOutsideReason(const QuantParams& quant)
+std::string QuantKernelSideReason(const QuantSide& side, at::ScalarType codes)
 {
-    return quant.Any() ? "quantized writes and dequantizing loads have no NPU kernel yet (they run on the device "
-                         "fallback)"
-                       : "";
+    if (!side.Quantized()) {
+        return "";
+    }
+    if (codes != at::kChar) {
+        return std::string("float8 codes (") + c10::toString(codes) +
+               ") need an fp8 Cast, which the vector cores of Atlas A2/A3 lack: the device fallback runs them";
+    }
+    const int64_t row = (side.heads * side.head_size).expect_int();
+    if (row > kMaxQuantKernelRowElems) {
+        return "a quantized token row of " + std::to_string(row) +
+               " elements is longer than the quantizing kernels hold in UB (" +
+               std::to_string(kMaxQuantKernelRowElems) + ")";
+    }
+    return "";
 }
 
 std::string QuantWriteOutsideReason(const QuantParams& quant)
 {
-    for (const QuantSide* side : {&quant.key, &quant.value}) {
-        if (!side->Quantized()) {
-            continue;
-        }
-        if (side->target != at::kChar) {
-            return std::string("float8 codes (") + c10::toString(side->target) +
-                   ") need an fp8 Cast, which the vector cores of Atlas A2/A3 lack: the device fallback writes them";
-        }
-        const c10::SymInt row = side->heads * side->head_size;
-        if (row > kMaxQuantKernelRowElems) {
-            return "a quantized token row of " + std::to_string(row.expect_int()) +
-                   " elements is longer than the quantizing kernel holds in UB (" +
-                   std::to_string(kMaxQuantKernelRowElems) + ")";
-        }
-    }
-    return "";
+    const std::string key = QuantKernelSideReason(quant.key, quant.key.target);
+    return key.empty() ? QuantKernelSideReason(quant.value, quant.value.target) : key;
 }
 
 }  // namespace ascend_kv

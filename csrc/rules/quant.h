@@ -91,13 +91,13 @@ QuantSide CheckQuantSide(const QuantSideContext& context, const QuantArgs& args,
 /// Aliasing: each scale cache shares no byte with `others` (data caches, inputs) nor the other.
 void RequireQuantApart(const QuantParams& quant, c10::ArrayRef<Named> others);
 
-/// Why the kernels do not take a quantizing call (empty when they do): until the AscendC kernels
-/// implement quantization, every such call on a device runs on the device fallback.
-std::string QuantOutsideReason(const QuantParams& quant);
-
-/// Most elements of a token row the quantizing write kernel holds in UB (its rows, stages and
+/// Most elements of a token row the quantizing kernels hold in UB (its rows, stages and
 /// per-channel parameters: ascendc/host/tiling.cpp); longer rows go to the device fallback.
 constexpr int64_t kMaxQuantKernelRowElems = 4096;
+
+/// Why the quantizing kernels do not take one side whose codes have dtype `codes` (empty when
+/// they do, or when the side is not quantized).
+std::string QuantKernelSideReason(const QuantSide& side, at::ScalarType codes);
 
 /// Why the write kernel does not take a quantizing reshape_and_cache (empty when it does): codes
 /// other than int8 (Atlas A2/A3 have no fp8 Cast, QUANT.md §4) or a row longer than
