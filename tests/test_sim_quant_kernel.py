@@ -134,7 +134,8 @@ def tokens(n: int, h: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tenso
     """Token rows with ties, saturating values, NaN, inf and an all-zero head."""
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(n, h, d, generator=g) * 80).round() / 2  # many exact halves: ties
-    x[0, 0, :8] = torch.tensor([0.5, 1.5, -2.5, 1e6, -1e6, float("nan"), float("inf"), -0.0])
+    special = torch.tensor([0.5, 1.5, -2.5, 1e6, -1e6, float("nan"), float("inf"), -0.0])
+    x.view(n, -1)[0, :8] = special[:h * d]
     x[min(1, n - 1), h - 1] = 0.0
     return x.to(dtype)
 
@@ -222,3 +223,23 @@ def test_quantized_key_beside_a_value_copied_as_bytes(configure, layout: int) ->
     run_kernel(key, value, kc, vc, slots, layout, ks, Side())
     assert bytes_equal(kc, kw)
     assert bytes_equal(vc, vw)
+
+
+@pytest.mark.parametrize(("h", "d"), [(1, 3), (3, 5), (2, 24), (5, 7)])
+def test_rows_of_any_length(configure, h: int, d: int) -> None:
+    """ND rows that are no whole number of 32-byte blocks (nor of 8 floats): parameter rows stay aligned."""
+    configure(7, 192 * 1024 - 256 - 8 * 1024)
+    n, nb, bs = 13, 4, 4
+    key = tokens(n, h, d, torch.float16, h * d)
+    value = tokens(n, h, d, torch.bfloat16, h + d)
+    ks = Side(MULTIPLY, (torch.rand(h * d) + 0.5).to(torch.float16), torch.randint(-4, 4, (h,), dtype=torch.int8))
+    scale_cache = torch.zeros(nb, bs, h, dtype=torch.float32)
+    vs = Side(DYNAMIC, scale_cache=scale_cache)
+    kc, vc = cache_like((h, d), nb, bs, ND, torch.int8), cache_like((h, d), nb, bs, ND, torch.int8)
+    slots = slot_mapping(n, nb, bs, torch.int32, h * d)
+    kw, vw = expected(key, kc, slots, ND, ks), expected(value, vc, slots, ND, vs)
+    run_kernel(key, value, kc, vc, slots, ND, ks, vs)
+    assert bytes_equal(kc, kw) and bytes_equal(vc, vw)
+    want = vs.scale_cache_expected  # type: ignore[attr-defined]
+    assert torch.equal(torch.isnan(scale_cache), torch.isnan(want))
+    assert bytes_equal(scale_cache[~torch.isnan(want)], want[~torch.isnan(want)])

@@ -324,7 +324,7 @@ uint64_t QuantReservedBytes(uint64_t n, uint64_t outBytes)
     }
     return kCopyBuffers * RoundUp(n * 4, kBlockBytes) + kCopyBuffers * RoundUp(outBytes, kBlockBytes) +
            RoundUp(n * 4, kBlockBytes) + RoundUp(n * 2, kBlockBytes) + RoundUp(n * 4, kBlockBytes) +
-           RoundUp(16 * n, kBlockBytes);
+           16 * RoundUp(n, 8);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ public:
         pipe->InitBuffer(out_, kCopyBuffers, n * sizeof(float));
         rows_.Init(pipe, n);
         keyParams_ = rows_.Params()[0];
-        valueParams_ = rows_.Params()[2 * n];
+        valueParams_ = rows_.Params()[2 * rows_.Pitch()];
         PrepareSide(t_.keyQuant, keyParams_, keyScale, keyOffset, keyScaleCache, keyScaleCache_);
         PrepareSide(t_.valueQuant, valueParams_, valueScale, valueOffset, valueScaleCache, valueScaleCache_);
     }
@@ -73,7 +73,7 @@ private:
         } else if (q.scheme != kQuantNone) {
             rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
             if (q.offsetElems != 0) {
-                rows_.Expand(in_, params[static_cast<uint32_t>(t_.maxElems)], offset, q.offsetElems, q.offsetType, q);
+                rows_.Expand(in_, params[rows_.Pitch()], offset, q.offsetElems, q.offsetType, q);
             }
         }
     }
@@ -111,7 +111,7 @@ private:
             RowScales(q, params, scaleCache, block, slot);
             DequantizeRow(y, s, raw.ReinterpretCast<int8_t>(), params, params, false, n);
         } else {
-            DequantizeRow(y, s, raw.ReinterpretCast<int8_t>(), params, params[static_cast<uint32_t>(t_.maxElems)],
+            DequantizeRow(y, s, raw.ReinterpretCast<int8_t>(), params, params[rows_.Pitch()],
                           q.offsetElems != 0, n);
         }
         in_.FreeTensor(raw);
@@ -133,7 +133,7 @@ private:
     {
         const uint32_t heads = static_cast<uint32_t>(q.heads);
         const uint64_t at = block * q.scaleBlockStride + slot * q.scaleSlotStride;
-        const AscendC::LocalTensor<float> scales = params[static_cast<uint32_t>(t_.maxElems)];
+        const AscendC::LocalTensor<float> scales = params[rows_.Pitch()];
         const AscendC::LocalTensor<uint16_t> bits = rows_.scratch.narrow.ReinterpretCast<uint16_t>();
         // the previous token's vector work read and wrote these rows
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);

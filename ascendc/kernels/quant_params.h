@@ -14,6 +14,7 @@ namespace ascend_kv {
 struct QuantRows {
     AscendC::TBuf<AscendC::TPosition::VECCALC> work, narrow, wide, params;
     QuantScratch scratch;
+    uint32_t pitch = 0;
 
     /// Buffers for rows of up to n elements (ascendc/host/tiling.cpp's QuantReservedBytes counts them).
     __aicore__ inline void Init(AscendC::TPipe* pipe, uint32_t n)
@@ -21,14 +22,16 @@ struct QuantRows {
         pipe->InitBuffer(work, n * sizeof(float));
         pipe->InitBuffer(narrow, n * sizeof(half));
         pipe->InitBuffer(wide, n * sizeof(int32_t));
-        pipe->InitBuffer(params, 4 * n * sizeof(float));
+        pitch = (n + 7) / 8 * 8;  // every parameter row starts 32-byte aligned
+        pipe->InitBuffer(params, 4 * pitch * sizeof(float));
         scratch.work = work.Get<float>();
         scratch.narrow = narrow.Get<half>();
         scratch.wide = wide.Get<int32_t>();
     }
 
-    /// The four parameter rows, each of n floats.
+    /// The four parameter rows of n floats, Pitch() apart.
     __aicore__ inline AscendC::LocalTensor<float> Params() { return params.Get<float>(); }
+    __aicore__ inline uint32_t Pitch() const { return pitch; }
 
     /// dst[0, rowElems) = the parameter of `count` elements (staged through a buffer of `in`) of `type` at `gm`, as float, repeated
     /// over the heads (count = heads) or the row (count = 1).

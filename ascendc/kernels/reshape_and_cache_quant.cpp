@@ -49,7 +49,7 @@ public:
         pipe->InitBuffer(out_, kCopyBuffers, n);
         rows_.Init(pipe, n);
         keyParams_ = rows_.Params();
-        valueParams_ = keyParams_[2 * n];
+        valueParams_ = keyParams_[2 * rows_.Pitch()];
         PrepareSide(t_.keyQuant, keyParams_, keyScale, keyOffset, keyScaleCache, keyScaleCache_);
         if (b.hasValue != 0) {
             PrepareSide(t_.valueQuant, valueParams_, valueScale, valueOffset, valueScaleCache, valueScaleCache_);
@@ -80,7 +80,7 @@ public:
 
 private:
     /// One side's static parameters as float vectors of rowElems (scale at params, offset at
-    /// params[maxElems]), rounded to the compute dtype; or its scale cache (dynamic).
+    /// params[Pitch()]), rounded to the compute dtype; or its scale cache (dynamic).
     __aicore__ inline void PrepareSide(const QuantTiling& q, const AscendC::LocalTensor<float>& params, GM_ADDR scale,
                                        GM_ADDR offset, GM_ADDR scaleCacheGm,
                                        AscendC::GlobalTensor<uint8_t>& scaleCache)
@@ -91,7 +91,7 @@ private:
             const uint32_t n = static_cast<uint32_t>(q.rowElems);
             rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
             if (q.offsetElems != 0) {
-                AscendC::LocalTensor<float> offsetRow = params[static_cast<uint32_t>(t_.maxElems)];
+                AscendC::LocalTensor<float> offsetRow = params[rows_.Pitch()];
                 rows_.Expand(in_, offsetRow, offset, q.offsetElems, q.offsetType, q);
                 RoundToCompute(offsetRow, rows_.scratch.narrow, q.compute, n);
             }
@@ -126,7 +126,7 @@ private:
         if (q.scheme == kQuantDynamic) {
             QuantizeDynamic(codes, x, q, params, scaleCache, block, position);
         } else {
-            QuantizeStaticRow(codes, rows_.scratch, x, params, params[static_cast<uint32_t>(t_.maxElems)],
+            QuantizeStaticRow(codes, rows_.scratch, x, params, params[rows_.Pitch()],
                               q.scheme == kQuantDivide, q.offsetElems != 0, q.compute, n);
         }
         in_.FreeTensor(raw);
@@ -151,7 +151,7 @@ private:
         AscendC::Abs(magnitude, x, static_cast<int32_t>(n));
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
-        AscendC::LocalTensor<float> scales = params[static_cast<uint32_t>(t_.maxElems)];
+        AscendC::LocalTensor<float> scales = params[rows_.Pitch()];
         for (uint64_t h = 0; h < q.heads; ++h) {
             float amax = 0.0f;
             for (uint64_t d = 0; d < q.headSize; ++d) {
