@@ -595,3 +595,35 @@ def test_messages_name_the_argument() -> None:
     with pytest.raises(ValueError) as raised:
         ascend_kv.reshape_and_cache(**write_call(k_scale=torch.ones(5)))
     assert re.match(r"k_scale must have", str(raised.value))
+
+
+# ----------------------------------------------------------------------------- the operators
+
+
+OPS = torch.ops.ascend_kv
+
+
+@pytest.mark.parametrize("scheme", ["multiply_offset", "dynamic"])
+def test_opcheck_reshape_and_cache_quant(scheme: str) -> None:
+    key, value = torch.randn(6, H, D, dtype=torch.bfloat16), torch.randn(6, H, D, dtype=torch.bfloat16)
+    key_cache, value_cache = cache(torch.int8, "nd", 40), cache(torch.int8, "nd", 41)  # (opcheck multiplies no fp8)
+    k = quant_kwargs("k_", scheme, torch.int8, 4, 42)
+    v = quant_kwargs("v_", scheme, torch.int8, 5, 43)
+    names = ("scale", "inv_scale", "offset", "scale_cache")
+    quant = [k.get("k_" + n) for n in names] + [v.get("v_" + n) for n in names]
+    torch.library.opcheck(OPS.reshape_and_cache.quant,
+                          (key, value, key_cache, value_cache, torch.tensor([3, -1, 17, 3]), "nd", *quant))
+
+
+@pytest.mark.parametrize("outputs", ["allocated", "given"])
+def test_opcheck_paged_cache_load_dequant(outputs: str) -> None:
+    key_cache, value_cache = cache(torch.int8, "nd", 44), cache(torch.int8, "nd", 45)
+    table, lens = torch.tensor([[2, 0], [1, 2]]), torch.tensor([20, 7])
+    quant = (torch.rand(H, D), torch.ones(H, D, dtype=torch.int8), None, None, None, torch.rand(NB, BS, H))
+    if outputs == "allocated":
+        torch.library.opcheck(OPS.paged_cache_load.dequant,
+                              (key_cache, value_cache, table, lens, 1, False, None, False, *quant, torch.bfloat16))
+    else:
+        key, value = torch.zeros(30, H, D), torch.zeros(30, H, D)
+        torch.library.opcheck(OPS.paged_cache_load.dequant_into,
+                              (key_cache, value_cache, table, lens, key, value, 1, False, None, False, *quant, None))
