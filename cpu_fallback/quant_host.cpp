@@ -2,12 +2,44 @@
 // paged_cache_load dequantizing them, with the arithmetic of quant_math.h, over torch's threads
 // and the slot loops every host path shares (slot_loops.h).
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "cpu_fallback/copy.h"
 #include "cpu_fallback/host.h"
 #include "cpu_fallback/quant_math.h"
 #include "cpu_fallback/slot_loops.h"
+
+namespace ascend_kv::quant_math {
+
+uint32_t TorchNanBits(c10::ScalarType from, c10::ScalarType to, uint32_t bits)
+{
+    static std::mutex lock;
+    static std::map<std::tuple<c10::ScalarType, c10::ScalarType, uint32_t>, uint32_t> asked;
+    const std::lock_guard<std::mutex> guard(lock);
+    const auto found = asked.find({from, to, bits});
+    if (found != asked.end()) {
+        return found->second;
+    }
+    // A vector's worth: torch's vectorised loop, as on the reference's tensors.
+    std::vector<uint32_t> wide(64, bits);
+    std::vector<uint16_t> narrow(64, static_cast<uint16_t>(bits));
+    const at::Tensor values = from == c10::ScalarType::Float
+                                  ? at::from_blob(wide.data(), {64}, at::TensorOptions().dtype(at::kFloat))
+                                  : at::from_blob(narrow.data(), {64}, at::TensorOptions().dtype(from));
+    const at::Tensor converted = values.to(to).contiguous();
+    uint32_t result = 0;
+    std::memcpy(&result, converted.const_data_ptr(), c10::elementSize(to));
+    asked[{from, to, bits}] = result;
+    return result;
+}
+
+}  // namespace ascend_kv::quant_math
 
 namespace ascend_kv::host {
 namespace {
@@ -54,12 +86,12 @@ void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& 
     switch (dtype) {
         case at::kHalf:
             for (int64_t j = 0; j < n; ++j) {
-                out[j] = static_cast<float>(*reinterpret_cast<const c10::Half*>(row + offsets[j]));
+                out[j] = quant_math::Widen(*reinterpret_cast<const c10::Half*>(row + offsets[j]));
             }
             break;
         case at::kBFloat16:
             for (int64_t j = 0; j < n; ++j) {
-                out[j] = static_cast<float>(*reinterpret_cast<const c10::BFloat16*>(row + offsets[j]));
+                out[j] = quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(row + offsets[j]));
             }
             break;
         default:
@@ -73,8 +105,8 @@ void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& 
 float LoadFloat(at::ScalarType dtype, const char* at)
 {
     switch (dtype) {
-        case at::kHalf: return static_cast<float>(*reinterpret_cast<const c10::Half*>(at));
-        case at::kBFloat16: return static_cast<float>(*reinterpret_cast<const c10::BFloat16*>(at));
+        case at::kHalf: return quant_math::Widen(*reinterpret_cast<const c10::Half*>(at));
+        case at::kBFloat16: return quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(at));
         default: return *reinterpret_cast<const float*>(at);
     }
 }
@@ -83,8 +115,8 @@ float LoadFloat(at::ScalarType dtype, const char* at)
 void StoreFloat(at::ScalarType dtype, float v, char* at)
 {
     switch (dtype) {
-        case at::kHalf: *reinterpret_cast<c10::Half*>(at) = c10::Half(v); break;
-        case at::kBFloat16: *reinterpret_cast<c10::BFloat16*>(at) = c10::BFloat16(v); break;
+        case at::kHalf: *reinterpret_cast<c10::Half*>(at) = quant_math::Narrow<c10::Half>(v); break;
+        case at::kBFloat16: *reinterpret_cast<c10::BFloat16*>(at) = quant_math::Narrow<c10::BFloat16>(v); break;
         default: *reinterpret_cast<float*>(at) = v;
     }
 }
@@ -222,12 +254,12 @@ struct LoadSide {
     const char* scale_cache = nullptr;
     int64_t scale_block = 0, scale_slot = 0, scale_head = 0;
     at::ScalarType scale_dtype = at::kFloat;
-    /// One token's output row from its cache slot (`scales`: its row scales, dynamic).
-    void (*decode)(const LoadSide&, const char* slot, const char* scales, char* out) = nullptr;
+    /// One token's float32 row [H * D] from its cache slot (`scales`: its row scales, dynamic).
+    void (*decode)(const LoadSide&, const char* slot, const char* scales, float* out) = nullptr;
 };
 
-template <typename Code, typename Out>
-void Decode(const LoadSide& s, const char* slot, const char* scales, char* out)
+template <typename Code>
+void Decode(const LoadSide& s, const char* slot, const char* scales, float* out)
 {
     const bool dynamic = s.quant->scheme == QuantScheme::kDynamic;
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -235,19 +267,8 @@ void Decode(const LoadSide& s, const char* slot, const char* scales, char* out)
         for (int64_t d = 0; d < s.head_size; ++d) {
             const int64_t j = h * s.head_size + d;
             const float q = quant_math::Decode(*reinterpret_cast<const Code*>(slot + s.src[j]));
-            const float y = dynamic ? q * row_scale : (q - s.offset[j]) * s.scale[j];
-            *reinterpret_cast<Out*>(out + s.dst[j]) = static_cast<Out>(y);
+            out[j] = dynamic ? q * row_scale : (q - s.offset[j]) * s.scale[j];
         }
-    }
-}
-
-template <typename Code>
-auto DecoderOf(at::ScalarType out) -> decltype(LoadSide::decode)
-{
-    switch (out) {
-        case at::kHalf: return &Decode<Code, c10::Half>;
-        case at::kBFloat16: return &Decode<Code, c10::BFloat16>;
-        default: return &Decode<Code, float>;
     }
 }
 
@@ -286,9 +307,9 @@ LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const Quan
     }
     if (q.Quantized()) {
         switch (cache.scalar_type()) {
-            case at::kChar: s.decode = DecoderOf<int8_t>(q.target); break;
-            case at::kFloat8_e4m3fn: s.decode = DecoderOf<c10::Float8_e4m3fn>(q.target); break;
-            default: s.decode = DecoderOf<c10::Float8_e5m2>(q.target);
+            case at::kChar: s.decode = &Decode<int8_t>; break;
+            case at::kFloat8_e4m3fn: s.decode = &Decode<c10::Float8_e4m3fn>; break;
+            default: s.decode = &Decode<c10::Float8_e5m2>;
         }
     }
     return s;
@@ -363,23 +384,38 @@ void PagedLoadDequant(const PagedLoadCall& call, const PagedLoadPlan& plan)
         token_bytes += s.heads * s.head_size * 8;
     }
     const auto run = [&](int64_t r, int64_t block, int64_t slot, int64_t n, bool valid) {
+        thread_local std::vector<float> rows;
         for (const LoadSide& s : sides) {
-            for (int64_t k = 0; k < n; ++k) {
-                char* out = s.out + (r + k) * s.out_step;
-                if (!valid) {
-                    for (const int64_t at : s.dst) {
-                        std::memset(out + at, 0, s.out_size);
+            const int64_t width = s.heads * s.head_size;
+            if (!valid || !s.decode) {
+                for (int64_t k = 0; k < n; ++k) {
+                    char* out = s.out + (r + k) * s.out_step;
+                    if (valid) {
+                        CopyElements(s.cache + block * s.block_step + (slot + k) * s.slot_step, s.src, out, s.dst,
+                                     s.in_size);
+                    } else {
+                        for (const int64_t at : s.dst) {
+                            std::memset(out + at, 0, s.out_size);
+                        }
                     }
-                    continue;
                 }
-                const char* from = s.cache + block * s.block_step + (slot + k) * s.slot_step;
-                if (!s.decode) {
-                    CopyElements(from, s.src, out, s.dst, s.in_size);
-                    continue;
-                }
+                continue;
+            }
+            rows.resize(n * width);
+            for (int64_t k = 0; k < n; ++k) {
                 const char* scales =
                     s.scale_cache ? s.scale_cache + block * s.scale_block + (slot + k) * s.scale_slot : nullptr;
-                s.decode(s, from, scales, out);
+                s.decode(s, s.cache + block * s.block_step + (slot + k) * s.slot_step, scales, rows.data() + k * width);
+            }
+            // The one rounding, by torch's own conversion (its NaN bits included), then to the rows' places.
+            const at::Tensor floats = at::from_blob(rows.data(), {n * width}, at::TensorOptions().dtype(at::kFloat));
+            const at::Tensor converted = s.quant->target == at::kFloat ? floats : floats.to(s.quant->target);
+            const char* from = static_cast<const char*>(converted.const_data_ptr());
+            for (int64_t k = 0; k < n; ++k) {
+                char* out = s.out + (r + k) * s.out_step;
+                for (int64_t j = 0; j < width; ++j) {
+                    std::memcpy(out + s.dst[j], from + (k * width + j) * s.out_size, s.out_size);
+                }
             }
         }
     };

@@ -5,15 +5,56 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
 #include <c10/util/Half.h>
 
 namespace ascend_kv::quant_math {
+
+/// The bits torch's CPU kernels give a NaN of `bits` (a float16, bfloat16 or float32 pattern)
+/// converted from `from` to `to`: its vectorised conversions, which differ from c10's scalar ones
+/// (under AVX2 a bfloat16 NaN is 0xffff, a float16 NaN widens to 0x7fffffff), asked of torch once
+/// per pattern.
+uint32_t TorchNanBits(c10::ScalarType from, c10::ScalarType to, uint32_t bits);
+
+template <typename T>
+constexpr c10::ScalarType ScalarTypeOf()
+{
+    return std::is_same_v<T, c10::Half> ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+}
+
+/// `v` as torch stores it in Out (float16 or bfloat16): rounded to nearest even, NaN as torch's kernels.
+template <typename Out>
+inline Out Narrow(float v)
+{
+    if (!std::isnan(v)) {
+        return Out(v);
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const auto narrowed = static_cast<uint16_t>(TorchNanBits(c10::ScalarType::Float, ScalarTypeOf<Out>(), bits));
+    return Out(narrowed, typename Out::from_bits_t());
+}
+
+/// A float16 or bfloat16 `v` as a float, as torch widens it (exact; NaN as torch's kernels).
+template <typename In>
+inline float Widen(In v)
+{
+    const float f = static_cast<float>(v);
+    if (!std::isnan(f)) {
+        return f;
+    }
+    const uint32_t bits = TorchNanBits(ScalarTypeOf<In>(), c10::ScalarType::Float, v.x);
+    float widened;
+    std::memcpy(&widened, &bits, sizeof widened);
+    return widened;
+}
 
 /// `v` rounded (to nearest, ties to even) to the compute type Ct, as a float.
 template <typename Ct>
@@ -22,7 +63,7 @@ inline float Round(float v)
     if constexpr (std::is_same_v<Ct, float>) {
         return v;
     } else {
-        return static_cast<float>(Ct(v));
+        return static_cast<float>(Narrow<Ct>(v));
     }
 }
 
@@ -70,7 +111,7 @@ inline float InverseMax()
     return static_cast<float>(1.0 / static_cast<double>(CodeMax<Code>()));
 }
 
-/// max |x| over a row of n floats; NaN when any element is NaN.
+/// max |x| over a row of n floats; the default NaN when any element is NaN, as torch's amax gives.
 inline float AbsMax(const float* x, int64_t n)
 {
     float a = 0.0f;

@@ -7,6 +7,8 @@ they pass the backends after those were accepted).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..api.params import KvCacheCfg
@@ -307,9 +309,10 @@ def paged_cache_load_dequant(
             h = sc.shape[2]
             s = paged_cache_load(sc[..., None], sc[..., None], block_table, context_lens, kv_cache_cfg=1,
                                  cumsum=cumsum, seq_starts=seq_starts)[0][..., 0]
-            y = dequantize(q.reshape(rows, h, -1), dtype, row_scale=s)
+            y = dequantize(q.reshape(rows, h, math.prod(q.shape[1:]) // h), dtype, row_scale=s)
         else:
-            y = dequantize(q.reshape(rows, q.shape[1] if nd else h, -1), dtype, scale=scale, offset=offset)
+            hh = q.shape[1] if nd else h
+            y = dequantize(q.reshape(rows, hh, math.prod(q.shape[1:]) // hh), dtype, scale=scale, offset=offset)
         out[:rows][covered] = y.reshape(q.shape)[covered]
         results.append(out)
     return results[0], results[1]
