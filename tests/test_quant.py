@@ -507,12 +507,17 @@ def test_load_output_rules() -> None:
 
 
 def test_device_calls_say_why_they_take_the_fallback() -> None:
+    """int8 codes run on the quantizing kernel; float8 codes (no fp8 Cast on A2/A3) on the fallback."""
     from test_sim import outside_reason
 
     key = torch.ones(4, H, D, dtype=torch.bfloat16)
-    reason = outside_reason(ascend_kv.reshape_and_cache, key, None, torch.zeros(NB, BS, H, D, dtype=torch.int8), None,
-                            torch.tensor([0, 1]), k_inv_scale=torch.ones(()))
-    assert reason is not None and "quantized writes and dequantizing loads have no NPU kernel yet" in reason
+    slots = torch.tensor([0, 1])
+    int8 = outside_reason(ascend_kv.reshape_and_cache, key, None, torch.zeros(NB, BS, H, D, dtype=torch.int8), None,
+                          slots, k_inv_scale=torch.ones(()))
+    assert int8 is None
+    fp8 = outside_reason(ascend_kv.reshape_and_cache, key, None,
+                         torch.zeros(NB, BS, H, D, dtype=torch.float8_e4m3fn), None, slots, k_scale=torch.ones(()))
+    assert fp8 is not None and "need an fp8 Cast" in fp8
 
 
 def test_a_compiled_step_equals_eager() -> None:

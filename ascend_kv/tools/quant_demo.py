@@ -3,8 +3,6 @@ to int8, per-channel inverse scale and offset) and a read of them dequantized to
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ..api.ops import paged_cache_load, reshape_and_cache
@@ -13,15 +11,6 @@ from . import reference
 from .demo import Scenario
 
 HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
-
-
-def _decide(op: str, device: torch.device) -> policy.Decision:
-    """explain()'s decision; the sim, which has no quantizing kernel yet, leaves such calls to the host paths."""
-    decision = policy.explain(op, device)
-    if decision.backend == "sim" and policy.requested_backend() == "sim" and device.type == "cpu":
-        return dataclasses.replace(decision, backend="fallback", reason="the sim has no quantizing kernel yet: "
-                                   "quantized writes and dequantizing loads run on the host paths")
-    return decision
 
 
 def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
@@ -66,10 +55,10 @@ def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
         "ReshapeAndCacheOperation",
         run=run_write, reference=reference_write,
         device=key_cache.device, bytes_moved=tokens * HEADS * HEAD_SIZE * 2 * (2 + 1),
-        decide=lambda: _decide("ReshapeAndCacheOperation", key_cache.device))
+        decide=lambda: policy.explain("ReshapeAndCacheOperation", key_cache.device))
     gather = Scenario(
         f"paged C8 read 8 x {read} tokens, int8 -> bfloat16 dequantized", "PagedCacheLoadOperation",
         run=run_read, reference=reference_read,
         device=key_cache.device, bytes_moved=8 * read * HEADS * HEAD_SIZE * 2 * (1 + 2),
-        decide=lambda: _decide("PagedCacheLoadOperation", key_cache.device))
+        decide=lambda: policy.explain("PagedCacheLoadOperation", key_cache.device))
     return [write, gather]
