@@ -155,6 +155,46 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
     FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
+/*
+ * One side (key or value) of a quantizing reshape_and_cache (QUANT.md §3, int8 codes): how its
+ * token rows become codes. A side with scheme kQuantNone is copied as bytes (the base tiling).
+ * Element-type codes: kQuantFloat, kQuantHalf, kQuantBfloat16, kQuantInt8, kQuantInt32.
+ * Static: scale (and offset) of scaleElems (offsetElems) elements, 1 = per tensor, heads = per
+ * head, rowElems = per channel; the kernel expands them once per core to float vectors of rowElems,
+ * rounded to the compute dtype. Dynamic: the row of each head gets multiplier 127 / amax (scalar
+ * unit) and scale amax * fl32(1 / 127), stored to the scale cache at the token's slot.
+ */
+#define ASCEND_KV_QUANT_TILING_FIELDS(FIELD)                                                     \
+    FIELD(scheme, "kQuantNone, kQuantDivide, kQuantMultiply or kQuantDynamic")                  \
+    FIELD(inputType, "element type of the token rows: the write's input, the load's output")               \
+    FIELD(compute, "static: compute dtype (kComputeFloat/Half/Bfloat16 of quant_row.h)")        \
+    FIELD(heads, "heads of a token row")                                                         \
+    FIELD(headSize, "elements of one head")                                                      \
+    FIELD(rowElems, "elements of one token row (heads * headSize)")                              \
+    FIELD(scaleElems, "static: elements of the scale (1, heads or rowElems)")                    \
+    FIELD(scaleType, "static: element type of the scale")                                        \
+    FIELD(offsetElems, "static: elements of the offset (0: none, 1, heads or rowElems)")         \
+    FIELD(offsetType, "static: element type of the offset")                                      \
+    FIELD(scaleCacheType, "dynamic: element type of the scale cache")                            \
+    FIELD(scaleBlockStride, "dynamic: bytes between scale-cache blocks")                         \
+    FIELD(scaleSlotStride, "dynamic: bytes between scale-cache slots")                           \
+    FIELD(scaleHeadStride, "dynamic: bytes between scale-cache heads")                           \
+    FIELD(scaleCacheSpan, "dynamic: bytes from the scale cache's first element to its last's end")
+
+constexpr uint64_t kQuantNone = 0;
+constexpr uint64_t kQuantDivide = 1;
+constexpr uint64_t kQuantMultiply = 2;
+constexpr uint64_t kQuantDynamic = 3;
+/// Compute dtype of a static quantization (the promotion of input, scale and offset dtypes).
+constexpr uint64_t kComputeFloat = 0;
+constexpr uint64_t kComputeHalf = 1;
+constexpr uint64_t kComputeBfloat16 = 2;
+constexpr uint64_t kQuantFloat = 0;
+constexpr uint64_t kQuantHalf = 1;
+constexpr uint64_t kQuantBfloat16 = 2;
+constexpr uint64_t kQuantInt8 = 3;
+constexpr uint64_t kQuantInt32 = 4;
+
 /// Words of one cache in block_copy's cache table: a block is `rows` rows of rowBytes bytes,
 /// rowStride apart, blocks blockStride apart from `address`; a chunk is rowsPerChunk whole rows,
 /// or, when segments > 1, one chunkBytes segment of one row (chunks = rows * segments).
@@ -242,6 +282,31 @@ struct BlockCopyTiling {
     ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
+struct QuantTiling {
+    ASCEND_KV_QUANT_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
+
+/// reshape_and_cache with int8 quantization: the copy's tiling (its chunkBytes sized for the UB
+/// the quantization leaves) and each side's quantization.
+struct ReshapeQuantTiling {
+    ReshapeTiling base;
+    QuantTiling keyQuant;
+    QuantTiling valueQuant;
+    uint64_t usedCores;   ///< base.usedCores (RunKernel reads it here)
+    uint64_t maxElems;    ///< largest rowElems of a quantized side: the row buffers' element count
+};
+
+/// paged_cache_load with int8 dequantization: the load's tiling (its chunkBytes sized for the UB
+/// the dequantization leaves) and each side's dequantization (kQuantDivide: (q - offset) * scale,
+/// kQuantDynamic: q * the token's scale from the scale cache; float32, one rounding at the end).
+struct PagedLoadDequantTiling {
+    PagedLoadTiling base;
+    QuantTiling keyQuant;
+    QuantTiling valueQuant;
+    uint64_t usedCores;   ///< base.usedCores (RunKernel reads it here)
+    uint64_t maxElems;    ///< largest rowElems of a dequantized side
+};
+
 struct TransferTiling {
     ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
@@ -256,6 +321,8 @@ static_assert(sizeof(CacheTiling) == (0 ASCEND_KV_CACHE_TILING_FIELDS(ASCEND_KV_
               "CacheTiling must be uint64_t fields only");
 static_assert(sizeof(KvCacheTiling) == (0 ASCEND_KV_KV_CACHE_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "KvCacheTiling must be uint64_t fields only");
+static_assert(sizeof(QuantTiling) == (0 ASCEND_KV_QUANT_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "QuantTiling must be uint64_t fields only");
 static_assert(sizeof(BlockCopyTiling) == (0 ASCEND_KV_BLOCK_COPY_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "BlockCopyTiling must be uint64_t fields only");
 static_assert(sizeof(TransferTiling) == (0 ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
@@ -265,6 +332,8 @@ static_assert(sizeof(PagedLoadTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_PAGED_
               "PagedLoadTiling must be uint64_t fields and cache groups only");
 static_assert(sizeof(ReshapeTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_RESHAPE_TILING_FIELDS) * 8,
               "ReshapeTiling must be uint64_t fields and cache groups only");
+static_assert(sizeof(ReshapeQuantTiling) == sizeof(ReshapeTiling) + 2 * sizeof(QuantTiling) + 16,
+              "ReshapeQuantTiling must be uint64_t words only");
 #undef ASCEND_KV_TILING_COUNT_FIELD
 #undef ASCEND_KV_TILING_COUNT_CACHE
 #undef ASCEND_KV_TILING_COUNT

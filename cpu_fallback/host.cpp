@@ -9,6 +9,7 @@
 #include <ATen/ops/tensor.h>
 
 #include "cpu_fallback/copy.h"
+#include "cpu_fallback/slot_loops.h"
 #include "csrc/rules/index_values.h"
 
 namespace ascend_kv::host {
@@ -22,13 +23,6 @@ constexpr int64_t kStreamLoads = 6 << 20;
 
 const char* Bytes(const at::Tensor& t) { return static_cast<const char*>(t.const_data_ptr()); }
 char* MutableBytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
-/// The last entry b with start[b] <= x (starts non-decreasing; entries of length 0 share their
-/// successor's start, so this is the entry holding x).
-int64_t EntryAt(c10::ArrayRef<int64_t> start, int64_t x)
-{
-    return std::upper_bound(start.begin(), start.end(), x) - start.begin() - 1;
-}
 
 /// An NZ token row of `t` [.., T] (a paged load's output) as [T // E, E] with `t`'s strides.
 PieceCopy NzRow(const at::Tensor& cache, const at::Tensor& rows)
@@ -106,6 +100,10 @@ void KvCache(const KvCacheCall& call, const KvCachePlan& plan)
 
 void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
 {
+    if (call.quant.Any()) {
+        PagedLoadDequant(call, plan);
+        return;
+    }
     int64_t tokens = 0;
     for (const int64_t n : plan.lens) {
         tokens += n;
@@ -114,9 +112,6 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
         return;
     }
     const bool nd = call.geometry.Nd();
-    const int64_t block_size = call.geometry.block_size.expect_int();
-    const int64_t num_blocks = call.geometry.num_blocks.expect_int();
-    const IndexReader table(call.block_table);
     struct Side {  // a cache and its output: first bytes, one token's copy, byte steps
         const char* cache;
         char* out;
@@ -134,49 +129,42 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan)
     const Side sides[2] = {side(call.key_cache, call.key), side(call.value_cache, call.value)};
     const int64_t token_bytes = sides[0].token.Bytes() + sides[1].token.Bytes();
     const bool stream = ShouldStream(tokens * token_bytes, kStreamLoads);
-    const int64_t first_row = plan.out_start.empty() ? 0 : plan.out_start[0];
-    ParallelFor(tokens, token_bytes, [&](int64_t begin, int64_t end) {
-        for (int64_t r = first_row + begin, last = first_row + end, b = EntryAt(plan.out_start, r); r < last;) {
-            const int64_t j = r - plan.out_start[b];
-            if (j >= plan.lens[b]) {
-                ++b;
+    const auto run = [&](int64_t r, int64_t block, int64_t slot, int64_t n, bool valid) {
+        for (const Side& s : sides) {
+            char* out = s.out + r * s.out_step;
+            if (!valid) {
+                for (int64_t k = 0; k < n; ++k) {
+                    Zero(out + k * s.out_step, s.token);
+                }
                 continue;
             }
-            const int64_t column = plan.first_column[b] + j / block_size, slot = j % block_size;
-            const int64_t n = std::min({block_size - slot, plan.lens[b] - j, last - r});
-            const int64_t block = column < table.Columns() ? table.At(b, column) : -1;
-            const bool valid = block >= 0 && block < num_blocks;  // always, but with zero_fill
-            for (const Side& s : sides) {
-                char* out = s.out + r * s.out_step;
-                if (!valid) {
-                    for (int64_t k = 0; k < n; ++k) {
-                        Zero(out + k * s.out_step, s.token);
-                    }
-                    continue;
-                }
-                CopyRun(s.cache + block * s.block_step + slot * s.slot_step, out, n, s.slot_step, s.out_step, s.token,
-                        stream);
-            }
-            r += n;
+            CopyRun(s.cache + block * s.block_step + slot * s.slot_step, out, n, s.slot_step, s.out_step, s.token,
+                    stream);
         }
-        EndStreaming(stream);
-    });
+    };
+    ForEachLoadRun(call, plan, tokens, token_bytes, run, [&] { EndStreaming(stream); });
+}
+
+BatchValues SlotsOf(const at::Tensor& slots)
+{
+    // The slots as the rules checked them, read once before any write: slot_mapping may share
+    // memory with a cache (an int32 cache), and a slot rewritten by an earlier token must not
+    // send a later one outside the caches.
+    const IndexReader reader(slots);
+    BatchValues slot_of(reader.Rows());
+    for (int64_t i = 0; i < reader.Rows(); ++i) {
+        slot_of[i] = reader(i);
+    }
+    return slot_of;
 }
 
 void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
 {
-    const IndexReader reader(slots);
-    const int64_t n = reader.Rows(), block_size = call.geometry.block_size.expect_int();
+    const int64_t n = slots.size(0), block_size = call.geometry.block_size.expect_int();
     if (n == 0 || call.geometry.Capacity().expect_int() == 0) {
         return;
     }
-    // The slots as the rules checked them, read once before any write: slot_mapping may share
-    // memory with a cache (an int32 cache), and a slot rewritten by an earlier token must not
-    // send a later one outside the caches.
-    BatchValues slot_of(n);
-    for (int64_t i = 0; i < n; ++i) {
-        slot_of[i] = reader(i);
-    }
+    const BatchValues slot_of = SlotsOf(slots);
     const bool nd = call.geometry.Nd();
     struct Side {  // an input and its cache: first bytes, one token's copy, byte steps
         const char* tokens;
@@ -203,20 +191,7 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots)
             Copy(s.tokens + i * s.token_step, s.cache + block * s.block_step + position * s.slot_step, s.token, stream);
         }
     };
-    // Each block has one writing thread, which writes its tokens in order: a slot named twice
-    // takes the last token, as in the serial loop.
-    const int64_t owners = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n * token_bytes / kTaskBytes));
-    at::parallel_for(0, owners, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t owner = begin; owner < end; ++owner) {
-            for (int64_t i = 0; i < n; ++i) {
-                const int64_t slot = slot_of[i];
-                if (slot >= 0 && (owners == 1 || (slot / block_size) % owners == owner)) {
-                    write(i, slot);
-                }
-            }
-        }
-        EndStreaming(stream);
-    });
+    ForEachSlot(slot_of, block_size, token_bytes, write, [&] { EndStreaming(stream); });
 }
 
 namespace {

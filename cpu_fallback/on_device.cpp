@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "cpu_fallback/quant_aten.h"
 #include "csrc/ops/upload.h"
 #include "csrc/rules/dtypes.h"
 
@@ -86,13 +87,22 @@ std::pair<at::Tensor, at::Tensor> Writer(const at::Tensor& first_rows, const at:
 
 /// out[r] = token(cache, block[r], slot[r]) where valid[r], zeros where zeroed[r] (when defined);
 /// other rows keep their bits. out ND [n, heads, hs] / NZ [n, T] from [nb, T // E, bs, E].
+/// A dequantized side (`quant`) gathers its codes and writes them dequantized.
 void GatherInto(bool nd, const at::Tensor& cache, const at::Tensor& out, const at::Tensor& block,
-                const at::Tensor& slot, const at::Tensor& valid, const at::Tensor& zeroed)
+                const at::Tensor& slot, const at::Tensor& valid, const at::Tensor& zeroed, const QuantSide& quant)
 {
-    const at::Tensor source = Bits(cache);
+    const bool dequantize = quant.Quantized();
+    const at::Tensor source = dequantize ? cache : Bits(cache);
     at::Tensor target = Bits(out);
-    const at::Tensor tokens = nd ? at::index(source, Index({block, slot}))
-                                 : at::index(source, Index({block, at::Tensor(), slot})).reshape(out.sizes());
+    at::Tensor tokens = nd ? at::index(source, Index({block, slot}))
+                           : at::index(source, Index({block, at::Tensor(), slot})).reshape(out.sizes());
+    if (dequantize) {
+        const int64_t n = block.size(0);
+        const at::Tensor scales =
+            quant.scale_cache.defined() ? at::index(quant.scale_cache, Index({block, slot})) : at::Tensor();
+        const at::Tensor codes = tokens.reshape({n, quant.heads.expect_int(), quant.head_size.expect_int()});
+        tokens = Bits(Dequantize(quant, codes, scales).reshape(out.sizes()));
+    }
     const at::Tensor zero = at::zeros({}, target.options());
     const at::Tensor kept = zeroed.defined() ? at::where(RowMask(zeroed, out.dim()), zero, target) : target;
     target.copy_(at::where(RowMask(valid, out.dim()), tokens, kept));
@@ -189,10 +199,12 @@ void PagedLoad(const PagedLoadCall& call)
     block = at::where(valid, block, at::zeros_like(block));
     const at::Tensor slot = at::where(valid, j, at::zeros_like(j)).remainder(block_size);
     const at::Tensor zeroed = call.zero_fill ? covered & ~valid : at::Tensor();
-    for (const auto& [cache, out] : {std::pair{call.key_cache, key}, std::pair{call.value_cache, value}}) {
+    for (const bool key_side : {true, false}) {
+        const at::Tensor& out = key_side ? key : value;
         const int64_t n = out.size(0);
-        GatherInto(nd, cache, out, block.narrow(0, 0, n), slot.narrow(0, 0, n), valid.narrow(0, 0, n),
-                   zeroed.defined() ? zeroed.narrow(0, 0, n) : zeroed);
+        GatherInto(nd, key_side ? call.key_cache : call.value_cache, out, block.narrow(0, 0, n), slot.narrow(0, 0, n),
+                   valid.narrow(0, 0, n), zeroed.defined() ? zeroed.narrow(0, 0, n) : zeroed,
+                   key_side ? call.quant.key : call.quant.value);
     }
 }
 
@@ -239,9 +251,20 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call)
     const at::Tensor last = written & (source == at::arange(n, slots.options()));
     const at::Tensor slot = at::where(written, slots, at::zeros_like(slots));  // skipped: add zero at slot 0
     const at::Tensor block = at::div(slot, block_size, "floor"), position = slot.remainder(block_size);
-    Scatter(nd, call.key_cache, call.key, block, position, last);
+    const auto write = [&](const at::Tensor& cache, const at::Tensor& tokens, const QuantSide& quant) {
+        if (!quant.Quantized()) {
+            Scatter(nd, cache, tokens, block, position, last);
+            return;
+        }
+        const auto [codes, scales] = Quantize(quant, tokens.narrow(0, 0, n));
+        Scatter(nd, cache, codes, block, position, last);
+        if (scales.defined()) {  // the row scales, at the same slots: [nb, bs, H] as ND rows [H, 1]
+            Scatter(true, quant.scale_cache.unsqueeze(3), scales.unsqueeze(2), block, position, last);
+        }
+    };
+    write(call.key_cache, call.key, call.quant.key);
     if (!call.KeyOnly()) {
-        Scatter(nd, call.value_cache, call.value, block, position, last);
+        write(call.value_cache, call.value, call.quant.value);
     }
 }
 

@@ -21,7 +21,9 @@ namespace ascend_kv::on_device {
 
 /// Index tensors on the data's device (their values unchecked).
 void KvCache(const KvCacheCall& call);
+/// A side with call.quant dequantizes (gathered codes and row scales, quant_aten.h).
 void PagedLoad(const PagedLoadCall& call);
+/// A side with call.quant writes codes (and a dynamic side its row scales) at the slots.
 void ReshapeAndCache(const ReshapeAndCacheCall& call);
 void BlockCopy(const BlockCopyCall& call);
 /// gather_blocks or scatter_blocks with the buffer on the caches' device: per cache, the n blocks

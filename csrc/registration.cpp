@@ -32,6 +32,11 @@ constexpr const char* kLoadInputs = "Tensor key_cache, Tensor value_cache, Tenso
 // The options are positional with defaults (the dispatcher converts keyword arguments at a cost
 // per call; docs/benchmarks.md); callers may still name them.
 constexpr const char* kLoadOptions = "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False";
+// The dequantizing overloads' arguments (QUANT.md §2.4; no argument named `mode`: auto-functionalization
+// of torch 2.13 fails on it).
+constexpr const char* kDequantArgs = "Tensor? k_scale=None, Tensor? k_offset=None, Tensor? k_scale_cache=None, "
+                                     "Tensor? v_scale=None, Tensor? v_offset=None, Tensor? v_scale_cache=None, "
+                                     "ScalarType? out_dtype=None";
 
 /// The writing operators: (name, overload, schema without the name).
 struct Schema {
@@ -46,9 +51,16 @@ std::vector<Schema> Writers()
         {"kv_cache", std::string("Tensor new_kv, int layer_id, ") + kKvArgs, "()"},
         {"kv_cache.layer_tensor", std::string("Tensor new_kv, Tensor layer_id, ") + kKvArgs, "()"},
         {"paged_cache_load.into", std::string(kLoadInputs) + ", Tensor(a!) key, Tensor(b!) value, " + kLoadOptions, "()"},
+        {"paged_cache_load.dequant_into",
+         std::string(kLoadInputs) + ", Tensor(a!) key, Tensor(b!) value, " + kLoadOptions + ", " + kDequantArgs, "()"},
         {"reshape_and_cache",
          "Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor slot_mapping, "
          "str kv_cache_cfg='nd'",
+         "()"},
+        {"reshape_and_cache.quant",
+         "Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor slot_mapping, "
+         "str kv_cache_cfg, Tensor? k_scale, Tensor? k_inv_scale, Tensor? k_offset, Tensor(c!)? k_scale_cache, "
+         "Tensor? v_scale, Tensor? v_inv_scale, Tensor? v_offset, Tensor(d!)? v_scale_cache",
          "()"},
         {"block_copy",
          "Tensor(a!) key_cache, Tensor(b!)? value_cache, Tensor src_block_indices, Tensor dst_block_indices, "
@@ -72,11 +84,10 @@ std::vector<Schema> Writers()
 /// "a, b=1" with every "(x!)" annotation removed: the twin's arguments.
 std::string Unannotated(std::string arguments)
 {
-    for (size_t at = arguments.find("(a!)"); at != std::string::npos; at = arguments.find("(a!)")) {
-        arguments.erase(at, 4);
-    }
-    for (size_t at = arguments.find("(b!)"); at != std::string::npos; at = arguments.find("(b!)")) {
-        arguments.erase(at, 4);
+    for (const char* annotation : {"(a!)", "(b!)", "(c!)", "(d!)"}) {
+        for (size_t at = arguments.find(annotation); at != std::string::npos; at = arguments.find(annotation)) {
+            arguments.erase(at, 4);
+        }
     }
     return arguments;
 }
@@ -183,9 +194,15 @@ TORCH_LIBRARY(ascend_kv, m)
     m.def("swap_blocks_batch(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes, bool is_src_access_order_any=False, "
           "int direction=-1) -> ()");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
+    m.def((std::string("paged_cache_load.dequant(") + kLoadInputs + ", " + kLoadOptions + ", " + kDequantArgs +
+           ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("_paged_cache_load_outputs(") + kLoadInputs +
            ", int kv_cache_cfg, bool cumsum, Tensor? seq_starts, bool zero_fill, SymInt rows) -> (Tensor, Tensor)")
               .c_str());
+    m.def((std::string("_paged_cache_load_outputs.dequant(") + kLoadInputs +
+           ", int kv_cache_cfg, bool cumsum, Tensor? seq_starts, bool zero_fill, Tensor? k_scale, Tensor? k_offset, "
+           "Tensor? k_scale_cache, Tensor? v_scale, Tensor? v_offset, Tensor? v_scale_cache, ScalarType? out_dtype, "
+           "SymInt rows) -> (Tensor, Tensor)").c_str());
     // Asked of Python (implemented in ascend_kv/dispatch/bridge.py).
     m.def("_environment() -> str[]");
     m.def("_decide(str op, Device device, str requested, str outside) -> str");
@@ -209,7 +226,11 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("paged_cache_load", &PagedCacheLoad);
     m.impl("paged_cache_load.into", &PagedCacheLoadInto);
     m.impl("_paged_cache_load_outputs", &PagedCacheLoadOutputs);
+    m.impl("paged_cache_load.dequant", &PagedCacheLoadDequant);
+    m.impl("paged_cache_load.dequant_into", &PagedCacheLoadDequantInto);
+    m.impl("_paged_cache_load_outputs.dequant", &PagedCacheLoadDequantOutputs);
     m.impl("reshape_and_cache", &ReshapeAndCache);
+    m.impl("reshape_and_cache.quant", &ReshapeAndCacheQuant);
     m.impl("block_copy", &BlockCopy);
     m.impl("copy_blocks", &CopyBlocks);
     m.impl("swap_blocks", &SwapBlocks);
@@ -234,7 +255,10 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("kv_cache.layer_tensor", &KvCacheLayerTensorMeta);
     m.impl("paged_cache_load.into", &PagedCacheLoadIntoMeta);
     m.impl("_paged_cache_load_outputs", &PagedCacheLoadOutputs);
+    m.impl("paged_cache_load.dequant_into", &PagedCacheLoadDequantIntoMeta);
+    m.impl("_paged_cache_load_outputs.dequant", &PagedCacheLoadDequantOutputs);
     m.impl("reshape_and_cache", &ReshapeAndCacheMeta);
+    m.impl("reshape_and_cache.quant", &ReshapeAndCacheQuantMeta);
     m.impl("block_copy", &BlockCopyMeta);
     m.impl("copy_blocks", &CopyBlocksMeta);
     m.impl("swap_blocks", &SwapBlocksMeta);
@@ -249,6 +273,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
     using namespace ascend_kv;
     m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
     m.impl("swap_blocks_batch", torch::CppFunction::makeFallthrough());
+    m.impl("paged_cache_load.dequant", torch::CppFunction::makeFallthrough());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFallthrough());
     }
@@ -258,6 +283,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Negative, m)
 {
     using namespace ascend_kv;
     m.impl("paged_cache_load", torch::CppFunction::makeFromBoxedFunction<&RejectNegatedViews>());
+    m.impl("paged_cache_load.dequant", torch::CppFunction::makeFromBoxedFunction<&RejectNegatedViews>());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFromBoxedFunction<&RejectNegatedViews>());
     }

@@ -25,9 +25,12 @@ PLACE = {"fallback": "host paths", "sim": "sim"}
 def test_demo_quick_matches_reference(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--quick", "--repeats", "1", "--backend", backend]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok   ") == len(demo.scenarios(16, torch.Generator())) == 17
+    assert out.count("ok   ") == len(demo.scenarios(16, torch.Generator())) == 19
     assert "FAIL" not in out and "all calls match the reference and ran where explain() said" in out
     blocks = scenario_blocks(out)
+    # the C8 decode step (quantized writes, dequantized reads) runs where the others do: the sim has the
+    # quantizing kernels
+    assert len([b for b in blocks if " C8 " in b[0]]) == 2
     # every operation with a backend choice: the backend explain() names, where the operators counted the call
     # (the counts, not the decision), and explain()'s reason; swap_blocks, which has no kernel, says so
     for block in blocks[:-1]:
@@ -44,7 +47,7 @@ def test_demo_says_why_auto_runs_the_fallback(capsys: pytest.CaptureFixture[str]
     monkeypatch.delenv("ASCEND_KV_BACKEND", raising=False)
     assert demo.main(["--quick", "--repeats", "1"]) == 0
     blocks = scenario_blocks(capsys.readouterr().out)
-    assert len(blocks) == 17
+    assert len(blocks) == 19
     for block in blocks[:-1]:
         assert block[1].startswith("     fallback, ran on host paths: ")
         assert block[-1] == f"     why: {ascend_kv.explain(block_op(block), 'cpu').reason}"
@@ -87,7 +90,7 @@ def test_demo_reports_a_call_that_ran_elsewhere(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(policy, "explain", says_sim)
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 1
     blocks = scenario_blocks(capsys.readouterr().out)
-    assert [b[0][:4] for b in blocks] == ["FAIL"] * 16 + ["ok  "]            # swap_blocks asks no policy
+    assert [b[0][:4] for b in blocks] == ["FAIL"] * 18 + ["ok  "]            # swap_blocks asks no policy
     assert blocks[0][1].startswith("     sim, but ran on host paths (explain() said sim): ")
     assert blocks[0][1].endswith("bit-exact vs reference: yes")
 
@@ -109,7 +112,7 @@ def test_allocating_loads_show_the_into_form_beside_them(capsys: pytest.CaptureF
     assert demo.main(["--quick", "--repeats", "1", "--backend", "fallback"]) == 0
     blocks = scenario_blocks(capsys.readouterr().out)
     allocating = [b for b in blocks if b[0][5:].startswith(("paged ND", "paged NZ")) and "given outputs" not in b[0]]
-    assert len(allocating) == 4 and len(blocks) == 17  # 12 for the first three operations, 5 block moves
+    assert len(allocating) == 4 and len(blocks) == 19  # 12 for the first three operations, 2 C8, 5 block moves
     for block in allocating:
         assert "(allocating: the time includes zero-filling the new key and value)" in block[1]
         assert block[2].startswith("     into given key/value, ran on host paths: ")

@@ -169,9 +169,11 @@ def test_reshape_and_cache_passes_opcheck(layout: str) -> None:
 
 
 def test_every_operator_overload_is_tested_by_opcheck() -> None:
-    """The overloads registered are exactly those the opcheck tests of this suite cover."""
+    """The overloads registered are exactly those the opcheck tests of this suite (and of
+    tests/test_quant.py, for the quantizing overloads) cover."""
     covered = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into",
-               "reshape_and_cache.default"}
+               "reshape_and_cache.default", "reshape_and_cache.quant",
+              "paged_cache_load.dequant", "paged_cache_load.dequant_into"}
     registered = {f"{name}.{overload}" for name in ("kv_cache", "paged_cache_load", "reshape_and_cache")
                   for overload in getattr(OPS, name).overloads()}
     assert registered == covered

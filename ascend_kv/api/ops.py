@@ -22,6 +22,9 @@ _KV_CACHE_LAYER_TENSOR = torch.ops.ascend_kv.kv_cache.layer_tensor
 _PAGED_CACHE_LOAD = torch.ops.ascend_kv.paged_cache_load.default
 _PAGED_CACHE_LOAD_INTO = torch.ops.ascend_kv.paged_cache_load.into
 _RESHAPE_AND_CACHE = torch.ops.ascend_kv.reshape_and_cache.default
+_PAGED_CACHE_LOAD_DEQUANT = torch.ops.ascend_kv.paged_cache_load.dequant
+_PAGED_CACHE_LOAD_DEQUANT_INTO = torch.ops.ascend_kv.paged_cache_load.dequant_into
+_RESHAPE_AND_CACHE_QUANT = torch.ops.ascend_kv.reshape_and_cache.quant
 
 
 def kv_cache(
@@ -95,6 +98,13 @@ def paged_cache_load(
     seq_starts: torch.Tensor | None = None,
     key: torch.Tensor | None = None,
     value: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    k_offset: torch.Tensor | None = None,
+    k_scale_cache: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    v_offset: torch.Tensor | None = None,
+    v_scale_cache: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather the tokens of a paged K/V cache into contiguous K and V (ATB PagedCacheLoadOperation).
 
@@ -134,6 +144,16 @@ def paged_cache_load(
         (rows past those written are untouched). Allocated zero-filled when omitted. Each
         must be apart from the caches and from the other: two views of one buffer may be
         given when they split its rows (``buf[:, 0]`` and ``buf[:, 1]``, or two column ranges).
+    k_scale, k_offset, k_scale_cache, v_scale, v_offset, v_scale_cache : torch.Tensor, optional
+        Dequantize a side whose cache holds int8 or fp8 codes (docs/semantics.md#quantized-caches):
+        ``k_scale`` the static dequantization scale (one element, ``[H]``/``[H, 1]``/``[1, H, 1]``
+        per head, ``[H*D]``/``[H, D]``/``[1, H, D]`` per channel; float16/bfloat16/float32) with
+        an optional int8 zero point ``k_offset`` of the same shapes, or ``k_scale_cache``
+        ``[num_blocks, block_size, H]`` (or ``[..., 1]``) the per-token scales of a dynamic write.
+        The output is ``(q - offset) * scale`` in float32, rounded once.
+    out_dtype : torch.dtype, optional
+        float16, bfloat16 or float32: the dequantized outputs' dtype; required when they are
+        allocated, else the given outputs' dtype.
 
     Returns
     -------
@@ -162,6 +182,10 @@ def paged_cache_load(
             and (value is None or type(value) is torch.Tensor)):
         _tensors(seq_starts=seq_starts, key=key, value=value, optional=True)
     options = _load_options(kv_cache_cfg, cumsum, seq_starts)
+    if not (k_scale is None and k_offset is None and k_scale_cache is None and v_scale is None and v_offset is None
+            and v_scale_cache is None and out_dtype is None):
+        return _dequantizing_load(key_cache, value_cache, block_table, context_lens, options, key, value,
+                                  (k_scale, k_offset, k_scale_cache, v_scale, v_offset, v_scale_cache), out_dtype)
     if key is None and value is None:
         loaded: tuple[torch.Tensor, torch.Tensor] = _PAGED_CACHE_LOAD(key_cache, value_cache, block_table,
                                                                       context_lens, *options)
@@ -173,6 +197,34 @@ def paged_cache_load(
     return key, value
 
 
+def _dequantizing_load(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
+                       context_lens: torch.Tensor, options: tuple[object, ...], key: torch.Tensor | None,
+                       value: torch.Tensor | None, quant: tuple[torch.Tensor | None, ...],
+                       out_dtype: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`paged_cache_load` with a quantization argument: the ``dequant`` overloads."""
+    _tensors(optional=True, **dict(zip(_LOAD_QUANT_NAMES, quant)))
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    layout, cumsum, seq_starts = options + _LOAD_DEFAULTS[len(options):]
+    if key is None and value is None:
+        loaded: tuple[torch.Tensor, torch.Tensor] = _PAGED_CACHE_LOAD_DEQUANT(
+            key_cache, value_cache, block_table, context_lens, layout, cumsum, seq_starts, False, *quant, out_dtype)
+        return loaded
+    if key is None or value is None:
+        given, missing = ("key", "value") if value is None else ("value", "key")
+        raise ValueError(f"{missing} is None but {given} is given: pass both outputs, or neither to allocate them")
+    _PAGED_CACHE_LOAD_DEQUANT_INTO(key_cache, value_cache, block_table, context_lens, key, value, layout, cumsum,
+                                   seq_starts, False, *quant, out_dtype)
+    return key, value
+
+
+_LOAD_QUANT_NAMES = ("k_scale", "k_offset", "k_scale_cache", "v_scale", "v_offset", "v_scale_cache")
+#: The operator's options (kv_cache_cfg, cumsum, seq_starts) when left out of _load_options' tuple.
+_LOAD_DEFAULTS: tuple[object, ...] = (int(KvCacheCfg.K_CACHE_V_CACHE_NZ), False, None)
+_WRITE_QUANT_NAMES = ("k_scale", "k_inv_scale", "k_offset", "k_scale_cache", "v_scale", "v_inv_scale", "v_offset",
+                      "v_scale_cache")
+
+
 def reshape_and_cache(
     key: torch.Tensor,
     value: torch.Tensor | None,
@@ -181,6 +233,14 @@ def reshape_and_cache(
     slot_mapping: torch.Tensor,
     *,
     kv_cache_cfg: str | ReshapeAndCacheParam.KvCacheCfg = "nd",
+    k_scale: torch.Tensor | None = None,
+    k_inv_scale: torch.Tensor | None = None,
+    k_offset: torch.Tensor | None = None,
+    k_scale_cache: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    v_inv_scale: torch.Tensor | None = None,
+    v_offset: torch.Tensor | None = None,
+    v_scale_cache: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Write new tokens into a paged K/V cache at the slots ``slot_mapping`` names, in place
     (ATB ReshapeAndCacheOperation).
@@ -210,6 +270,18 @@ def reshape_and_cache(
     kv_cache_cfg : str or ReshapeAndCacheParam.KvCacheCfg, optional
         ``"nd"`` (default), ``"nz"``, or a ``ReshapeAndCacheParam.KvCacheCfg`` member. A bare int
         is a ``TypeError``: ATB numbers that enum unlike :class:`KvCacheCfg`.
+    k_scale, k_inv_scale, k_offset, k_scale_cache : torch.Tensor, optional
+        Quantize the key side into an int8, float8_e4m3fn or float8_e5m2 ``key_cache`` from a
+        float16/bfloat16/float32 ``key`` (docs/semantics.md#quantized-caches), at most one of:
+        ``k_scale`` (static, the dequantization scale: writes ``Q(key / k_scale + k_offset)``),
+        ``k_inv_scale`` (static, the multiplier: ``Q(key * k_inv_scale + k_offset)``), each one
+        element, ``[H]``/``[H, 1]``/``[1, H, 1]`` (per head) or ``[H*D]``/``[H, D]``/``[1, H, D]``
+        (per channel), float16/bfloat16/float32, computed in the promotion of the dtypes given;
+        or ``k_scale_cache`` ``[num_blocks, block_size, H]`` (or ``[..., 1]``, any strides,
+        float16/bfloat16/float32): dynamic per (token, head), each row's scale written at the
+        token's slot. ``k_offset``: an int8 zero point (int8 caches, static scales only).
+    v_scale, v_inv_scale, v_offset, v_scale_cache : torch.Tensor, optional
+        The same for the value side (not in the key-only mode).
 
     Returns
     -------
@@ -236,7 +308,13 @@ def reshape_and_cache(
         _tensors(key=key, key_cache=key_cache, slot_mapping=slot_mapping)
         _tensors(value=value, value_cache=value_cache, optional=True)
     layout = reshape_and_cache_layout(kv_cache_cfg, value is not None)
-    _RESHAPE_AND_CACHE(key, value, key_cache, value_cache, slot_mapping, layout)
+    if (k_scale is None and k_inv_scale is None and k_offset is None and k_scale_cache is None and v_scale is None
+            and v_inv_scale is None and v_offset is None and v_scale_cache is None):
+        _RESHAPE_AND_CACHE(key, value, key_cache, value_cache, slot_mapping, layout)
+        return key_cache, value_cache
+    quant = (k_scale, k_inv_scale, k_offset, k_scale_cache, v_scale, v_inv_scale, v_offset, v_scale_cache)
+    _tensors(optional=True, **dict(zip(_WRITE_QUANT_NAMES, quant)))
+    _RESHAPE_AND_CACHE_QUANT(key, value, key_cache, value_cache, slot_mapping, layout, *quant)
     return key_cache, value_cache
 
 

@@ -371,6 +371,51 @@ def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: tor
     """
     _swap_blocks_batch(src_ptrs, dst_ptrs, sizes, direction=direction)
 
+
+def npu_dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None,
+                      group_index: torch.Tensor | None = None,
+                      dst_type: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch_npu's per-token dynamic quantization, the quantizer vllm-ascend's KV path calls before a scatter.
+
+    Each row of the last dimension is quantized with its own scale, with the arithmetic of
+    :func:`ascend_kv.reshape_and_cache`'s dynamic scheme (docs/semantics.md#quantized-caches): int8 as
+    the A2/A3 kernel (``x * fl32(127 / amax)``, round half to even), fp8 as the Ascend 950 kernel
+    (``x / (amax * fl32(1 / max))``, NaN to 0). So this followed by a byte scatter writes what one
+    ``reshape_and_cache(..., k_scale_cache=)`` call writes.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``[..., D]`` float16, bfloat16 or float32.
+    smooth_scales, group_index : torch.Tensor, optional
+        Not supported (``NotImplementedError``).
+    dst_type : torch.dtype, optional
+        ``torch.int8`` (default), ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``;
+        ``torch.quint4x2`` is not supported (``NotImplementedError``).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(y, scale)``: codes ``[..., D]`` of ``dst_type`` and float32 scales ``[...]``
+        (``x ≈ y * scale[..., None]``).
+    """
+    from ..tools.reference import quantize_dynamic
+
+    if smooth_scales is not None or group_index is not None:
+        raise NotImplementedError("npu_dynamic_quant: smooth_scales and group_index are not supported by ascend_kv")
+    dtype = torch.int8 if dst_type is None else dst_type
+    if dtype == torch.quint4x2:
+        raise NotImplementedError("npu_dynamic_quant: dst_type=torch.quint4x2 (int4) is not supported by ascend_kv")
+    if dtype not in (torch.int8, torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"dst_type must be torch.int8, torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
+    common.tensor_argument("x", x)
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"x must have dtype float16, bfloat16 or float32, got {x.dtype}")
+    rows = x.reshape(-1, 1, x.shape[-1])
+    y, scale = quantize_dynamic(rows, dtype)
+    return y.reshape(x.shape), scale.reshape(x.shape[:-1])
+
+
 #: ``torch_npu.atb``: the ATB operations torch_npu exposes (here: the paged load).
 atb = types.ModuleType(f"{__name__}.atb", "torch_npu.atb's npu_paged_cache_load, run by ascend_kv.")
 atb.npu_paged_cache_load = _atb_paged_cache_load  # type: ignore[attr-defined]
@@ -381,6 +426,7 @@ __all__ = [
     "atb",
     "empty_with_format",
     "get_npu_format",
+    "npu_dynamic_quant",
     "npu_format_cast",
     "npu_gather_pa_kv_cache",
     "npu_scatter_pa_kv_cache",

@@ -70,6 +70,9 @@ class Decision:
     element_types : str
         The element types every backend takes, and where they go beyond Huawei's lists
         (set by :func:`explain`).
+    quantization : str
+        For the paged write and load: which quantizing calls the kernels run and where their
+        bytes may differ from the CPU reference (set by :func:`explain`; see :func:`quantization_note`).
     """
 
     op: str
@@ -80,6 +83,7 @@ class Decision:
     soc: str | None = None
     product_line: str | None = None
     element_types: str = ""
+    quantization: str = ""
 
     def __str__(self) -> str:
         runs = f"runs on {self.backend}" if self.backend else f"cannot run on {self.requested}"
@@ -254,7 +258,26 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     state = runtime.npu_runtime() if device is None else None
     if state is not None and not state.available and requested in ("auto", "npu"):
         decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")
-    return dataclasses.replace(decision, element_types=element_types_note())
+    return dataclasses.replace(decision, element_types=element_types_note(), quantization=quantization_note(name))
+
+
+def quantization_note(op: str) -> str:
+    """Which quantizing calls of ``op`` (an ATB name) the Atlas A2/A3 kernels run, and the one place their
+    codes may differ from the CPU reference (QUANT.md §4); empty for the other operations."""
+    if op == "ReshapeAndCacheOperation":
+        return ("int8 codes run on the AscendC kernel, byte for byte as the CPU reference, except writes with "
+                "k_scale/v_scale (divide): the A2/A3 vector Div (DivAlgo::INTRINSIC) is accurate to 1 ulp, so a code "
+                "may differ by +-1, only at elements whose float32 quotient lies within 1 ulp of a rounding boundary "
+                "(for int8 a k + 0.5; with a float16/bfloat16 compute dtype also a midpoint between two consecutive "
+                "values of that dtype), exact bytes everywhere else (the device fallback divides on the same "
+                "hardware); k_inv_scale and dynamic (k_scale_cache) writes are exact. Subnormal scales and rows "
+                "whose maximum is subnormal may differ (vector units flush subnormals). float8 codes (no fp8 Cast "
+                "on A2/A3) and rows longer than the kernel holds in UB run on the device fallback")
+    if op == "PagedCacheLoadOperation":
+        return ("dequantizing loads of int8 caches run on the AscendC kernel, byte for byte as the CPU reference "
+                "(float32 multiplications, one rounding to the output dtype); float8 caches (no fp8 Cast on A2/A3) and "
+                "rows longer than the kernel holds in UB run on the device fallback")
+    return ""
 
 
 def element_types_note() -> str:

@@ -76,6 +76,7 @@ def _register_python_parts() -> None:
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _allocating_load_fake)
     # swap_blocks_batch writes through raw addresses, not through a tensor argument: a compiled graph keeps it.
     torch.fx.node.has_side_effect(torch.ops.ascend_kv.swap_blocks_batch.default)
+    torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.dequant", _allocating_dequant_fake)
 
 
 def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
@@ -90,6 +91,20 @@ def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, bl
     bridge.on_trace()
     key, value = torch.ops.ascend_kv._paged_cache_load_outputs(key_cache, value_cache, block_table, context_lens,
                                                                kv_cache_cfg, cumsum, seq_starts, zero_fill, 0)
+    rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
+    return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
+
+
+def _allocating_dequant_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
+                             context_lens: torch.Tensor, kv_cache_cfg: int = 0, cumsum: bool = False,
+                             seq_starts: torch.Tensor | None = None, zero_fill: bool = False,
+                             *quant: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_allocating_load_fake` of the dequantizing overload (``quant``: its scales and ``out_dtype``)."""
+    from ..dispatch import bridge
+
+    bridge.on_trace()
+    key, value = torch.ops.ascend_kv._paged_cache_load_outputs.dequant(
+        key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, zero_fill, *quant, 0)
     rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
     return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
 

@@ -152,7 +152,7 @@ def write_scenario(name: str, lens: list[int], layout: str, *, heads: int = 8, h
 
 def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
     """The demo's calls; ``scale`` divides the token counts (1 = realistic shapes)."""
-    from . import block_demo  # it builds on Scenario above
+    from . import block_demo, quant_demo  # they build on Scenario above
     def n(tokens: int) -> int:
         return max(1, tokens // scale)
     return [
@@ -178,6 +178,7 @@ def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
                        g=g),
         write_scenario(f"paged write key only (MLA latent 576), 4 x {n(256)} tokens, bfloat16", [n(256)] * 4, "nd",
                        heads=1, head_k=576, head_v=None, dtype=torch.bfloat16, g=g),
+        *quant_demo.scenarios(scale, g),
         *block_demo.scenarios(scale, g),
     ]
 

@@ -381,6 +381,8 @@ void ReshapeAndCache(T, T, T, T, T, int64_t) { ++launches; }
 void BlockCopy(T, T, T, T, bool) { ++launches; }
 void TransferBlocks(T, T, T, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, bool) { ++launches; }
 void MemcpyBatch(T, T, T, int64_t) { ++launches; }
+void ReshapeAndCacheQuant(T, T, T, T, T, int64_t, T, T) { ++launches; }
+void PagedCacheLoadDequant(T, T, T, T, T, T, T, int64_t, bool, T, T) { ++launches; }
 
 void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 {
@@ -400,10 +402,13 @@ struct AscendKvOverheadKernelTable {
     void (*transfer_blocks)(T, T, T, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, bool);
     int64_t (*storage_format)(T);
     void (*memcpy_batch)(T, T, T, int64_t);
+    void (*reshape_and_cache_quant)(T, T, T, T, T, int64_t, T, T);
+    void (*paged_cache_load_dequant)(T, T, T, T, T, T, T, int64_t, bool, T, T);
 };
 
 static const AscendKvOverheadKernelTable kTable = {2, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
-                                                   &TransferBlocks, nullptr, &MemcpyBatch};
+                                                   &TransferBlocks, nullptr, &MemcpyBatch,
+                                                   &ReshapeAndCacheQuant, &PagedCacheLoadDequant};
 
 extern "C" const AscendKvOverheadKernelTable* ascend_kv_kernel_library() { return &kTable; }
 

@@ -7,6 +7,8 @@ they pass the backends after those were accepted).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..api.params import KvCacheCfg
@@ -276,3 +278,158 @@ def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_cach
                     continue
                 nd = _to_nd(bits[kv, layer, j], src_layout, heads, head_size, head_splits)
                 _bits(cache)[b] = _from_nd(nd, cache_layout).to(cache.device)
+
+
+# Quantized caches (QUANT.md §3): the pseudo-code, as plain torch on whole token tensors.
+
+
+def per(t: torch.Tensor, heads: int, head_size: int) -> torch.Tensor:
+    """A scale or offset of QUANT.md §2.1's shapes as ``[1, 1]``, ``[H, 1]`` or ``[H, D]``."""
+    if t.numel() == 1:
+        return t.reshape(1, 1)
+    if (t.dim() == 1 and t.numel() == heads) or (t.dim() >= 2 and t.shape[-1] == 1):
+        return t.reshape(heads, 1)
+    return t.reshape(heads, head_size)
+
+
+def codes(t: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    """Q: int8 rounds half to even, saturates, NaN -> 0; fp8 clamps to +-max, rounds to nearest even."""
+    if dt == torch.int8:
+        r = torch.round(t).clamp(-128, 127)
+        return torch.where(torch.isnan(r), torch.zeros_like(r), r).to(torch.int8)
+    m = torch.finfo(dt).max
+    return t.clamp(-m, m).to(dt)
+
+
+def quantize_static(x: torch.Tensor, dt: torch.dtype, scale: torch.Tensor | None = None,
+                    inv_scale: torch.Tensor | None = None, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """Codes of ``x`` ``[N, H, D]``: ``Q(x / scale [+ offset])`` or ``Q(x * inv_scale [+ offset])``,
+    each operation rounded to ``promote_types`` of the dtypes given."""
+    heads, head_size = x.shape[1], x.shape[2]
+    s = scale if scale is not None else inv_scale
+    assert s is not None
+    ct = torch.promote_types(x.dtype, s.dtype)
+    if offset is not None:
+        ct = torch.promote_types(ct, offset.dtype)
+    sc = per(s, heads, head_size).to(ct)
+    t = x.to(ct) / sc if scale is not None else x.to(ct) * sc
+    if offset is not None:
+        t = t + per(offset, heads, head_size).to(ct)
+    return codes(t, dt)
+
+
+def quantize_dynamic(x: torch.Tensor, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes of ``x`` ``[N, H, D]`` per (token, head) row, and the rows' float32 scales ``[N, H]``."""
+    xf = x.float()
+    a = xf.abs().amax(-1, keepdim=True)
+    if dt == torch.int8:
+        multiplier = torch.full_like(a, 127.0) / a  # a float32 division (127.0 / a would be a reciprocal)
+        return codes(xf * multiplier, dt), (a * torch.tensor(1 / 127, dtype=torch.float32)).squeeze(-1)
+    s = a * torch.tensor(1 / torch.finfo(dt).max, dtype=torch.float32)
+    y = xf / s
+    return codes(torch.where(torch.isnan(y), torch.zeros_like(y), y), dt), s.squeeze(-1)
+
+
+def dequantize(q: torch.Tensor, out_dtype: torch.dtype, scale: torch.Tensor | None = None,
+               offset: torch.Tensor | None = None, row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Codes ``q`` ``[N, H, D]`` in float32, rounded once to ``out_dtype``; ``row_scale`` ``[N, H]``."""
+    y = q.float()
+    if row_scale is not None:
+        return (y * row_scale.float()[..., None]).to(out_dtype)
+    assert scale is not None
+    heads, head_size = q.shape[1], q.shape[2]
+    if offset is not None:
+        y = y - per(offset, heads, head_size).float()
+    return (y * per(scale, heads, head_size).float()).to(out_dtype)
+
+
+def _quantized_side(x: torch.Tensor, cache: torch.Tensor, scale: torch.Tensor | None,
+                    inv_scale: torch.Tensor | None, offset: torch.Tensor | None,
+                    scale_cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The rows one side writes: codes (or ``x`` itself unquantized) and the dynamic row scales."""
+    if scale_cache is not None:
+        q, s = quantize_dynamic(x, cache.dtype)
+        return q, s.to(scale_cache.dtype)
+    if scale is None and inv_scale is None:
+        return x, None
+    return quantize_static(x, cache.dtype, scale, inv_scale, offset), None
+
+
+def reshape_and_cache_quant(
+    key: torch.Tensor, value: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor | None,
+    slot_mapping: torch.Tensor, *, kv_cache_cfg: KvCacheCfg | str = "nd",
+    k_scale: torch.Tensor | None = None, k_inv_scale: torch.Tensor | None = None,
+    k_offset: torch.Tensor | None = None, k_scale_cache: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None, v_inv_scale: torch.Tensor | None = None,
+    v_offset: torch.Tensor | None = None, v_scale_cache: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A quantizing reshape_and_cache (QUANT.md §3): the rows of each side quantized, then the slot
+    loop of :func:`reshape_and_cache`, a dynamic side's scales written to ``scale_cache[slot // bs,
+    slot % bs, h]`` by the same loop (a duplicated slot keeps the last token's codes and scale)."""
+    n = slot_mapping.shape[0]
+    k_rows, k_scales = _quantized_side(key[:n], key_cache, k_scale, k_inv_scale, k_offset, k_scale_cache)
+    v_rows, v_scales = (None, None) if value is None or value_cache is None else _quantized_side(
+        value[:n], value_cache, v_scale, v_inv_scale, v_offset, v_scale_cache)
+    reshape_and_cache(k_rows, v_rows, key_cache, value_cache, slot_mapping, kv_cache_cfg=kv_cache_cfg)
+    for scales, scale_cache in ((k_scales, k_scale_cache), (v_scales, v_scale_cache)):
+        if scales is None or scale_cache is None:
+            continue
+        sc = scale_cache if scale_cache.dim() == 3 else scale_cache[..., 0]
+        block_size = sc.shape[1]
+        for i in range(n):
+            s = int(slot_mapping[i])
+            if s >= 0:
+                sc[s // block_size, s % block_size] = scales[i]
+    return key_cache, value_cache
+
+
+def paged_cache_load_dequant(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor, *,
+    kv_cache_cfg: KvCacheCfg | int = KvCacheCfg.K_CACHE_V_CACHE_NZ, cumsum: bool = False,
+    seq_starts: torch.Tensor | None = None, key: torch.Tensor | None = None, value: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None, k_offset: torch.Tensor | None = None,
+    k_scale_cache: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+    v_offset: torch.Tensor | None = None, v_scale_cache: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None, heads: tuple[int, int] = (1, 1),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dequantizing paged_cache_load (QUANT.md §3): each token's codes gathered as
+    :func:`paged_cache_load` does, a side with a scale dequantized. ``heads``: each side's head
+    count for NZ rows with per-head scales (ND rows give their own)."""
+    layout = KvCacheCfg(int(kv_cache_cfg))
+    nd = layout == KvCacheCfg.K_CACHE_V_CACHE_ND
+    sides = []
+    for cache, out, scale, offset, scale_cache, h in ((key_cache, key, k_scale, k_offset, k_scale_cache, heads[0]),
+                                                      (value_cache, value, v_scale, v_offset, v_scale_cache, heads[1])):
+        quantized = scale is not None or scale_cache is not None
+        dtype = (out.dtype if out is not None else out_dtype or torch.float32) if quantized else cache.dtype
+        sides.append((cache, out, scale, offset, scale_cache, h, quantized, dtype))
+    # The codes and the row scales, gathered as bytes by the load's own loop.
+    gathered = paged_cache_load(key_cache, value_cache, block_table, context_lens, kv_cache_cfg=kv_cache_cfg,
+                                cumsum=cumsum, seq_starts=seq_starts)
+    rows = gathered[0].shape[0]
+    covered = torch.zeros(rows, dtype=torch.bool)  # rows a token fills (others stay as they are)
+    batch = block_table.shape[0]
+    for b in range(batch):
+        start = int(context_lens[b]) if cumsum else sum(int(n) for n in context_lens[:b])
+        end = int(context_lens[b + 1]) if cumsum else start + int(context_lens[b])
+        covered[start:end] = True
+    results = []
+    for (cache, out, scale, offset, scale_cache, h, quantized, dtype), q in zip(sides, gathered):
+        if out is None:
+            out = torch.zeros((rows, *q.shape[1:]), dtype=dtype)
+        if not quantized:
+            out[:rows][covered] = q[covered]
+            results.append(out)
+            continue
+        if scale_cache is not None:
+            sc = scale_cache if scale_cache.dim() == 3 else scale_cache[..., 0]
+            h = sc.shape[2]
+            s = paged_cache_load(sc[..., None], sc[..., None], block_table, context_lens, kv_cache_cfg=1,
+                                 cumsum=cumsum, seq_starts=seq_starts)[0][..., 0]
+            y = dequantize(q.reshape(rows, h, math.prod(q.shape[1:]) // h), dtype, row_scale=s)
+        else:
+            hh = q.shape[1] if nd else h
+            y = dequantize(q.reshape(rows, hh, math.prod(q.shape[1:]) // hh), dtype, scale=scale, offset=offset)
+        out[:rows][covered] = y.reshape(q.shape)[covered]
+        results.append(out)
+    return results[0], results[1]

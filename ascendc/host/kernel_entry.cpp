@@ -86,6 +86,81 @@ ReshapeTiling ReshapePlan(const at::Tensor& key, const at::Tensor& value, const 
     return Tile("reshape_and_cache", keyCache.device(), call, &ComputeReshapeTiling);
 }
 
+/// The kQuant* element-type code of `dtype`.
+uint64_t QuantType(at::ScalarType dtype)
+{
+    switch (dtype) {
+        case at::kHalf: return kQuantHalf;
+        case at::kBFloat16: return kQuantBfloat16;
+        case at::kChar: return kQuantInt8;
+        case at::kInt: return kQuantInt32;
+        default: return kQuantFloat;
+    }
+}
+
+QuantSideGeometry QuantGeometryOf(const KernelQuantSide& side, const at::Tensor& rows)
+{
+    QuantSideGeometry g;
+    g.scheme = static_cast<uint64_t>(side.scheme);
+    if (side.scheme == kQuantNone) {
+        return g;
+    }
+    g.inputType = QuantType(rows.scalar_type());
+    g.compute = side.compute == at::kHalf ? kComputeHalf : side.compute == at::kBFloat16 ? kComputeBfloat16 : kComputeFloat;
+    g.heads = static_cast<uint64_t>(side.heads);
+    g.headSize = static_cast<uint64_t>(side.head_size);
+    g.scale = GeometryOf(side.scale);
+    g.offset = GeometryOf(side.offset);
+    g.scaleCache = GeometryOf(side.scale_cache);
+    if (side.scale.defined()) {
+        g.scaleType = QuantType(side.scale.scalar_type());
+    }
+    if (side.offset.defined()) {
+        g.offsetType = QuantType(side.offset.scalar_type());
+    }
+    if (side.scale_cache.defined()) {
+        g.scaleCacheType = QuantType(side.scale_cache.scalar_type());
+    }
+    return g;
+}
+
+ReshapeQuantTiling ReshapeQuantPlan(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                    const at::Tensor& valueCache, const at::Tensor& slotMapping, int64_t layout,
+                                    const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant)
+{
+    ReshapeQuantGeometry call;
+    call.base.layout = static_cast<uint64_t>(layout);
+    call.base.key = {GeometryOf(keyCache), GeometryOf(key)};
+    if (valueCache.defined()) {
+        call.base.value = {GeometryOf(valueCache), GeometryOf(value)};
+    }
+    call.base.slotMapping = GeometryOf(slotMapping);
+    call.key = QuantGeometryOf(keyQuant, key);
+    if (valueCache.defined()) {
+        call.value = QuantGeometryOf(valueQuant, value);
+    }
+    return Tile("reshape_and_cache", keyCache.device(), call, &ComputeReshapeQuantTiling);
+}
+
+PagedLoadDequantTiling PagedLoadDequantPlan(const at::Tensor& keyCache, const at::Tensor& valueCache,
+                                            const at::Tensor& blockTable, const at::Tensor& contextLens,
+                                            const at::Tensor& seqStarts, const at::Tensor& key, const at::Tensor& value,
+                                            int64_t layout, bool cumsum, const KernelQuantSide& keyQuant,
+                                            const KernelQuantSide& valueQuant)
+{
+    PagedLoadDequantGeometry call;
+    call.base.layout = static_cast<uint64_t>(layout);
+    call.base.cumsum = cumsum;
+    call.base.key = {GeometryOf(keyCache), GeometryOf(key)};
+    call.base.value = {GeometryOf(valueCache), GeometryOf(value)};
+    call.base.blockTable = GeometryOf(blockTable);
+    call.base.contextLens = GeometryOf(contextLens);
+    call.base.seqStarts = GeometryOf(seqStarts);
+    call.key = QuantGeometryOf(keyQuant, key);
+    call.value = QuantGeometryOf(valueQuant, value);
+    return Tile("paged_cache_load", keyCache.device(), call, &ComputePagedLoadDequantTiling);
+}
+
 BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
                               const at::Tensor& cumSum, bool simultaneous, std::vector<uint64_t>* table)
 {
@@ -170,6 +245,29 @@ void ReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::T
     }
 }
 
+void ReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                          const at::Tensor& valueCache, const at::Tensor& slotMapping, int64_t layout,
+                          const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant)
+{
+    const auto tiling = ReshapeQuantPlan(key, value, keyCache, valueCache, slotMapping, layout, keyQuant, valueQuant);
+    if (tiling.usedCores > 0) {
+        LaunchReshapeAndCacheQuant(key, value, keyCache, valueCache, slotMapping, keyQuant, valueQuant, tiling);
+    }
+}
+
+void PagedCacheLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                           const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                           const at::Tensor& value, int64_t layout, bool cumsum, const KernelQuantSide& keyQuant,
+                           const KernelQuantSide& valueQuant)
+{
+    const auto tiling = PagedLoadDequantPlan(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value,
+                                             layout, cumsum, keyQuant, valueQuant);
+    if (tiling.usedCores > 0) {
+        LaunchPagedLoadDequant(keyCache, valueCache, blockTable, contextLens, seqStarts, key, value, keyQuant,
+                               valueQuant, tiling);
+    }
+}
+
 void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
                const at::Tensor& cumSum, bool simultaneous)
 {
@@ -190,8 +288,9 @@ void TransferBlocks(const std::vector<at::Tensor>& caches, const at::Tensor& buf
     }
 }
 
-const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache,        &PagedCacheLoad, &ReshapeAndCache,
-                              &BlockCopy,            &TransferBlocks, &StorageFormat,  &LaunchMemcpyBatch};
+const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache,           &PagedCacheLoad,       &ReshapeAndCache,
+                              &BlockCopy,            &TransferBlocks,    &StorageFormat,        &LaunchMemcpyBatch,
+                              &ReshapeAndCacheQuant, &PagedCacheLoadDequant};
 
 }  // namespace
 
@@ -218,6 +317,36 @@ std::string ReshapeAndCacheTilingText(const at::Tensor& key, const c10::optional
 {
     return DescribeTiling(ReshapePlan(key, value.value_or(at::Tensor()), keyCache, valueCache.value_or(at::Tensor()),
                                       slotMapping, layout));
+}
+
+/// reshape_and_cache_quant on the host model over CPU tensors, before any operator rule: a test
+/// instrument for the kernel's arithmetic and slot handling (the operators route calls to the
+/// table entry after their rules).
+void ReshapeAndCacheQuantKernel(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& keyCache,
+                                const c10::optional<at::Tensor>& valueCache, const at::Tensor& slotMapping,
+                                int64_t layout, at::IntArrayRef keyQuant, at::ScalarType keyCompute,
+                                const c10::optional<at::Tensor>& keyScale, const c10::optional<at::Tensor>& keyOffset,
+                                const c10::optional<at::Tensor>& keyScaleCache, at::IntArrayRef valueQuant,
+                                at::ScalarType valueCompute, const c10::optional<at::Tensor>& valueScale,
+                                const c10::optional<at::Tensor>& valueOffset,
+                                const c10::optional<at::Tensor>& valueScaleCache)
+{
+    const auto side = [](at::IntArrayRef q, at::ScalarType compute, const c10::optional<at::Tensor>& scale,
+                         const c10::optional<at::Tensor>& offset, const c10::optional<at::Tensor>& scaleCache) {
+        TORCH_CHECK(q.size() == 3, "quant: [scheme, heads, head_size]");
+        KernelQuantSide s;
+        s.scheme = q[0];
+        s.compute = compute;
+        s.heads = q[1];
+        s.head_size = q[2];
+        s.scale = scale.value_or(at::Tensor());
+        s.offset = offset.value_or(at::Tensor());
+        s.scale_cache = scaleCache.value_or(at::Tensor());
+        return s;
+    };
+    ReshapeAndCacheQuant(key, value.value_or(at::Tensor()), keyCache, valueCache.value_or(at::Tensor()), slotMapping,
+                         layout, side(keyQuant, keyCompute, keyScale, keyOffset, keyScaleCache),
+                         side(valueQuant, valueCompute, valueScale, valueOffset, valueScaleCache));
 }
 
 std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, const at::Tensor& dst,
@@ -248,6 +377,11 @@ TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m)
           &ascend_kv::PagedCacheLoadTilingText);
     m.def("reshape_and_cache_tiling(Tensor key, Tensor? value, Tensor key_cache, Tensor? value_cache, "
           "Tensor slot_mapping, int layout) -> str", &ascend_kv::ReshapeAndCacheTilingText);
+    m.def("reshape_and_cache_quant_kernel(Tensor key, Tensor? value, Tensor(a!) key_cache, Tensor(b!)? value_cache, "
+          "Tensor slot_mapping, int layout, int[] key_quant, ScalarType key_compute, Tensor? k_scale, "
+          "Tensor? k_offset, Tensor(c!)? k_scale_cache, int[] value_quant, ScalarType value_compute, "
+          "Tensor? v_scale, Tensor? v_offset, Tensor(d!)? v_scale_cache) -> ()",
+          &ascend_kv::ReshapeAndCacheQuantKernel);
     m.def("block_copy_tiling(Tensor[] caches, Tensor src, Tensor dst, Tensor? cum_sum, bool simultaneous=False) -> str",
           &ascend_kv::BlockCopyTilingText);
     m.def("transfer_blocks_tiling(Tensor[] caches, Tensor buffer, Tensor ids, int[] frame, int[] cache_strides, "

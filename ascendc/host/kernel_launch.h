@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include "kernel_library.h"
 #include "tiling.h"
 
 namespace ascend_kv {
@@ -65,6 +66,18 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
 /// (NPU build) or copied with memcpy (host build).
 void LaunchMemcpyBatch(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, const std::vector<int64_t>& sizes,
                        int64_t direction);
+
+/// Run reshape_and_cache_quant_kernel on tiling.usedCores cores (> 0); absent tensors undefined.
+void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                const at::Tensor& valueCache, const at::Tensor& slotMapping,
+                                const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                                const ReshapeQuantTiling& tiling);
+
+/// Run paged_cache_load_dequant_kernel on tiling.usedCores cores (> 0); absent tensors undefined.
+void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                            const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                            const at::Tensor& value, const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                            const PagedLoadDequantTiling& tiling);
 
 /// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
 /// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);

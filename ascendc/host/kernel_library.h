@@ -30,6 +30,19 @@ constexpr uint32_t kKernelLibraryVersion = 2;
 /// library gives it calls of at most this many destinations (each UB slot then has >= 32 bytes).
 constexpr int64_t kMaxSimultaneousCopies = 1024;
 
+/// One side of a quantizing reshape_and_cache (int8 codes, QUANT.md §3): the scheme (kQuant* of
+/// ascendc/tiling.h; kQuantNone copies bytes), the compute dtype of a static scheme (float, half or
+/// bfloat16), the row as heads x head_size, and the tensors (undefined when absent), contiguous:
+/// static scale and offset of 1, heads or heads * head_size elements; dynamic scale cache
+/// [num_blocks, block_size, heads], any strides (written).
+struct KernelQuantSide {
+    int64_t scheme = 0;
+    at::ScalarType compute = at::kFloat;
+    int64_t heads = 1;
+    int64_t head_size = 1;
+    at::Tensor scale, offset, scale_cache;
+};
+
 struct KernelLibrary {
     uint32_t version;
     /// new_kv [ntokens, hidden], past [layers, batch, max_seq_len, hidden] (written), token_offset
@@ -68,6 +81,19 @@ struct KernelLibrary {
     /// device, 1 device to host, 2 device to device); the host build copies them with memcpy.
     void (*memcpy_batch)(const std::vector<int64_t>& src, const std::vector<int64_t>& dst,
                          const std::vector<int64_t>& sizes, int64_t direction);
+    /// reshape_and_cache whose sides are quantized as `key_quant` / `value_quant` say; the caches
+    /// of a quantized side are int8; the rest as reshape_and_cache.
+    void (*reshape_and_cache_quant)(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                    const at::Tensor& value_cache, const at::Tensor& slot_mapping, int64_t layout,
+                                    const KernelQuantSide& key_quant, const KernelQuantSide& value_quant);
+    /// paged_cache_load whose sides are dequantized as `key_quant` / `value_quant` say (scheme
+    /// kQuantDivide: (q - offset) * scale; kQuantDynamic: q * the scale cache's entry; the caches of
+    /// such a side are int8, its output float16/bfloat16/float32); the rest as paged_cache_load.
+    void (*paged_cache_load_dequant)(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                     const at::Tensor& block_table, const at::Tensor& context_lens,
+                                     const at::Tensor& seq_starts, const at::Tensor& key, const at::Tensor& value,
+                                     int64_t layout, bool cumsum, const KernelQuantSide& key_quant,
+                                     const KernelQuantSide& value_quant);
 };
 
 }  // namespace ascend_kv

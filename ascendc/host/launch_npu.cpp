@@ -41,6 +41,21 @@ uint32_t aclrtlaunch_paged_cache_load_kernel(uint32_t blockDim, aclrtStream stre
 /// kernels/reshape_and_cache.cpp: reshape_and_cache_kernel(key, value, keyCache, valueCache, slotMapping, tiling).
 uint32_t aclrtlaunch_reshape_and_cache_kernel(uint32_t blockDim, aclrtStream stream, void* key, void* value,
                                               void* keyCache, void* valueCache, void* slotMapping, void* tiling);
+/// kernels/reshape_and_cache_quant.cpp: reshape_and_cache_quant_kernel(key, value, keyCache, valueCache,
+/// slotMapping, keyScale, keyOffset, keyScaleCache, valueScale, valueOffset, valueScaleCache, tiling).
+uint32_t aclrtlaunch_reshape_and_cache_quant_kernel(uint32_t blockDim, aclrtStream stream, void* key, void* value,
+                                                    void* keyCache, void* valueCache, void* slotMapping,
+                                                    void* keyScale, void* keyOffset, void* keyScaleCache,
+                                                    void* valueScale, void* valueOffset, void* valueScaleCache,
+                                                    void* tiling);
+/// kernels/paged_cache_load_dequant.cpp: paged_cache_load_dequant_kernel(keyCache, valueCache, blockTable,
+/// contextLens, seqStarts, key, value, keyScale, keyOffset, keyScaleCache, valueScale, valueOffset,
+/// valueScaleCache, tiling).
+uint32_t aclrtlaunch_paged_cache_load_dequant_kernel(uint32_t blockDim, aclrtStream stream, void* keyCache,
+                                                     void* valueCache, void* blockTable, void* contextLens,
+                                                     void* seqStarts, void* key, void* value, void* keyScale,
+                                                     void* keyOffset, void* keyScaleCache, void* valueScale,
+                                                     void* valueOffset, void* valueScaleCache, void* tiling);
 /// kernels/block_copy.cpp: block_copy_kernel(cacheTable, src, dst, cumSum, tiling).
 uint32_t aclrtlaunch_block_copy_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* src, void* dst,
                                        void* cumSum, void* tiling);
@@ -241,6 +256,33 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
     Queue("reshape_and_cache", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
         return aclrtlaunch_reshape_and_cache_kernel(blockDim, stream, Address(key), Address(value), Address(keyCache),
                                                     Address(valueCache), Address(slotMapping), tilingGm);
+    });
+}
+
+void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                const at::Tensor& valueCache, const at::Tensor& slotMapping,
+                                const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                                const ReshapeQuantTiling& tiling)
+{
+    Queue("reshape_and_cache", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_reshape_and_cache_quant_kernel(
+            blockDim, stream, Address(key), Address(value), Address(keyCache), Address(valueCache),
+            Address(slotMapping), Address(keyQuant.scale), Address(keyQuant.offset), Address(keyQuant.scale_cache),
+            Address(valueQuant.scale), Address(valueQuant.offset), Address(valueQuant.scale_cache), tilingGm);
+    });
+}
+
+void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                            const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                            const at::Tensor& value, const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                            const PagedLoadDequantTiling& tiling)
+{
+    Queue("paged_cache_load", keyCache.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_paged_cache_load_dequant_kernel(
+            blockDim, stream, Address(keyCache), Address(valueCache), Address(blockTable), Address(contextLens),
+            Address(seqStarts), Address(key), Address(value), Address(keyQuant.scale), Address(keyQuant.offset),
+            Address(keyQuant.scale_cache), Address(valueQuant.scale), Address(valueQuant.offset),
+            Address(valueQuant.scale_cache), tilingGm);
     });
 }
 

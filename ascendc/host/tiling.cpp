@@ -275,6 +275,113 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
     return kTilingOk;
 }
 
+namespace {
+
+/// One side's QuantTiling; false when the kernel cannot take it (a parameter of another length,
+/// a scale cache that is not [numBlocks, blockSize, heads]).
+bool QuantTilingOf(const QuantSideGeometry& side, const CacheTiling& cache, QuantTiling* q)
+{
+    *q = QuantTiling{};
+    q->scheme = side.scheme;
+    if (side.scheme == kQuantNone) {
+        return true;
+    }
+    q->inputType = side.inputType;
+    q->compute = side.compute;
+    q->heads = side.heads;
+    q->headSize = side.headSize;
+    q->rowElems = side.heads * side.headSize;
+    if (q->rowElems == 0 || q->rowElems != cache.rowBytes) {  // int8 codes: one byte per element
+        return false;
+    }
+    const auto elemsOk = [q](uint64_t n) { return n == 1 || n == q->heads || n == q->rowElems; };
+    if (side.scheme == kQuantDynamic) {
+        const TensorGeom& c = side.scaleCache;
+        if (!c.present || c.dims != 3 || Size(c, 2) != side.heads) {
+            return false;
+        }
+        q->scaleCacheType = side.scaleCacheType;
+        q->scaleBlockStride = Stride(c, 0);
+        q->scaleSlotStride = Stride(c, 1);
+        q->scaleHeadStride = Stride(c, 2);
+        q->scaleCacheSpan = SpanBytes(c);
+        return true;
+    }
+    q->scaleElems = Numel(side.scale);
+    q->scaleType = side.scaleType;
+    q->offsetElems = side.offset.present ? Numel(side.offset) : 0;
+    q->offsetType = side.offsetType;
+    return side.scale.present && elemsOk(q->scaleElems) && (q->offsetElems == 0 || elemsOk(q->offsetElems));
+}
+
+/// UB of the quantizing kernels for rows of n elements (quant_params.h and the kernels' queues):
+/// two input rows of up to 4 bytes an element, two output rows of outBytes, the float work row,
+/// the 16-bit and int32 stages and four float parameter rows.
+uint64_t QuantReservedBytes(uint64_t n, uint64_t outBytes)
+{
+    if (n == 0) {
+        return 0;
+    }
+    return kCopyBuffers * RoundUp(n * 4, kBlockBytes) + kCopyBuffers * RoundUp(outBytes, kBlockBytes) +
+           RoundUp(n * 4, kBlockBytes) + RoundUp(n * 2, kBlockBytes) + RoundUp(n * 4, kBlockBytes) +
+           16 * RoundUp(n, 8);
+}
+
+}  // namespace
+
+int ComputeReshapeQuantTiling(const ReshapeQuantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                              ReshapeQuantTiling* tiling)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    ReshapeQuantTiling t{};
+    const bool nd = call.base.layout == kLayoutNd;
+    const CacheTiling keyCache = CacheTilingOf(call.base.key, nd);
+    const CacheTiling valueCache = CacheTilingOf(call.base.value, nd);
+    if (!QuantTilingOf(call.key, keyCache, &t.keyQuant) || !QuantTilingOf(call.value, valueCache, &t.valueQuant)) {
+        return kTilingBadShape;
+    }
+    t.maxElems = Max(t.keyQuant.rowElems, t.valueQuant.rowElems);
+    const uint64_t reserved = QuantReservedBytes(t.maxElems, t.maxElems);
+    if (reserved >= ubBytes) {
+        return kTilingUbTooSmall;
+    }
+    const int status = ComputeReshapeTiling(call.base, coreCount, ubBytes - reserved, &t.base);
+    if (status != kTilingOk) {
+        return status;
+    }
+    t.usedCores = t.base.usedCores;
+    *tiling = t;
+    return kTilingOk;
+}
+
+int ComputePagedLoadDequantTiling(const PagedLoadDequantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                                  PagedLoadDequantTiling* tiling)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    PagedLoadDequantTiling t{};
+    const bool nd = call.base.layout == kLayoutNd;
+    if (!QuantTilingOf(call.key, CacheTilingOf(call.base.key, nd), &t.keyQuant) ||
+        !QuantTilingOf(call.value, CacheTilingOf(call.base.value, nd), &t.valueQuant)) {
+        return kTilingBadShape;
+    }
+    t.maxElems = Max(t.keyQuant.rowElems, t.valueQuant.rowElems);
+    const uint64_t reserved = QuantReservedBytes(t.maxElems, 4 * t.maxElems);  // float output rows at most
+    if (reserved >= ubBytes) {
+        return kTilingUbTooSmall;
+    }
+    const int status = ComputePagedLoadTiling(call.base, coreCount, ubBytes - reserved, &t.base);
+    if (status != kTilingOk) {
+        return status;
+    }
+    t.usedCores = t.base.usedCores;
+    *tiling = t;
+    return kTilingOk;
+}
+
 int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, uint64_t ubBytes, BlockCopyTiling* tiling,
                            std::vector<uint64_t>* table)
 {

@@ -57,6 +57,30 @@ struct ReshapeGeometry {
     TensorGeom slotMapping;
 };
 
+/// One side of a quantizing reshape_and_cache: the scheme and element-type codes of ../tiling.h,
+/// the row as heads x headSize, the static scale / offset (absent when not given) or the dynamic
+/// scale cache [numBlocks, blockSize, heads].
+struct QuantSideGeometry {
+    uint64_t scheme = kQuantNone;
+    uint64_t inputType = kQuantFloat, compute = 0, scaleType = kQuantFloat, offsetType = kQuantFloat;
+    uint64_t scaleCacheType = kQuantFloat;
+    uint64_t heads = 1, headSize = 1;
+    TensorGeom scale, offset, scaleCache;
+};
+
+/// reshape_and_cache with int8 quantization of one or both sides.
+struct ReshapeQuantGeometry {
+    ReshapeGeometry base;
+    QuantSideGeometry key, value;
+};
+
+/// paged_cache_load with int8 dequantization of one or both sides (QuantSideGeometry.inputType:
+/// the output's element type).
+struct PagedLoadDequantGeometry {
+    PagedLoadGeometry base;
+    QuantSideGeometry key, value;
+};
+
 /// block_copy: caches as [num_blocks, rows, row] views (rows contiguous; the addresses are the
 /// caches' first bytes), src [pairs], dst [copies], cumSum [pairs] or absent.
 struct BlockCopyGeometry {
@@ -108,6 +132,14 @@ int ComputePagedLoadTiling(const PagedLoadGeometry& call, uint64_t coreCount, ui
 
 /// Tiling of reshape_and_cache_kernel; as ComputeKvCacheTiling.
 int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64_t ubBytes, ReshapeTiling* tiling);
+
+/// Tiling of reshape_and_cache_quant_kernel; as ComputeKvCacheTiling.
+int ComputeReshapeQuantTiling(const ReshapeQuantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                              ReshapeQuantTiling* tiling);
+
+/// Tiling of paged_cache_load_dequant_kernel; as ComputeKvCacheTiling.
+int ComputePagedLoadDequantTiling(const PagedLoadDequantGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                                  PagedLoadDequantTiling* tiling);
 
 /// Tiling of block_copy_kernel and its cache table (kBlockCopyCacheWords words per cache); as
 /// ComputeKvCacheTiling.

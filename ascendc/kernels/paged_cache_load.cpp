@@ -8,7 +8,7 @@
  * and goes to output row first_b + j (first_b: the running sum of n, or context_lens[b] in cumsum
  * mode). Out-of-range columns, block ids and output rows are skipped.
  *
- * Work split: every core scans the lengths (staged into UB) for the range of output rows the
+ * Work split (paged_walk.h): every core scans the lengths (staged into UB) for the range of output rows the
  * entries write, takes an even share of those rows, and scans again for the entries that write
  * into its share. A row several entries write (cumsum mode with decreasing context_lens) thus
  * has one core, which writes it in entry order (the last entry's token stays). A core walks its
@@ -18,7 +18,7 @@
  *       gathered with one strided DataCopyPad (split at 4095 pieces) into UB, several tokens per
  *       buffer, then stored to the output rows. A row larger than a buffer moves in segments.
  */
-#include "copy_common.h"
+#include "paged_walk.h"
 
 namespace ascend_kv {
 
@@ -33,107 +33,20 @@ public:
         t_ = tiling;
         key_.Init(keyCache, key, t_.key);
         value_.Init(valueCache, value, t_.value);
-        rows_ = MaxU64(t_.keyRows, t_.valueRows);
-        lens_.Init(pipe, contextLens, t_.batch + t_.cumsum, t_.lensElemBytes, t_.stageBytes);
-        if (t_.startsElemBytes != 0) {
-            starts_.Init(pipe, seqStarts, t_.batch, t_.startsElemBytes, t_.stageBytes);
-        }
-        table_.Init(pipe, blockTable, t_.batch * t_.maxBlocks, t_.tableElemBytes, t_.stageBytes);
+        walk_.Init(blockTable, contextLens, seqStarts, t_, pipe);
         pipe->InitBuffer(queue_, kCopyBuffers, static_cast<uint32_t>(t_.chunkBytes));
     }
 
     /// The work of core `core` (< usedCores).
-    __aicore__ inline void Process(uint64_t core)
+    __aicore__ inline void Process(uint64_t core) { walk_.Walk(core, *this); }
+
+    /// The run of `tokens` tokens from slot `slot` of block `block` to output rows outRow.. of one side.
+    __aicore__ inline void LoadRun(bool key, uint64_t block, uint64_t slot, uint64_t outRow, uint64_t tokens)
     {
-        const Range written = WrittenRows();
-        if (written.begin >= written.end) {
-            return;
-        }
-        Range mine = CoreShare(written.end - written.begin, core, t_.usedCores);
-        mine.begin += written.begin;
-        mine.end += written.begin;
-        uint64_t prefix = 0;
-        for (uint64_t b = 0; b < t_.batch && mine.begin < mine.end; ++b) {
-            const Entry entry = EntryAt(b, prefix);
-            const uint64_t lo = MaxU64(entry.rows.begin, mine.begin);
-            const uint64_t hi = MinU64(entry.rows.end, mine.end);
-            if (lo < hi) {
-                LoadEntry(b, entry.first, lo, hi);
-            }
-            if (t_.cumsum == 0 && prefix >= mine.end) {
-                break;  // default mode: later entries start at or after prefix
-            }
-        }
+        LoadRun(key ? key_ : value_, key ? t_.keyRows : t_.valueRows, block, slot, outRow, tokens);
     }
 
 private:
-    /// Batch entry b: token j goes to output row first + j; `rows` are the rows inside [0, R).
-    struct Entry {
-        int64_t first;
-        Range rows;
-    };
-
-    /// Entry b. Default mode: first = prefix, which advances past the entry's tokens.
-    __aicore__ inline Entry EntryAt(uint64_t b, uint64_t& prefix)
-    {
-        Entry entry;
-        uint64_t count = 0;
-        if (t_.cumsum != 0) {
-            entry.first = lens_.Get(b);
-            count = ClampCount(SaturatingSub(lens_.Get(b + 1), entry.first), rows_);
-        } else {
-            entry.first = static_cast<int64_t>(prefix);
-            count = ClampCount(lens_.Get(b), rows_);
-            prefix = MinU64(prefix + count, rows_);
-        }
-        entry.rows = RowsInside(entry.first, count, rows_);
-        return entry;
-    }
-
-    /**
-     * The output rows any entry writes, as one range (their bounding range). The cores split
-     * it evenly by rows, so a row several entries write (cumsum mode with decreasing
-     * context_lens) belongs to one core, which writes it in entry order: the last entry wins,
-     * on every run, and no two cores ever write one row.
-     */
-    __aicore__ inline Range WrittenRows()
-    {
-        Range written{rows_, 0};
-        uint64_t prefix = 0;
-        for (uint64_t b = 0; b < t_.batch; ++b) {
-            const Entry entry = EntryAt(b, prefix);
-            if (entry.rows.begin < entry.rows.end) {
-                written.begin = MinU64(written.begin, entry.rows.begin);
-                written.end = MaxU64(written.end, entry.rows.end);
-            }
-            if (t_.cumsum == 0 && prefix >= rows_) {
-                break;
-            }
-        }
-        return written;
-    }
-
-    /// Output rows [lo, hi) of batch entry b (token j = row - first), one block-table column at a time.
-    __aicore__ inline void LoadEntry(uint64_t b, int64_t first, uint64_t lo, uint64_t hi)
-    {
-        const int64_t firstColumn = t_.startsElemBytes != 0 ? FloorDiv(starts_.Get(b), t_.blockSize) : 0;
-        for (uint64_t row = lo; row < hi;) {
-            const uint64_t j = row - static_cast<uint64_t>(first);
-            const uint64_t c = j / t_.blockSize;
-            const uint64_t runEnd = MinU64(hi, row + ((c + 1) * t_.blockSize - j));
-            uint64_t column = 0;
-            if (IndexInRange(firstColumn, c, t_.maxBlocks, column)) {
-                const int64_t block = table_.Get(b * t_.maxBlocks + column);
-                if (block >= 0 && static_cast<uint64_t>(block) < t_.numBlocks) {
-                    const uint64_t slot = j - c * t_.blockSize;
-                    LoadRun(key_, t_.keyRows, static_cast<uint64_t>(block), slot, row, runEnd - row);
-                    LoadRun(value_, t_.valueRows, static_cast<uint64_t>(block), slot, row, runEnd - row);
-                }
-            }
-            row = runEnd;
-        }
-    }
-
     /// `tokens` tokens from slot `slot` of cache block `block` to output rows outRow.. (those of the
     /// `outRows` that exist).
     __aicore__ inline void LoadRun(CacheSide& pair, uint64_t outRows, uint64_t block, uint64_t slot, uint64_t outRow,
@@ -196,10 +109,7 @@ private:
     PagedLoadTiling t_;
     CacheSide key_;
     CacheSide value_;
-    uint64_t rows_ = 0;
-    StagedIndex lens_;
-    StagedIndex starts_;
-    StagedIndex table_;
+    PagedWalk walk_;
     CopyQueue queue_;
 };
 

@@ -26,6 +26,15 @@ extern "C" void paged_cache_load_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM
                                         GM_ADDR tiling);
 extern "C" void reshape_and_cache_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
                                          GM_ADDR slotMapping, GM_ADDR tiling);
+extern "C" void reshape_and_cache_quant_kernel(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache,
+                                               GM_ADDR slotMapping, GM_ADDR keyScale, GM_ADDR keyOffset,
+                                               GM_ADDR keyScaleCache, GM_ADDR valueScale, GM_ADDR valueOffset,
+                                               GM_ADDR valueScaleCache, GM_ADDR tiling);
+extern "C" void paged_cache_load_dequant_kernel(GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR blockTable,
+                                                GM_ADDR contextLens, GM_ADDR seqStarts, GM_ADDR key, GM_ADDR value,
+                                                GM_ADDR keyScale, GM_ADDR keyOffset, GM_ADDR keyScaleCache,
+                                                GM_ADDR valueScale, GM_ADDR valueOffset, GM_ADDR valueScaleCache,
+                                                GM_ADDR tiling);
 extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
 extern "C" void transfer_blocks_kernel(GM_ADDR cacheTable, GM_ADDR buffer, GM_ADDR ids, GM_ADDR tiling);
 
@@ -189,6 +198,62 @@ void LaunchReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const
                               {tilingBytes, "tiling", false}};
     Run("reshape_and_cache", t.usedCores, regions, [&]() {
         reshape_and_cache_kernel(Gm(key), Gm(value), Gm(keyCache), Gm(valueCache), Gm(slotMapping), Gm(tilingBytes));
+    });
+}
+
+void LaunchReshapeAndCacheQuant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& keyCache,
+                                const at::Tensor& valueCache, const at::Tensor& slotMapping,
+                                const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                                const ReshapeQuantTiling& tiling)
+{
+    ReshapeQuantTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{key, "key", false},
+                              {value, "value", false},
+                              {keyCache, "key_cache", true},
+                              {valueCache, "value_cache", true},
+                              {slotMapping, "slot_mapping", false},
+                              {keyQuant.scale, "k_scale", false},
+                              {keyQuant.offset, "k_offset", false},
+                              {keyQuant.scale_cache, "k_scale_cache", true},
+                              {valueQuant.scale, "v_scale", false},
+                              {valueQuant.offset, "v_offset", false},
+                              {valueQuant.scale_cache, "v_scale_cache", true},
+                              {tilingBytes, "tiling", false}};
+    Run("reshape_and_cache", t.usedCores, regions, [&]() {
+        reshape_and_cache_quant_kernel(Gm(key), Gm(value), Gm(keyCache), Gm(valueCache), Gm(slotMapping),
+                                       Gm(keyQuant.scale), Gm(keyQuant.offset), Gm(keyQuant.scale_cache),
+                                       Gm(valueQuant.scale), Gm(valueQuant.offset), Gm(valueQuant.scale_cache),
+                                       Gm(tilingBytes));
+    });
+}
+
+void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueCache, const at::Tensor& blockTable,
+                            const at::Tensor& contextLens, const at::Tensor& seqStarts, const at::Tensor& key,
+                            const at::Tensor& value, const KernelQuantSide& keyQuant, const KernelQuantSide& valueQuant,
+                            const PagedLoadDequantTiling& tiling)
+{
+    PagedLoadDequantTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    const Region regions[] = {{keyCache, "key_cache", false},
+                              {valueCache, "value_cache", false},
+                              {blockTable, "block_table", false},
+                              {contextLens, "context_lens", false},
+                              {seqStarts, "seq_starts", false},
+                              {key, "key", true},
+                              {value, "value", true},
+                              {keyQuant.scale, "k_scale", false},
+                              {keyQuant.offset, "k_offset", false},
+                              {keyQuant.scale_cache, "k_scale_cache", false},
+                              {valueQuant.scale, "v_scale", false},
+                              {valueQuant.offset, "v_offset", false},
+                              {valueQuant.scale_cache, "v_scale_cache", false},
+                              {tilingBytes, "tiling", false}};
+    Run("paged_cache_load", t.usedCores, regions, [&]() {
+        paged_cache_load_dequant_kernel(Gm(keyCache), Gm(valueCache), Gm(blockTable), Gm(contextLens), Gm(seqStarts),
+                                        Gm(key), Gm(value), Gm(keyQuant.scale), Gm(keyQuant.offset),
+                                        Gm(keyQuant.scale_cache), Gm(valueQuant.scale), Gm(valueQuant.offset),
+                                        Gm(valueQuant.scale_cache), Gm(tilingBytes));
     });
 }
 

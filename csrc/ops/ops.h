@@ -9,6 +9,7 @@
 //   Meta           the structure rules on shapes (torch.compile, FakeTensorMode, torch.export).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,12 +47,63 @@ std::tuple<at::Tensor, at::Tensor> PagedCacheLoadOutputs(const at::Tensor& key_c
                                                          const c10::optional<at::Tensor>& seq_starts, bool zero_fill,
                                                          c10::SymInt rows);
 
+/// The dequantizing overloads (QUANT.md §2.2): paged_cache_load.dequant, .dequant_into, and the
+/// allocating form's outputs for its fake.
+std::tuple<at::Tensor, at::Tensor> PagedCacheLoadDequant(
+    const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
+    const at::Tensor& context_lens, int64_t kv_cache_cfg, bool cumsum, const c10::optional<at::Tensor>& seq_starts,
+    bool zero_fill, const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& k_offset,
+    const c10::optional<at::Tensor>& k_scale_cache, const c10::optional<at::Tensor>& v_scale,
+    const c10::optional<at::Tensor>& v_offset, const c10::optional<at::Tensor>& v_scale_cache,
+    std::optional<at::ScalarType> out_dtype);
+void PagedCacheLoadDequantInto(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                               const at::Tensor& block_table, const at::Tensor& context_lens, const at::Tensor& key,
+                               const at::Tensor& value, int64_t kv_cache_cfg, bool cumsum,
+                               const c10::optional<at::Tensor>& seq_starts, bool zero_fill,
+                               const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& k_offset,
+                               const c10::optional<at::Tensor>& k_scale_cache, const c10::optional<at::Tensor>& v_scale,
+                               const c10::optional<at::Tensor>& v_offset,
+                               const c10::optional<at::Tensor>& v_scale_cache, std::optional<at::ScalarType> out_dtype);
+void PagedCacheLoadDequantIntoMeta(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                   const at::Tensor& block_table, const at::Tensor& context_lens,
+                                   const at::Tensor& key, const at::Tensor& value, int64_t kv_cache_cfg, bool cumsum,
+                                   const c10::optional<at::Tensor>& seq_starts, bool zero_fill,
+                                   const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& k_offset,
+                                   const c10::optional<at::Tensor>& k_scale_cache,
+                                   const c10::optional<at::Tensor>& v_scale, const c10::optional<at::Tensor>& v_offset,
+                                   const c10::optional<at::Tensor>& v_scale_cache,
+                                   std::optional<at::ScalarType> out_dtype);
+std::tuple<at::Tensor, at::Tensor> PagedCacheLoadDequantOutputs(
+    const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
+    const at::Tensor& context_lens, int64_t kv_cache_cfg, bool cumsum, const c10::optional<at::Tensor>& seq_starts,
+    bool zero_fill, const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& k_offset,
+    const c10::optional<at::Tensor>& k_scale_cache, const c10::optional<at::Tensor>& v_scale,
+    const c10::optional<at::Tensor>& v_offset, const c10::optional<at::Tensor>& v_scale_cache,
+    std::optional<at::ScalarType> out_dtype, c10::SymInt rows);
+
 void ReshapeAndCache(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
                      const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
                      c10::string_view kv_cache_cfg);
 void ReshapeAndCacheMeta(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
                          const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
                          c10::string_view kv_cache_cfg);
+
+/// The quantizing overload (QUANT.md §2.1): reshape_and_cache.quant.
+void ReshapeAndCacheQuant(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
+                          const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
+                          c10::string_view kv_cache_cfg, const c10::optional<at::Tensor>& k_scale,
+                          const c10::optional<at::Tensor>& k_inv_scale, const c10::optional<at::Tensor>& k_offset,
+                          const c10::optional<at::Tensor>& k_scale_cache, const c10::optional<at::Tensor>& v_scale,
+                          const c10::optional<at::Tensor>& v_inv_scale, const c10::optional<at::Tensor>& v_offset,
+                          const c10::optional<at::Tensor>& v_scale_cache);
+void ReshapeAndCacheQuantMeta(const at::Tensor& key, const c10::optional<at::Tensor>& value,
+                              const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
+                              const at::Tensor& slot_mapping, c10::string_view kv_cache_cfg,
+                              const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& k_inv_scale,
+                              const c10::optional<at::Tensor>& k_offset,
+                              const c10::optional<at::Tensor>& k_scale_cache, const c10::optional<at::Tensor>& v_scale,
+                              const c10::optional<at::Tensor>& v_inv_scale, const c10::optional<at::Tensor>& v_offset,
+                              const c10::optional<at::Tensor>& v_scale_cache);
 
 void BlockCopy(const at::Tensor& key_cache, const c10::optional<at::Tensor>& value_cache,
                const at::Tensor& src_block_indices, const at::Tensor& dst_block_indices, const at::Tensor& cum_sum,

@@ -171,12 +171,12 @@ CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tens
     }
     RequireCacheMatches("key_cache", key_cache, "key", key, layout);
     if (layout == Layout::kNz) {
-        RequireNzHeadBytes("key", key.sym_sizes()[2], key.scalar_type());
+        RequireNzHeadBytes("key", key.sym_sizes()[2], key_cache.scalar_type());
     }
     if (pair) {
         RequireCacheMatches("value_cache", value_cache, "value", value, layout);
         if (layout == Layout::kNz) {
-            RequireNzHeadBytes("value", value.sym_sizes()[2], value.scalar_type());
+            RequireNzHeadBytes("value", value.sym_sizes()[2], value_cache.scalar_type());
         }
     }
     if (layout == Layout::kNz) {

@@ -48,10 +48,17 @@ std::optional<__int128> RowsOnHost(const at::Tensor& context_lens, bool cumsum)
 }
 
 void RequireOutput(std::string_view name, const at::Tensor& out, const at::Tensor& cache,
-                   const std::vector<c10::SymInt>& row, const at::Tensor& context_lens, bool cumsum, Check check)
+                   const std::vector<c10::SymInt>& row, const at::Tensor& context_lens, bool cumsum, Check check,
+                   bool dequantized, std::optional<at::ScalarType> out_dtype)
 {
     RequireData(name, out, AllowsMeta(check, cache));
-    RequireSameDtype(name, out, std::string(name) + "_cache", cache);
+    if (dequantized) {
+        RequireQuantFloat(name, out, "a dequantized output");
+        TORCH_CHECK_TYPE(!out_dtype || *out_dtype == out.scalar_type(), "out_dtype = ", TorchDtype(*out_dtype),
+                         " must equal ", name, ".dtype = ", TorchDtype(out.scalar_type()), " (or be None)");
+    } else {
+        RequireSameDtype(name, out, std::string(name) + "_cache", cache);
+    }
     bool same = out.dim() == static_cast<int64_t>(row.size()) + 1;
     for (size_t d = 0; same && d < row.size(); ++d) {
         same = out.sym_sizes()[d + 1] == row[d];
@@ -64,6 +71,12 @@ void RequireOutput(std::string_view name, const at::Tensor& out, const at::Tenso
 }
 
 }  // namespace
+
+at::ScalarType PagedLoadCall::OutputDtype(bool key_side) const
+{
+    const QuantSide& side = key_side ? quant.key : quant.value;
+    return side.Quantized() ? side.target : (key_side ? key_cache : value_cache).scalar_type();
+}
 
 std::vector<Rows> PagedLoadCall::DataRows() const
 {
@@ -80,11 +93,23 @@ std::vector<Rows> PagedLoadCall::DataRows() const
 PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
                              const at::Tensor& context_lens, int64_t kv_cache_cfg, bool cumsum,
                              const at::Tensor& seq_starts, bool zero_fill, const at::Tensor& key,
-                             const at::Tensor& value, Check check)
+                             const at::Tensor& value, Check check, const QuantArgs& k_quant,
+                             const QuantArgs& v_quant, std::optional<at::ScalarType> out_dtype)
 {
     const bool shapes = check == Check::kShapes;
     const bool meta = AllowsMeta(check, key_cache);
     const Layout layout = LoadLayout(kv_cache_cfg);
+    RequireQuantCombination("k_", k_quant, true);
+    RequireQuantCombination("v_", v_quant, true);
+    const bool dequantizes = k_quant.Any() || v_quant.Any();
+    TORCH_CHECK_VALUE(!out_dtype || dequantizes, "out_dtype = ", TorchDtype(*out_dtype), " is for a dequantizing "
+                      "load: pass k_scale, k_scale_cache, v_scale or v_scale_cache too, or no out_dtype");
+    if (out_dtype) {
+        TORCH_CHECK_TYPE(IsQuantFloat(*out_dtype), "out_dtype must be torch.float16, torch.bfloat16 or "
+                         "torch.float32, got ", TorchDtype(*out_dtype));
+    }
+    TORCH_CHECK_VALUE(!dequantizes || out_dtype || key.defined(), "out_dtype is None, but a dequantizing load that "
+                      "allocates its outputs needs it: pass out_dtype=torch.float16, torch.bfloat16 or torch.float32");
     RequireData("key_cache", key_cache, meta);
     RequireData("value_cache", value_cache, meta);
     RequireCacheDtype("key_cache", key_cache);
@@ -111,16 +136,33 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
         {{"key_cache", key_cache}, {"value_cache", value_cache}, {"key", key}, {"value", value}});
     RequireIndexDevices(device, {{"block_table", block_table}, {"context_lens", context_lens},
                                  {"seq_starts", seq_starts}});
+    const auto quant_side = [&](const char* prefix, const char* name, const char* cache_name, const at::Tensor& cache,
+                                const std::vector<c10::SymInt>& row, const at::Tensor& out, const QuantArgs& args) {
+        const bool nd = layout == Layout::kNd;
+        const at::ScalarType target = out.defined() ? out.scalar_type() : out_dtype.value_or(at::kFloat);
+        const QuantSideContext context{prefix, name, cache_name, cache, nd, nd ? row[0] : c10::SymInt(0),
+                                       nd ? row[1] : row[0], call.geometry.num_blocks, call.geometry.block_size,
+                                       target, true};
+        return CheckQuantSide(context, args, check);
+    };
     if (key.defined()) {
-        RequireOutput("key", key, key_cache, call.geometry.key_row, context_lens, cumsum, check);
+        RequireOutput("key", key, key_cache, call.geometry.key_row, context_lens, cumsum, check, k_quant.Any(),
+                      out_dtype);
     }
     if (value.defined()) {
-        RequireOutput("value", value, value_cache, call.geometry.value_row, context_lens, cumsum, check);
+        RequireOutput("value", value, value_cache, call.geometry.value_row, context_lens, cumsum, check, v_quant.Any(),
+                      out_dtype);
     }
+    call.quant.key = quant_side("k_", "key", "key_cache", key_cache, call.geometry.key_row, key, k_quant);
+    call.quant.value = quant_side("v_", "value", "value_cache", value_cache, call.geometry.value_row, value, v_quant);
     if (!shapes) {
         for (const Named& out : {Named{"key", key}, Named{"value", value}}) {
             if (out.tensor.defined()) {
-                RequireApart(out.name, out.tensor, {{"key_cache", key_cache}, {"value_cache", value_cache}});
+                RequireApart(out.name, out.tensor,
+                             {{"key_cache", key_cache}, {"value_cache", value_cache}, {"k_scale", k_quant.scale},
+                              {"k_offset", k_quant.offset}, {"k_scale_cache", k_quant.scale_cache},
+                              {"v_scale", v_quant.scale}, {"v_offset", v_quant.offset},
+                              {"v_scale_cache", v_quant.scale_cache}});
             }
         }
         RequireSeparateOutputs("key", key, "value", value);
@@ -203,6 +245,22 @@ PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
         }
     }
     return plan;
+}
+
+std::string QuantLoadOutsideReason(const PagedLoadCall& call)
+{
+    for (const bool key : {true, false}) {
+        const QuantSide& side = key ? call.quant.key : call.quant.value;
+        const at::Tensor& cache = key ? call.key_cache : call.value_cache;
+        std::string reason = QuantKernelSideReason(side, cache.scalar_type());
+        if (reason.empty() && side.Quantized() && (side.heads * side.head_size).expect_int() % 32 != 0) {
+            reason = std::string(key ? "key" : "value") + " rows of codes that are not whole 32-byte blocks";
+        }
+        if (!reason.empty()) {
+            return reason;
+        }
+    }
+    return "";
 }
 
 }  // namespace ascend_kv

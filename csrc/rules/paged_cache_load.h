@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include "csrc/rules/check.h"
 #include "csrc/rules/index_values.h"
 #include "csrc/rules/geometry.h"
+#include "csrc/rules/quant.h"
 
 namespace ascend_kv {
 
@@ -26,17 +28,25 @@ struct PagedLoadCall {
     /// outside [0, num_blocks) loads a zero row (no error on host values, not skipped on device ones).
     bool zero_fill = false;
     at::Tensor key, value;    ///< the outputs, written in place; undefined until given or allocated
+    QuantParams quant;        ///< how each side is dequantized (kNone: bytes gathered as they are)
+
+    /// The dtype of an output: the cache's, or the dequantized side's target.
+    at::ScalarType OutputDtype(bool key_side) const;
 
     ascend_kv::IndexTensors IndexTensors() const { return {block_table, context_lens, seq_starts}; }
     std::vector<Rows> DataRows() const;
 };
 
 /// Every rule of a paged_cache_load call that needs no index value; `key` and `value` are the
-/// outputs, both given or both undefined (the allocating form).
+/// outputs, both given or both undefined (the allocating form). `k_quant`/`v_quant` dequantize a
+/// side (their inv_scale is never set: loads take the dequantization scale); `out_dtype` is the
+/// dequantized outputs' dtype (required when allocating, else the given outputs' dtype).
 PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
                              const at::Tensor& context_lens, int64_t kv_cache_cfg, bool cumsum,
                              const at::Tensor& seq_starts, bool zero_fill, const at::Tensor& key,
-                             const at::Tensor& value, Check check);
+                             const at::Tensor& value, Check check, const QuantArgs& k_quant = QuantArgs(),
+                             const QuantArgs& v_quant = QuantArgs(),
+                             std::optional<at::ScalarType> out_dtype = std::nullopt);
 
 /// A paged_cache_load call with its index values checked, both length modes as one: token
 /// j < lens[b] of batch entry b sits in block block_table[b, first_column[b] + j // block_size],
@@ -50,5 +60,10 @@ struct PagedLoadPlan {
 /// The rules of a paged_cache_load call on its index values, read on the host (one transfer at
 /// most), with the rows its outputs need (checked against given outputs).
 PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call);
+
+/// Why the dequantizing kernel does not take this call's dequantized sides (empty when it does):
+/// QuantKernelSideReason of each with its cache's dtype, or rows of codes that are not whole
+/// 32-byte blocks (the load kernels' rows).
+std::string QuantLoadOutsideReason(const PagedLoadCall& call);
 
 }  // namespace ascend_kv

@@ -19,7 +19,8 @@ std::vector<Rows> ReshapeAndCacheCall::DataRows() const
 
 ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                                          const at::Tensor& value_cache, const at::Tensor& slot_mapping,
-                                         const std::string& kv_cache_cfg, Check check)
+                                         const std::string& kv_cache_cfg, Check check, const QuantArgs& k_quant,
+                                         const QuantArgs& v_quant)
 {
     const bool shapes = check == Check::kShapes;
     const bool meta = AllowsMeta(check, key_cache);
@@ -33,6 +34,8 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
                           " is given: pass both, or neither for the key-only mode");
     }
     const bool pair = value.defined();
+    RequireQuantCombination("k_", k_quant, true);
+    RequireQuantCombination("v_", v_quant, pair);
     TORCH_CHECK_VALUE(pair || layout == Layout::kNd,
                       "the key-only mode (value and value_cache None) is ND only, got kv_cache_cfg = NZ");
     if (pair) {
@@ -42,13 +45,20 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     struct Side {
         const char *name, *cache_name, *shape;
         const at::Tensor &tokens, &cache;
+        const QuantArgs& quant;
     };
-    const Side sides[] = {{"key", "key_cache", "a 3-D tensor [num_tokens, num_heads, head_size_k]", key, key_cache},
+    const Side sides[] = {{"key", "key_cache", "a 3-D tensor [num_tokens, num_heads, head_size_k]", key, key_cache,
+                           k_quant},
                           {"value", "value_cache", "a 3-D tensor [num_tokens, num_heads, head_size_v]", value,
-                           value_cache}};
+                           value_cache, v_quant}};
     for (const Side& side : c10::ArrayRef<Side>(sides, pair ? 2 : 1)) {
         RequireCacheDtype(side.cache_name, side.cache);
-        RequireSameDtype(side.name, side.tokens, side.cache_name, side.cache);
+        if (side.quant.Any()) {  // codes from float tokens
+            RequireCodeCache(side.cache_name, side.cache, "quantize");
+            RequireQuantFloat(side.name, side.tokens, "a quantizing write's input");
+        } else {
+            RequireSameDtype(side.name, side.tokens, side.cache_name, side.cache);
+        }
         RequireNdim(side.name, side.tokens, {3}, side.shape);
         RequireCacheNdim(side.cache_name, side.cache, layout);
     }
@@ -72,12 +82,33 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     if (pair) {
         RequireWritable("value_cache", value_cache);
     }
+    const auto quant_side = [&](const char* prefix, const char* name, const char* cache_name, const at::Tensor& tokens,
+                                const at::Tensor& cache, const QuantArgs& args) {
+        const QuantSideContext context{prefix, name, cache_name, cache, true, tokens.sym_sizes()[1],
+                                       tokens.sym_sizes()[2], call.geometry.num_blocks, call.geometry.block_size,
+                                       tokens.scalar_type(), false};
+        return CheckQuantSide(context, args, check);
+    };
+    call.quant.key = quant_side("k_", "key", "key_cache", key, key_cache, k_quant);
+    if (pair) {
+        call.quant.value = quant_side("v_", "value", "value_cache", value, value_cache, v_quant);
+    }
     if (!shapes) {
-        RequireApart("key_cache", key_cache, {{"key", key}, {"value", value}});
+        const Named read[] = {{"key", key}, {"value", value}, {"k_scale", k_quant.scale},
+                              {"k_inv_scale", k_quant.inv_scale}, {"k_offset", k_quant.offset},
+                              {"v_scale", v_quant.scale}, {"v_inv_scale", v_quant.inv_scale},
+                              {"v_offset", v_quant.offset}};
+        RequireApart("key_cache", key_cache, read);
         if (pair) {
-            RequireApart("value_cache", value_cache, {{"key", key}, {"value", value}});
+            RequireApart("value_cache", value_cache, read);
             RequireSeparateOutputs("key_cache", key_cache, "value_cache", value_cache);
         }
+        const Named others[] = {{"key", key}, {"value", value}, {"key_cache", key_cache}, {"value_cache", value_cache},
+                                {"slot_mapping", slot_mapping}, {"k_scale", k_quant.scale},
+                                {"k_inv_scale", k_quant.inv_scale}, {"k_offset", k_quant.offset},
+                                {"v_scale", v_quant.scale}, {"v_inv_scale", v_quant.inv_scale},
+                                {"v_offset", v_quant.offset}};
+        RequireQuantApart(call.quant, others);
     }
     call.key = key;
     call.value = value;

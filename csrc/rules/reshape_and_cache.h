@@ -10,6 +10,7 @@
 #include "csrc/rules/check.h"
 #include "csrc/rules/index_values.h"
 #include "csrc/rules/geometry.h"
+#include "csrc/rules/quant.h"
 
 namespace ascend_kv {
 
@@ -18,21 +19,26 @@ namespace ascend_kv {
 /// slots are padding.
 struct ReshapeAndCacheCall {
     CacheGeometry geometry;
-    at::Tensor key;           ///< [num_tokens, num_heads, head_size_k], key_cache's dtype, any strides
+    at::Tensor key;           ///< [num_tokens, num_heads, head_size_k], key_cache's dtype (or a float type
+                              ///< when quantized), any strides
     at::Tensor value;         ///< [num_tokens, num_heads, head_size_v], or undefined (key-only)
     at::Tensor key_cache;     ///< written in place
     at::Tensor value_cache;   ///< written in place, or undefined (key-only)
     at::Tensor slot_mapping;  ///< [n] int32/int64, n <= num_tokens
+    QuantParams quant;        ///< how each side is quantized (both kNone: bytes copied)
 
     bool KeyOnly() const { return !value_cache.defined(); }
     ascend_kv::IndexTensors IndexTensors() const { return {slot_mapping}; }
     std::vector<Rows> DataRows() const;
 };
 
-/// Every rule of a reshape_and_cache call that needs no slot value.
+/// Every rule of a reshape_and_cache call that needs no slot value; `k_quant`/`v_quant` are the
+/// quantization arguments of each side (none: a copy of bytes).
 ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                                          const at::Tensor& value_cache, const at::Tensor& slot_mapping,
-                                         const std::string& kv_cache_cfg, Check check);
+                                         const std::string& kv_cache_cfg, Check check,
+                                         const QuantArgs& k_quant = QuantArgs(),
+                                         const QuantArgs& v_quant = QuantArgs());
 
 /// The rule of a reshape_and_cache call on its slots, read on the host (one transfer at most):
 /// every non-negative slot below num_blocks * block_size. Returns the slots on the host.

@@ -43,6 +43,10 @@
 //     Tracked per 32-byte UB block.
 //   - Cores: a GM byte written by one core and read or written by another core in the same
 //     launch is reported as a cross-core race when the launch ends (writable allocations only).
+//   - Vector instructions (host_model_vector.h): Cast with its round modes, Add/Sub/Mul/Div,
+//     Adds/Muls/Maxs/Mins, Max/Min, Abs, Duplicate, level-2 (calCount) forms, with the documented
+//     rounding and saturation; operands alive, 32-byte aligned and holding calCount elements; each
+//     call is a PIPE_V access ordered like any other engine's.
 //
 // What it does NOT model:
 //   - True concurrency: cores run one after another, each core's engines run in program order;
@@ -53,7 +57,8 @@
 //     same GM bytes); only cross-core GM races are checked.
 //   - The event ids the real TQue implementation takes for itself (a kernel that mixes queues with
 //     literal EVENT_IDs may collide on hardware; use TPipe::AllocEventID there).
-//   - Vector instructions, cube cores, L1/L0, SyncAll, atomics, workspaces, tiling macros.
+//   - Vector instructions other than those above (and their mask/repeat forms), cube cores, L1/L0,
+//     SyncAll, atomics, workspaces, tiling macros.
 //   - DataCopyPad's exact UB layout with left/right padding is modelled as [left pad][data][right
 //     pad] rounded up to 32 B; bytes after that up to the boundary keep their (garbage) contents.
 //   - Raw pointer accesses that bypass GlobalTensor (e.g. dereferencing a GM_ADDR) are unchecked and
@@ -65,11 +70,15 @@
 #ifndef ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
 #define ASCEND_KV_HOST_MODEL_KERNEL_OPERATOR_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "host_model_state.h"
@@ -1045,6 +1054,10 @@ __aicore__ inline void PipeBarrier()
 {
     if (pipe == PIPE_ALL) host_model::BarrierAll();
 }
+
+// ---- vector instructions -----------------------------------------------------------------------
+
+#include "host_model_vector.h"
 
 } // namespace AscendC
 

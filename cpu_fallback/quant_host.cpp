@@ -1,0 +1,425 @@
+// The host paths of quantized caches: reshape_and_cache writing codes (and row scales) and
+// paged_cache_load dequantizing them, with the arithmetic of quant_math.h, over torch's threads
+// and the slot loops every host path shares (slot_loops.h).
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cpu_fallback/copy.h"
+#include "cpu_fallback/host.h"
+#include "cpu_fallback/quant_math.h"
+#include "cpu_fallback/slot_loops.h"
+
+namespace ascend_kv::quant_math {
+
+uint32_t TorchNanBits(c10::ScalarType from, c10::ScalarType to, uint32_t bits)
+{
+    static std::mutex lock;
+    static std::map<std::tuple<c10::ScalarType, c10::ScalarType, uint32_t>, uint32_t> asked;
+    const std::lock_guard<std::mutex> guard(lock);
+    const auto found = asked.find({from, to, bits});
+    if (found != asked.end()) {
+        return found->second;
+    }
+    // A vector's worth: torch's vectorised loop, as on the reference's tensors.
+    std::vector<uint32_t> wide(64, bits);
+    std::vector<uint16_t> narrow(64, static_cast<uint16_t>(bits));
+    const at::Tensor values = from == c10::ScalarType::Float
+                                  ? at::from_blob(wide.data(), {64}, at::TensorOptions().dtype(at::kFloat))
+                                  : at::from_blob(narrow.data(), {64}, at::TensorOptions().dtype(from));
+    const at::Tensor converted = values.to(to).contiguous();
+    uint32_t result = 0;
+    std::memcpy(&result, converted.const_data_ptr(), c10::elementSize(to));
+    asked[{from, to, bits}] = result;
+    return result;
+}
+
+}  // namespace ascend_kv::quant_math
+
+namespace ascend_kv::host {
+namespace {
+
+using quant_math::Round;
+
+/// Where each element (h, d) of a token row [heads, head_size] lies, in bytes from the row's first
+/// one: ND rows [.., heads, head_size] by their two strides, NZ rows by the piece (dim 1) and the
+/// element in it (dim 3) of element h * head_size + d.
+std::vector<int64_t> RowOffsets(const at::Tensor& t, bool nz, int64_t heads, int64_t head_size)
+{
+    const int64_t size = t.element_size(), n = heads * head_size, dims = t.dim();
+    std::vector<int64_t> offsets(n);
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t h = j / head_size, d = j % head_size;
+        if (nz) {
+            const int64_t e = t.size(3);
+            offsets[j] = ((j / e) * t.stride(1) + (j % e) * t.stride(3)) * size;
+        } else if (dims == 2) {  // an NZ load's output row [T]
+            offsets[j] = j * t.stride(1) * size;
+        } else {
+            offsets[j] = (h * t.stride(dims - 2) + d * t.stride(dims - 1)) * size;
+        }
+    }
+    return offsets;
+}
+
+/// A normal-form scale or offset ([1, 1], [H, 1] or [H, D]) broadcast to [H * D] floats (exact).
+std::vector<float> Broadcast(const at::Tensor& t, int64_t heads, int64_t head_size)
+{
+    std::vector<float> values(heads * head_size, 0.0f);
+    if (!t.defined()) {
+        return values;
+    }
+    const at::Tensor full = t.to(at::kFloat).expand({heads, head_size}).contiguous();
+    std::memcpy(values.data(), full.const_data_ptr<float>(), values.size() * sizeof(float));
+    return values;
+}
+
+/// A row of `n` elements of `dtype` at `offsets` from `row` as floats (exact).
+void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& offsets, float* out)
+{
+    const int64_t n = static_cast<int64_t>(offsets.size());
+    switch (dtype) {
+        case at::kHalf:
+            for (int64_t j = 0; j < n; ++j) {
+                out[j] = quant_math::Widen(*reinterpret_cast<const c10::Half*>(row + offsets[j]));
+            }
+            break;
+        case at::kBFloat16:
+            for (int64_t j = 0; j < n; ++j) {
+                out[j] = quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(row + offsets[j]));
+            }
+            break;
+        default:
+            for (int64_t j = 0; j < n; ++j) {
+                out[j] = *reinterpret_cast<const float*>(row + offsets[j]);
+            }
+    }
+}
+
+/// One element of `dtype` (float16, bfloat16 or float32) at `at` as a float (exact).
+float LoadFloat(at::ScalarType dtype, const char* at)
+{
+    switch (dtype) {
+        case at::kHalf: return quant_math::Widen(*reinterpret_cast<const c10::Half*>(at));
+        case at::kBFloat16: return quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(at));
+        default: return *reinterpret_cast<const float*>(at);
+    }
+}
+
+/// `v` stored as `dtype` (float16, bfloat16 or float32; rounded to nearest even).
+void StoreFloat(at::ScalarType dtype, float v, char* at)
+{
+    switch (dtype) {
+        case at::kHalf: *reinterpret_cast<c10::Half*>(at) = quant_math::Narrow<c10::Half>(v); break;
+        case at::kBFloat16: *reinterpret_cast<c10::BFloat16*>(at) = quant_math::Narrow<c10::BFloat16>(v); break;
+        default: *reinterpret_cast<float*>(at) = v;
+    }
+}
+
+/// One side of a write: its tokens and cache, and how it quantizes.
+struct WriteSide {
+    const QuantSide* quant = nullptr;
+    at::ScalarType input_dtype = at::kFloat;
+    int64_t heads = 0, head_size = 0, element_size = 1;
+    const char* tokens = nullptr;
+    int64_t token_step = 0;
+    std::vector<int64_t> src, dst;  ///< element offsets in a token row, in a cache slot
+    char* cache = nullptr;
+    int64_t block_step = 0, slot_step = 0;
+    std::vector<float> scale, offset;  ///< static: [H * D], exact
+    char* scale_cache = nullptr;        ///< dynamic
+    int64_t scale_block = 0, scale_slot = 0, scale_head = 0;
+    /// Codes of one token row `x` [H * D] floats into `codes`; a dynamic side stores the row scales.
+    void (*encode)(const WriteSide&, const float* x, uint8_t* codes, char* scales) = nullptr;
+};
+
+template <typename Ct, typename Code, bool kDivide>
+void EncodeStatic(const WriteSide& s, const float* x, uint8_t* codes, char*)
+{
+    const int64_t n = s.heads * s.head_size;
+    Code* out = reinterpret_cast<Code*>(codes);
+    for (int64_t j = 0; j < n; ++j) {
+        float t = kDivide ? Round<Ct>(x[j] / s.scale[j]) : Round<Ct>(x[j] * s.scale[j]);
+        if constexpr (std::is_same_v<Code, int8_t>) {
+            t = Round<Ct>(t + s.offset[j]);  // zeros without an offset: exact, the same code
+        }
+        out[j] = quant_math::Encode<Code>(t);
+    }
+}
+
+template <typename Code>
+void EncodeDynamic(const WriteSide& s, const float* x, uint8_t* codes, char* scales)
+{
+    Code* out = reinterpret_cast<Code*>(codes);
+    const at::ScalarType scale_dtype = s.quant->scale_cache.scalar_type();
+    for (int64_t h = 0; h < s.heads; ++h) {
+        const float* row = x + h * s.head_size;
+        Code* q = out + h * s.head_size;
+        const float a = quant_math::AbsMax(row, s.head_size);
+        float scale;
+        if constexpr (std::is_same_v<Code, int8_t>) {
+            const float m = 127.0f / a;
+            for (int64_t d = 0; d < s.head_size; ++d) {
+                q[d] = quant_math::Encode<Code>(row[d] * m);
+            }
+            scale = a * quant_math::InverseMax<Code>();
+        } else {
+            scale = a * quant_math::InverseMax<Code>();
+            for (int64_t d = 0; d < s.head_size; ++d) {
+                const float y = row[d] / scale;
+                q[d] = quant_math::Encode<Code>(std::isnan(y) ? 0.0f : y);
+            }
+        }
+        StoreFloat(scale_dtype, scale, scales + h * s.scale_head);
+    }
+}
+
+template <typename Code>
+auto StaticEncoder(at::ScalarType compute, bool divide) -> decltype(WriteSide::encode)
+{
+    switch (compute) {
+        case at::kHalf: return divide ? &EncodeStatic<c10::Half, Code, true> : &EncodeStatic<c10::Half, Code, false>;
+        case at::kBFloat16:
+            return divide ? &EncodeStatic<c10::BFloat16, Code, true> : &EncodeStatic<c10::BFloat16, Code, false>;
+        default: return divide ? &EncodeStatic<float, Code, true> : &EncodeStatic<float, Code, false>;
+    }
+}
+
+template <typename Code>
+auto Encoder(const QuantSide& q) -> decltype(WriteSide::encode)
+{
+    if (q.scheme == QuantScheme::kDynamic) {
+        return &EncodeDynamic<Code>;
+    }
+    return StaticEncoder<Code>(q.compute, q.scheme == QuantScheme::kStaticDivide);
+}
+
+WriteSide MakeWriteSide(const at::Tensor& tokens, const at::Tensor& cache, const QuantSide& q, bool nd)
+{
+    WriteSide s;
+    s.quant = &q;
+    s.input_dtype = tokens.scalar_type();
+    s.heads = tokens.size(1);
+    s.head_size = tokens.size(2);
+    s.element_size = cache.element_size();
+    s.tokens = static_cast<const char*>(tokens.const_data_ptr());
+    s.token_step = tokens.stride(0) * tokens.element_size();
+    s.src = RowOffsets(tokens, false, s.heads, s.head_size);
+    s.dst = RowOffsets(cache, !nd, s.heads, s.head_size);
+    s.cache = static_cast<char*>(cache.data_ptr());
+    s.block_step = cache.stride(0) * s.element_size;
+    s.slot_step = cache.stride(nd ? 1 : 2) * s.element_size;
+    if (q.Static()) {
+        s.scale = Broadcast(q.scale, s.heads, s.head_size);
+        s.offset = Broadcast(q.offset, s.heads, s.head_size);
+        if (q.compute != at::kFloat) {  // offset.to(compute): rounded once (an int32 zero point)
+            for (float& o : s.offset) {
+                o = q.compute == at::kHalf ? Round<c10::Half>(o) : Round<c10::BFloat16>(o);
+            }
+        }
+    }
+    if (q.scheme == QuantScheme::kDynamic) {
+        const at::Tensor& sc = q.scale_cache;
+        const int64_t size = sc.element_size();
+        s.scale_cache = static_cast<char*>(sc.data_ptr());
+        s.scale_block = sc.stride(0) * size;
+        s.scale_slot = sc.stride(1) * size;
+        s.scale_head = sc.stride(2) * size;
+    }
+    if (q.Quantized()) {
+        switch (cache.scalar_type()) {
+            case at::kChar: s.encode = Encoder<int8_t>(q); break;
+            case at::kFloat8_e4m3fn: s.encode = Encoder<c10::Float8_e4m3fn>(q); break;
+            default: s.encode = Encoder<c10::Float8_e5m2>(q);
+        }
+    }
+    return s;
+}
+
+/// One side of a load: its cache and output, and how it dequantizes.
+struct LoadSide {
+    const QuantSide* quant = nullptr;
+    int64_t heads = 0, head_size = 0, in_size = 1, out_size = 1;
+    const char* cache = nullptr;
+    int64_t block_step = 0, slot_step = 0;
+    char* out = nullptr;
+    int64_t out_step = 0;
+    std::vector<int64_t> src, dst;     ///< element offsets in a cache slot, in an output row
+    std::vector<float> scale, offset;  ///< static: [H * D], exact
+    const char* scale_cache = nullptr;
+    int64_t scale_block = 0, scale_slot = 0, scale_head = 0;
+    at::ScalarType scale_dtype = at::kFloat;
+    /// One token's float32 row [H * D] from its cache slot (`scales`: its row scales, dynamic).
+    void (*decode)(const LoadSide&, const char* slot, const char* scales, float* out) = nullptr;
+};
+
+template <typename Code>
+void Decode(const LoadSide& s, const char* slot, const char* scales, float* out)
+{
+    const bool dynamic = s.quant->scheme == QuantScheme::kDynamic;
+    for (int64_t h = 0; h < s.heads; ++h) {
+        const float row_scale = dynamic ? LoadFloat(s.scale_dtype, scales + h * s.scale_head) : 0.0f;
+        for (int64_t d = 0; d < s.head_size; ++d) {
+            const int64_t j = h * s.head_size + d;
+            const float q = quant_math::Decode(*reinterpret_cast<const Code*>(slot + s.src[j]));
+            out[j] = dynamic ? q * row_scale : (q - s.offset[j]) * s.scale[j];
+        }
+    }
+}
+
+LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const QuantSide& q, bool nd)
+{
+    LoadSide s;
+    s.quant = &q;
+    if (q.Quantized()) {
+        s.heads = q.heads.expect_int();
+        s.head_size = q.head_size.expect_int();
+    } else {  // bytes as they are: ND rows [heads, head_size], NZ rows [T] as one head
+        s.heads = nd ? cache.size(2) : 1;
+        s.head_size = nd ? cache.size(3) : cache.size(1) * cache.size(3);
+    }
+    s.in_size = cache.element_size();
+    s.out_size = out.element_size();
+    s.cache = static_cast<const char*>(cache.const_data_ptr());
+    s.block_step = cache.stride(0) * s.in_size;
+    s.slot_step = cache.stride(nd ? 1 : 2) * s.in_size;
+    s.out = static_cast<char*>(out.data_ptr());
+    s.out_step = out.stride(0) * s.out_size;
+    s.src = RowOffsets(cache, !nd, s.heads, s.head_size);
+    s.dst = RowOffsets(out, false, s.heads, s.head_size);
+    if (q.Static()) {
+        s.scale = Broadcast(q.scale, s.heads, s.head_size);
+        s.offset = Broadcast(q.offset, s.heads, s.head_size);
+    }
+    if (q.scheme == QuantScheme::kDynamic) {
+        const at::Tensor& sc = q.scale_cache;
+        const int64_t size = sc.element_size();
+        s.scale_cache = static_cast<const char*>(sc.const_data_ptr());
+        s.scale_block = sc.stride(0) * size;
+        s.scale_slot = sc.stride(1) * size;
+        s.scale_head = sc.stride(2) * size;
+        s.scale_dtype = sc.scalar_type();
+    }
+    if (q.Quantized()) {
+        switch (cache.scalar_type()) {
+            case at::kChar: s.decode = &Decode<int8_t>; break;
+            case at::kFloat8_e4m3fn: s.decode = &Decode<c10::Float8_e4m3fn>; break;
+            default: s.decode = &Decode<c10::Float8_e5m2>;
+        }
+    }
+    return s;
+}
+
+/// A side copied as bytes, element by element (the other side of a quantized call).
+void CopyElements(const char* from, const std::vector<int64_t>& src, char* to, const std::vector<int64_t>& dst,
+                  int64_t size)
+{
+    for (size_t j = 0; j < src.size(); ++j) {
+        std::memcpy(to + dst[j], from + src[j], size);
+    }
+}
+
+}  // namespace
+
+void ReshapeAndCacheQuant(const ReshapeAndCacheCall& call, const at::Tensor& slots)
+{
+    const int64_t n = slots.size(0), block_size = call.geometry.block_size.expect_int();
+    if (n == 0 || call.geometry.Capacity().expect_int() == 0) {
+        return;
+    }
+    const BatchValues slot_of = SlotsOf(slots);
+    const bool nd = call.geometry.Nd();
+    std::vector<WriteSide> sides = {MakeWriteSide(call.key, call.key_cache, call.quant.key, nd)};
+    if (!call.KeyOnly()) {
+        sides.push_back(MakeWriteSide(call.value, call.value_cache, call.quant.value, nd));
+    }
+    int64_t token_bytes = 0, widest = 0;
+    for (const WriteSide& s : sides) {
+        token_bytes += s.heads * s.head_size * 16;  // the arithmetic costs more than the bytes
+        widest = std::max(widest, s.heads * s.head_size);
+    }
+    const auto write = [&](int64_t i, int64_t slot) {
+        thread_local std::vector<float> x;
+        thread_local std::vector<uint8_t> codes;
+        x.resize(widest);
+        codes.resize(widest);
+        const int64_t block = slot / block_size, position = slot % block_size;
+        for (const WriteSide& s : sides) {
+            const char* row = s.tokens + i * s.token_step;
+            char* target = s.cache + block * s.block_step + position * s.slot_step;
+            if (!s.encode) {
+                CopyElements(row, s.src, target, s.dst, s.element_size);
+                continue;
+            }
+            ToFloat(s.input_dtype, row, s.src, x.data());
+            char* scales = s.scale_cache ? s.scale_cache + block * s.scale_block + position * s.scale_slot : nullptr;
+            s.encode(s, x.data(), codes.data(), scales);
+            for (size_t j = 0; j < s.dst.size(); ++j) {
+                target[s.dst[j]] = static_cast<char>(codes[j]);
+            }
+        }
+    };
+    ForEachSlot(slot_of, block_size, token_bytes, write, [] {});
+}
+
+void PagedLoadDequant(const PagedLoadCall& call, const PagedLoadPlan& plan)
+{
+    int64_t tokens = 0;
+    for (const int64_t n : plan.lens) {
+        tokens += n;
+    }
+    if (tokens == 0) {
+        return;
+    }
+    const bool nd = call.geometry.Nd();
+    const LoadSide sides[2] = {MakeLoadSide(call.key_cache, call.key, call.quant.key, nd),
+                               MakeLoadSide(call.value_cache, call.value, call.quant.value, nd)};
+    int64_t token_bytes = 0;
+    for (const LoadSide& s : sides) {
+        token_bytes += s.heads * s.head_size * 8;
+    }
+    const auto run = [&](int64_t r, int64_t block, int64_t slot, int64_t n, bool valid) {
+        thread_local std::vector<float> rows;
+        for (const LoadSide& s : sides) {
+            const int64_t width = s.heads * s.head_size;
+            if (!valid || !s.decode) {
+                for (int64_t k = 0; k < n; ++k) {
+                    char* out = s.out + (r + k) * s.out_step;
+                    if (valid) {
+                        CopyElements(s.cache + block * s.block_step + (slot + k) * s.slot_step, s.src, out, s.dst,
+                                     s.in_size);
+                    } else {
+                        for (const int64_t at : s.dst) {
+                            std::memset(out + at, 0, s.out_size);
+                        }
+                    }
+                }
+                continue;
+            }
+            rows.resize(n * width);
+            for (int64_t k = 0; k < n; ++k) {
+                const char* scales =
+                    s.scale_cache ? s.scale_cache + block * s.scale_block + (slot + k) * s.scale_slot : nullptr;
+                s.decode(s, s.cache + block * s.block_step + (slot + k) * s.slot_step, scales, rows.data() + k * width);
+            }
+            // The one rounding, by torch's own conversion (its NaN bits included), then to the rows' places.
+            const at::Tensor floats = at::from_blob(rows.data(), {n * width}, at::TensorOptions().dtype(at::kFloat));
+            const at::Tensor converted = s.quant->target == at::kFloat ? floats : floats.to(s.quant->target);
+            const char* from = static_cast<const char*>(converted.const_data_ptr());
+            for (int64_t k = 0; k < n; ++k) {
+                char* out = s.out + (r + k) * s.out_step;
+                for (int64_t j = 0; j < width; ++j) {
+                    std::memcpy(out + s.dst[j], from + (k * width + j) * s.out_size, s.out_size);
+                }
+            }
+        }
+    };
+    ForEachLoadRun(call, plan, tokens, token_bytes, run, [] {});
+}
+
+}  // namespace ascend_kv::host
