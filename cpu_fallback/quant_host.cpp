@@ -84,6 +84,16 @@ bool Dense(const std::vector<int64_t>& offsets, int64_t size)
     return true;
 }
 
+/// One element of `dtype` (float16, bfloat16 or float32) at `at` as a float (exact).
+float LoadFloat(at::ScalarType dtype, const char* at)
+{
+    switch (dtype) {
+        case at::kHalf: return quant_math::Widen(*reinterpret_cast<const c10::Half*>(at));
+        case at::kBFloat16: return quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(at));
+        default: return *reinterpret_cast<const float*>(at);
+    }
+}
+
 /// A normal-form scale or offset ([1, 1], [H, 1] or [H, D]) broadcast to [H * D] floats (exact).
 std::vector<float> Broadcast(const at::Tensor& t, int64_t heads, int64_t head_size)
 {
@@ -91,8 +101,21 @@ std::vector<float> Broadcast(const at::Tensor& t, int64_t heads, int64_t head_si
     if (!t.defined()) {
         return values;
     }
-    const at::Tensor full = t.to(at::kFloat).expand({heads, head_size}).contiguous();
-    std::memcpy(values.data(), full.const_data_ptr<float>(), values.size() * sizeof(float));
+    // Read in place (no ATen call: a decode step's host cost), a size-1 dim broadcast by a zero step.
+    const int64_t step_h = t.size(0) == 1 ? 0 : t.stride(0), step_d = t.size(1) == 1 ? 0 : t.stride(1);
+    const char* data = static_cast<const char*>(t.const_data_ptr());
+    const int64_t size = t.element_size();
+    for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < head_size; ++d) {
+            const char* at = data + (h * step_h + d * step_d) * size;
+            float& v = values[h * head_size + d];
+            switch (t.scalar_type()) {
+                case at::kChar: v = *reinterpret_cast<const int8_t*>(at); break;
+                case at::kInt: v = static_cast<float>(*reinterpret_cast<const int32_t*>(at)); break;
+                default: v = LoadFloat(t.scalar_type(), at);
+            }
+        }
+    }
     return values;
 }
 
@@ -119,16 +142,6 @@ void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& 
         case at::kHalf: Widened<c10::Half>(row, offsets, dense, out); break;
         case at::kBFloat16: Widened<c10::BFloat16>(row, offsets, dense, out); break;
         default: Widened<float>(row, offsets, dense, out);
-    }
-}
-
-/// One element of `dtype` (float16, bfloat16 or float32) at `at` as a float (exact).
-float LoadFloat(at::ScalarType dtype, const char* at)
-{
-    switch (dtype) {
-        case at::kHalf: return quant_math::Widen(*reinterpret_cast<const c10::Half*>(at));
-        case at::kBFloat16: return quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(at));
-        default: return *reinterpret_cast<const float*>(at);
     }
 }
 
@@ -409,7 +422,7 @@ void ReshapeAndCacheQuant(const ReshapeAndCacheCall& call, const at::Tensor& slo
     }
     int64_t token_bytes = 0, widest = 0;
     for (const WriteSide& s : sides) {
-        token_bytes += s.heads * s.head_size * 16;  // the arithmetic costs more than the bytes
+        token_bytes += s.heads * s.head_size * 4;  // the arithmetic costs more than the bytes
         widest = std::max(widest, s.heads * s.head_size);
     }
     const auto write = [&](int64_t i, int64_t slot) {
