@@ -292,7 +292,21 @@ struct LoadSide {
     int64_t scale_block = 0, scale_slot = 0, scale_head = 0;
     at::ScalarType scale_dtype = at::kFloat;
     bool dense = false;  ///< src and dst are the elements in order, one after the other
-    /// One token's output row from its cache slot (`scales`: its row scales, dynamic).
+    /// A non-NaN `v` rounded to Out (to nearest, ties to even): bfloat16 by integer operations the compiler
+/// vectorises (c10's rounding, without its NaN test).
+template <typename Out>
+inline Out Rounded(float v)
+{
+    if constexpr (std::is_same_v<Out, c10::BFloat16>) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        return Out(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16), Out::from_bits());
+    } else {
+        return static_cast<Out>(v);
+    }
+}
+
+/// One token's output row from its cache slot (`scales`: its row scales, dynamic).
     void (*decode)(const LoadSide&, const char* slot, const char* scales, char* out) = nullptr;
 };
 
@@ -304,6 +318,20 @@ inline Out Store(float v)
         return v;
     } else {
         return quant_math::Narrow<Out>(v);
+    }
+}
+
+/// A non-NaN `v` rounded to Out (to nearest, ties to even): bfloat16 by integer operations the compiler
+/// vectorises (c10's rounding, without its NaN test).
+template <typename Out>
+inline Out Rounded(float v)
+{
+    if constexpr (std::is_same_v<Out, c10::BFloat16>) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        return Out(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16), Out::from_bits());
+    } else {
+        return static_cast<Out>(v);
     }
 }
 
@@ -326,7 +354,7 @@ void Decode(const LoadSide& s, const char* slot, const char* scales, char* out)
                 const float y = dynamic ? quant_math::Decode(dense_in[j]) * row_scale
                                         : (quant_math::Decode(dense_in[j]) - offset[j]) * scale[j];
                 nan |= y != y;
-                dense_out[j] = static_cast<Out>(y);
+                dense_out[j] = Rounded<Out>(y);
             }
             for (int64_t j = first; nan && j < last; ++j) {
                 const float y = dynamic ? quant_math::Decode(dense_in[j]) * row_scale
