@@ -15,6 +15,12 @@
 #include "cpu_fallback/quant_math.h"
 #include "cpu_fallback/slot_loops.h"
 
+// The element loops below are the CPU paths' arithmetic: vectorised at the cost model of -O3 (the
+// library builds at -O2, whose very cheap model leaves them scalar); restored at the end of the file,
+// which may share a translation unit.
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+
 namespace ascend_kv::quant_math {
 
 uint32_t TorchNanBits(c10::ScalarType from, c10::ScalarType to, uint32_t bits)
@@ -67,38 +73,15 @@ std::vector<int64_t> RowOffsets(const at::Tensor& t, bool nz, int64_t heads, int
     return offsets;
 }
 
-/// A normal-form scale or offset ([1, 1], [H, 1] or [H, D]) broadcast to [H * D] floats (exact).
-std::vector<float> Broadcast(const at::Tensor& t, int64_t heads, int64_t head_size)
+/// Whether element offsets are the elements in order, each `size` bytes after the last.
+bool Dense(const std::vector<int64_t>& offsets, int64_t size)
 {
-    std::vector<float> values(heads * head_size, 0.0f);
-    if (!t.defined()) {
-        return values;
+    for (size_t j = 0; j < offsets.size(); ++j) {
+        if (offsets[j] != static_cast<int64_t>(j) * size) {
+            return false;
+        }
     }
-    const at::Tensor full = t.to(at::kFloat).expand({heads, head_size}).contiguous();
-    std::memcpy(values.data(), full.const_data_ptr<float>(), values.size() * sizeof(float));
-    return values;
-}
-
-/// A row of `n` elements of `dtype` at `offsets` from `row` as floats (exact).
-void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& offsets, float* out)
-{
-    const int64_t n = static_cast<int64_t>(offsets.size());
-    switch (dtype) {
-        case at::kHalf:
-            for (int64_t j = 0; j < n; ++j) {
-                out[j] = quant_math::Widen(*reinterpret_cast<const c10::Half*>(row + offsets[j]));
-            }
-            break;
-        case at::kBFloat16:
-            for (int64_t j = 0; j < n; ++j) {
-                out[j] = quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(row + offsets[j]));
-            }
-            break;
-        default:
-            for (int64_t j = 0; j < n; ++j) {
-                out[j] = *reinterpret_cast<const float*>(row + offsets[j]);
-            }
-    }
+    return true;
 }
 
 /// One element of `dtype` (float16, bfloat16 or float32) at `at` as a float (exact).
@@ -108,6 +91,57 @@ float LoadFloat(at::ScalarType dtype, const char* at)
         case at::kHalf: return quant_math::Widen(*reinterpret_cast<const c10::Half*>(at));
         case at::kBFloat16: return quant_math::Widen(*reinterpret_cast<const c10::BFloat16*>(at));
         default: return *reinterpret_cast<const float*>(at);
+    }
+}
+
+/// A normal-form scale or offset ([1, 1], [H, 1] or [H, D]) broadcast to [H * D] floats (exact).
+std::vector<float> Broadcast(const at::Tensor& t, int64_t heads, int64_t head_size)
+{
+    std::vector<float> values(heads * head_size, 0.0f);
+    if (!t.defined()) {
+        return values;
+    }
+    // Read in place (no ATen call: a decode step's host cost), a size-1 dim broadcast by a zero step.
+    const int64_t step_h = t.size(0) == 1 ? 0 : t.stride(0), step_d = t.size(1) == 1 ? 0 : t.stride(1);
+    const char* data = static_cast<const char*>(t.const_data_ptr());
+    const int64_t size = t.element_size();
+    for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < head_size; ++d) {
+            const char* at = data + (h * step_h + d * step_d) * size;
+            float& v = values[h * head_size + d];
+            switch (t.scalar_type()) {
+                case at::kChar: v = *reinterpret_cast<const int8_t*>(at); break;
+                case at::kInt: v = static_cast<float>(*reinterpret_cast<const int32_t*>(at)); break;
+                default: v = LoadFloat(t.scalar_type(), at);
+            }
+        }
+    }
+    return values;
+}
+
+/// Element j of a row of In at `offsets` (or, `dense`, in order) as a float, as torch widens it.
+template <typename In>
+void Widened(const char* row, const std::vector<int64_t>& offsets, bool dense, float* out)
+{
+    const int64_t n = static_cast<int64_t>(offsets.size());
+    const In* in = reinterpret_cast<const In*>(row);
+    for (int64_t j = 0; j < n; ++j) {
+        const In v = dense ? in[j] : *reinterpret_cast<const In*>(row + offsets[j]);
+        if constexpr (std::is_same_v<In, float>) {
+            out[j] = v;
+        } else {
+            out[j] = quant_math::Widen(v);
+        }
+    }
+}
+
+/// A row of `dtype` elements at `offsets` from `row` (or, `dense`, in order) as floats (exact).
+void ToFloat(at::ScalarType dtype, const char* row, const std::vector<int64_t>& offsets, bool dense, float* out)
+{
+    switch (dtype) {
+        case at::kHalf: Widened<c10::Half>(row, offsets, dense, out); break;
+        case at::kBFloat16: Widened<c10::BFloat16>(row, offsets, dense, out); break;
+        default: Widened<float>(row, offsets, dense, out);
     }
 }
 
@@ -129,6 +163,7 @@ struct WriteSide {
     const char* tokens = nullptr;
     int64_t token_step = 0;
     std::vector<int64_t> src, dst;  ///< element offsets in a token row, in a cache slot
+    bool src_dense = false, dst_dense = false;  ///< offsets that are the elements in order
     char* cache = nullptr;
     int64_t block_step = 0, slot_step = 0;
     std::vector<float> scale, offset;  ///< static: [H * D], exact
@@ -211,6 +246,8 @@ WriteSide MakeWriteSide(const at::Tensor& tokens, const at::Tensor& cache, const
     s.token_step = tokens.stride(0) * tokens.element_size();
     s.src = RowOffsets(tokens, false, s.heads, s.head_size);
     s.dst = RowOffsets(cache, !nd, s.heads, s.head_size);
+    s.src_dense = Dense(s.src, tokens.element_size());
+    s.dst_dense = Dense(s.dst, s.element_size);
     s.cache = static_cast<char*>(cache.data_ptr());
     s.block_step = cache.stride(0) * s.element_size;
     s.slot_step = cache.stride(nd ? 1 : 2) * s.element_size;
@@ -254,21 +291,93 @@ struct LoadSide {
     const char* scale_cache = nullptr;
     int64_t scale_block = 0, scale_slot = 0, scale_head = 0;
     at::ScalarType scale_dtype = at::kFloat;
-    /// One token's float32 row [H * D] from its cache slot (`scales`: its row scales, dynamic).
-    void (*decode)(const LoadSide&, const char* slot, const char* scales, float* out) = nullptr;
+    bool dense = false;  ///< src and dst are the elements in order, one after the other
+    /// A non-NaN `v` rounded to Out (to nearest, ties to even): bfloat16 by integer operations the compiler
+/// vectorises (c10's rounding, without its NaN test).
+template <typename Out>
+inline Out Rounded(float v)
+{
+    if constexpr (std::is_same_v<Out, c10::BFloat16>) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        return Out(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16), Out::from_bits());
+    } else {
+        return static_cast<Out>(v);
+    }
+}
+
+/// One token's output row from its cache slot (`scales`: its row scales, dynamic).
+    void (*decode)(const LoadSide&, const char* slot, const char* scales, char* out) = nullptr;
 };
 
-template <typename Code>
-void Decode(const LoadSide& s, const char* slot, const char* scales, float* out)
+/// `v` stored as Out (float32, or rounded to float16/bfloat16, NaN as torch stores it).
+template <typename Out>
+inline Out Store(float v)
+{
+    if constexpr (std::is_same_v<Out, float>) {
+        return v;
+    } else {
+        return quant_math::Narrow<Out>(v);
+    }
+}
+
+/// A non-NaN `v` rounded to Out (to nearest, ties to even): bfloat16 by integer operations the compiler
+/// vectorises (c10's rounding, without its NaN test).
+template <typename Out>
+inline Out Rounded(float v)
+{
+    if constexpr (std::is_same_v<Out, c10::BFloat16>) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        return Out(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16), Out::from_bits());
+    } else {
+        return static_cast<Out>(v);
+    }
+}
+
+/// One token's output row from its cache slot (`scales`: its row scales, dynamic): dense rows
+/// (the usual ND cache and output) by plain loops, others through the element offsets.
+template <typename Code, typename Out>
+void Decode(const LoadSide& s, const char* slot, const char* scales, char* out)
 {
     const bool dynamic = s.quant->scheme == QuantScheme::kDynamic;
+    const Code* dense_in = reinterpret_cast<const Code*>(slot);
+    Out* dense_out = reinterpret_cast<Out*>(out);
     for (int64_t h = 0; h < s.heads; ++h) {
         const float row_scale = dynamic ? LoadFloat(s.scale_dtype, scales + h * s.scale_head) : 0.0f;
-        for (int64_t d = 0; d < s.head_size; ++d) {
-            const int64_t j = h * s.head_size + d;
-            const float q = quant_math::Decode(*reinterpret_cast<const Code*>(slot + s.src[j]));
-            out[j] = dynamic ? q * row_scale : (q - s.offset[j]) * s.scale[j];
+        const int64_t first = h * s.head_size, last = first + s.head_size;
+        if (s.dense) {  // plain conversions the compiler vectorises; a NaN's bits fixed after
+            const float* offset = s.offset.data();
+            const float* scale = s.scale.data();
+            bool nan = false;
+            for (int64_t j = first; j < last; ++j) {
+                const float y = dynamic ? quant_math::Decode(dense_in[j]) * row_scale
+                                        : (quant_math::Decode(dense_in[j]) - offset[j]) * scale[j];
+                nan |= y != y;
+                dense_out[j] = Rounded<Out>(y);
+            }
+            for (int64_t j = first; nan && j < last; ++j) {
+                const float y = dynamic ? quant_math::Decode(dense_in[j]) * row_scale
+                                        : (quant_math::Decode(dense_in[j]) - offset[j]) * scale[j];
+                dense_out[j] = Store<Out>(y);
+            }
+            continue;
         }
+        for (int64_t j = first; j < last; ++j) {
+            const float q = quant_math::Decode(*reinterpret_cast<const Code*>(slot + s.src[j]));
+            const Out v = Store<Out>(dynamic ? q * row_scale : (q - s.offset[j]) * s.scale[j]);
+            std::memcpy(out + s.dst[j], &v, sizeof v);
+        }
+    }
+}
+
+template <typename Code>
+auto DecoderOf(at::ScalarType out) -> decltype(LoadSide::decode)
+{
+    switch (out) {
+        case at::kHalf: return &Decode<Code, c10::Half>;
+        case at::kBFloat16: return &Decode<Code, c10::BFloat16>;
+        default: return &Decode<Code, float>;
     }
 }
 
@@ -292,6 +401,7 @@ LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const Quan
     s.out_step = out.stride(0) * s.out_size;
     s.src = RowOffsets(cache, !nd, s.heads, s.head_size);
     s.dst = RowOffsets(out, false, s.heads, s.head_size);
+    s.dense = Dense(s.src, s.in_size) && Dense(s.dst, s.out_size);
     if (q.Static()) {
         s.scale = Broadcast(q.scale, s.heads, s.head_size);
         s.offset = Broadcast(q.offset, s.heads, s.head_size);
@@ -307,9 +417,9 @@ LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const Quan
     }
     if (q.Quantized()) {
         switch (cache.scalar_type()) {
-            case at::kChar: s.decode = &Decode<int8_t>; break;
-            case at::kFloat8_e4m3fn: s.decode = &Decode<c10::Float8_e4m3fn>; break;
-            default: s.decode = &Decode<c10::Float8_e5m2>;
+            case at::kChar: s.decode = DecoderOf<int8_t>(q.target); break;
+            case at::kFloat8_e4m3fn: s.decode = DecoderOf<c10::Float8_e4m3fn>(q.target); break;
+            default: s.decode = DecoderOf<c10::Float8_e5m2>(q.target);
         }
     }
     return s;
@@ -340,7 +450,7 @@ void ReshapeAndCacheQuant(const ReshapeAndCacheCall& call, const at::Tensor& slo
     }
     int64_t token_bytes = 0, widest = 0;
     for (const WriteSide& s : sides) {
-        token_bytes += s.heads * s.head_size * 16;  // the arithmetic costs more than the bytes
+        token_bytes += s.heads * s.head_size * 4;  // the arithmetic costs more than the bytes
         widest = std::max(widest, s.heads * s.head_size);
     }
     const auto write = [&](int64_t i, int64_t slot) {
@@ -356,11 +466,13 @@ void ReshapeAndCacheQuant(const ReshapeAndCacheCall& call, const at::Tensor& slo
                 CopyElements(row, s.src, target, s.dst, s.element_size);
                 continue;
             }
-            ToFloat(s.input_dtype, row, s.src, x.data());
+            ToFloat(s.input_dtype, row, s.src, s.src_dense, x.data());
             char* scales = s.scale_cache ? s.scale_cache + block * s.scale_block + position * s.scale_slot : nullptr;
-            s.encode(s, x.data(), codes.data(), scales);
-            for (size_t j = 0; j < s.dst.size(); ++j) {
-                target[s.dst[j]] = static_cast<char>(codes[j]);
+            s.encode(s, x.data(), s.dst_dense ? reinterpret_cast<uint8_t*>(target) : codes.data(), scales);
+            if (!s.dst_dense) {
+                for (size_t j = 0; j < s.dst.size(); ++j) {
+                    target[s.dst[j]] = static_cast<char>(codes[j]);
+                }
             }
         }
     };
@@ -384,9 +496,7 @@ void PagedLoadDequant(const PagedLoadCall& call, const PagedLoadPlan& plan)
         token_bytes += s.heads * s.head_size * 8;
     }
     const auto run = [&](int64_t r, int64_t block, int64_t slot, int64_t n, bool valid) {
-        thread_local std::vector<float> rows;
         for (const LoadSide& s : sides) {
-            const int64_t width = s.heads * s.head_size;
             if (!valid || !s.decode) {
                 for (int64_t k = 0; k < n; ++k) {
                     char* out = s.out + (r + k) * s.out_step;
@@ -401,21 +511,11 @@ void PagedLoadDequant(const PagedLoadCall& call, const PagedLoadPlan& plan)
                 }
                 continue;
             }
-            rows.resize(n * width);
             for (int64_t k = 0; k < n; ++k) {
                 const char* scales =
                     s.scale_cache ? s.scale_cache + block * s.scale_block + (slot + k) * s.scale_slot : nullptr;
-                s.decode(s, s.cache + block * s.block_step + (slot + k) * s.slot_step, scales, rows.data() + k * width);
-            }
-            // The one rounding, by torch's own conversion (its NaN bits included), then to the rows' places.
-            const at::Tensor floats = at::from_blob(rows.data(), {n * width}, at::TensorOptions().dtype(at::kFloat));
-            const at::Tensor converted = s.quant->target == at::kFloat ? floats : floats.to(s.quant->target);
-            const char* from = static_cast<const char*>(converted.const_data_ptr());
-            for (int64_t k = 0; k < n; ++k) {
-                char* out = s.out + (r + k) * s.out_step;
-                for (int64_t j = 0; j < width; ++j) {
-                    std::memcpy(out + s.dst[j], from + (k * width + j) * s.out_size, s.out_size);
-                }
+                s.decode(s, s.cache + block * s.block_step + (slot + k) * s.slot_step, scales,
+                         s.out + (r + k) * s.out_step);
             }
         }
     };
@@ -423,3 +523,5 @@ void PagedLoadDequant(const PagedLoadCall& call, const PagedLoadPlan& plan)
 }
 
 }  // namespace ascend_kv::host
+
+#pragma GCC pop_options

@@ -468,3 +468,10 @@ def test_overhead_against_a_revision_runs_both_trees(tmp_path: Path) -> None:
     assert runs["old-1.json"]["ascend_kv"]["path"] != str(ROOT / "ascend_kv")
     assert f"== {head} against this tree" in done.stdout
     assert "ascend_kv.paged_cache_load(key=, value=)" in done.stdout.split(f"== {head} against this tree")[1]
+
+
+def test_quant_bench_runs_its_three_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ascend-kv bench --quant --tiny``: the write rows against the two-op composition, the load against copy_."""
+    assert bench.main(["--quant", "--tiny", "--warmup", "0", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(target <= 0.6x)") == 2 and out.count("(target >= 0.8x)") == 1

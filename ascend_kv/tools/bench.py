@@ -607,6 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "row of the same workload, dtype, backend and threads there (column x base)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="also write a PNG bar chart (needs matplotlib)")
+    parser.add_argument("--quant", action="store_true",
+                        help="instead: quantized caches against the callers' two-op composition and copy_; its own "
+                             "options: ascend-kv bench --quant --help")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the host cost of one call on tiny calls, against a bare index_copy_, on the "
                              "CPU and the fake NPU; its own options: ascend-kv bench --overhead --help")
@@ -631,6 +634,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--overhead" in argv:
         return host_cost.main([arg for arg in argv if arg != "--overhead"])
+    if "--quant" in argv:
+        from . import quant_bench
+
+        return quant_bench.main([arg for arg in argv if arg != "--quant"])
     args = build_parser().parse_args(argv)
     default_threads = torch.get_num_threads()
     try:
