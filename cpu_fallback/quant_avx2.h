@@ -142,8 +142,9 @@ ASCEND_KV_AVX2_TARGET inline void Store16(const __m256 (&y)[2], Out* out)
 /// Dequantization of a dense row of n (a multiple of kStep) int8 codes: out[j] = (q[j] - offset[j]) *
 /// scale[j] (static) or q[j] * row_scale (kDynamic: offset and scale unused), stored as Out (`kStream`:
 /// past the caches, `out` 32-byte aligned). Returns whether a value was NaN (its stored bits then
-/// need fixing; the streamed stores are then fenced).
-template <typename Out, bool kDynamic, bool kStream>
+/// need fixing; the streamed stores are then fenced), or, !kCheckNan (the caller knows there is none),
+/// false.
+template <typename Out, bool kDynamic, bool kStream, bool kCheckNan>
 ASCEND_KV_AVX2_TARGET bool Dequantize(const int8_t* q, const float* offset, const float* scale, float row_scale,
                                       Out* out, int64_t n)
 {
@@ -158,7 +159,9 @@ ASCEND_KV_AVX2_TARGET bool Dequantize(const int8_t* q, const float* offset, cons
             y[k] = kDynamic ? _mm256_mul_ps(v, row)
                             : _mm256_mul_ps(_mm256_sub_ps(v, _mm256_loadu_ps(offset + at)),
                                             _mm256_loadu_ps(scale + at));
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(y[k], y[k], _CMP_UNORD_Q));
+            if constexpr (kCheckNan) {
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(y[k], y[k], _CMP_UNORD_Q));
+            }
         }
         Store16<Out, kStream>(y, out + j);
     }

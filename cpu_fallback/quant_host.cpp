@@ -1,6 +1,9 @@
 // The host paths of quantized caches: reshape_and_cache writing codes (and row scales) and
-// paged_cache_load dequantizing them, with the arithmetic of quant_math.h, over torch's threads
+// paged_cache_load dequantizing them, with the arithmetic of quant_math.h (dense int8 rows by
+// quant_avx2.h's loops), over torch's threads
 // and the slot loops every host path shares (slot_loops.h).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -367,6 +370,7 @@ struct LoadSide {
     bool dense = false;  ///< src and dst are the elements in order, one after the other
     bool vector = false;  ///< dense int8 rows of a multiple of quant_avx2::kStep, on an AVX2 CPU
     bool stream = false;  ///< vector rows stored past the caches (a large call, 32-byte aligned rows)
+    bool tame = false;    ///< static scales finite and offsets far from overflow: (q - offset) * scale is no NaN
     /// One token's output row from its cache slot (`scales`: its row scales, dynamic).
     void (*decode)(const LoadSide&, const char* slot, const char* scales, char* out) = nullptr;
 };
@@ -400,7 +404,7 @@ inline Out Rounded(float v)
 /// (the usual ND cache and output) by the AVX2 loops or plain ones, others through the element offsets.
 #if ASCEND_KV_AVX2
 /// A dense int8 row dequantized by the AVX2 loops, static in one pass, dynamic head by head; a NaN's
-/// bits fixed after, as Decode does.
+/// bits fixed after, as Decode does (sought only where scales can make one: codes are finite).
 template <typename Out, bool kStream>
 void DecodeVector(const LoadSide& s, const int8_t* in, const char* scales, Out* out)
 {
@@ -408,17 +412,24 @@ void DecodeVector(const LoadSide& s, const int8_t* in, const char* scales, Out* 
     const float* scale = s.scale.data();
     if (s.quant->scheme != QuantScheme::kDynamic) {
         const int64_t n = s.heads * s.head_size;
-        if (quant_avx2::Dequantize<Out, false, kStream>(in, offset, scale, 0.0f, out, n)) {
-            for (int64_t j = 0; j < n; ++j) {
-                out[j] = Store<Out>((quant_math::Decode(in[j]) - offset[j]) * scale[j]);
+        if (!s.tame) {
+            if (quant_avx2::Dequantize<Out, false, kStream, true>(in, offset, scale, 0.0f, out, n)) {
+                for (int64_t j = 0; j < n; ++j) {
+                    out[j] = Store<Out>((quant_math::Decode(in[j]) - offset[j]) * scale[j]);
+                }
             }
+            return;
         }
+        quant_avx2::Dequantize<Out, false, kStream, false>(in, offset, scale, 0.0f, out, n);
         return;
     }
     for (int64_t h = 0, first = 0; h < s.heads; ++h, first += s.head_size) {
         const float row_scale = LoadFloat(s.scale_dtype, scales + h * s.scale_head);
-        if (quant_avx2::Dequantize<Out, true, kStream>(in + first, nullptr, nullptr, row_scale, out + first,
-                                                        s.head_size)) {
+        if (std::isfinite(row_scale)) {  // q * a finite scale: never NaN
+            quant_avx2::Dequantize<Out, true, kStream, false>(in + first, nullptr, nullptr, row_scale, out + first,
+                                                              s.head_size);
+        } else if (quant_avx2::Dequantize<Out, true, kStream, true>(in + first, nullptr, nullptr, row_scale,
+                                                                     out + first, s.head_size)) {
             for (int64_t j = first; j < first + s.head_size; ++j) {
                 out[j] = Store<Out>(quant_math::Decode(in[j]) * row_scale);
             }
@@ -513,6 +524,10 @@ LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const Quan
     if (q.Static()) {
         s.scale = Broadcast(q.scale, s.heads, s.head_size);
         s.offset = Broadcast(q.offset, s.heads, s.head_size);
+    }
+    if (q.Static() && s.vector) {
+        s.tame = std::all_of(s.scale.begin(), s.scale.end(), [](float v) { return std::isfinite(v); }) &&
+                 std::all_of(s.offset.begin(), s.offset.end(), [](float v) { return std::fabs(v) < 1e30f; });
     }
     if (q.scheme == QuantScheme::kDynamic) {
         const at::Tensor& sc = q.scale_cache;
