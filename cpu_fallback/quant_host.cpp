@@ -400,8 +400,6 @@ inline Out Rounded(float v)
     }
 }
 
-/// One token's output row from its cache slot (`scales`: its row scales, dynamic): dense rows
-/// (the usual ND cache and output) by the AVX2 loops or plain ones, others through the element offsets.
 #if ASCEND_KV_AVX2
 /// A dense int8 row dequantized by the AVX2 loops, static in one pass, dynamic head by head; a NaN's
 /// bits fixed after, as Decode does (sought only where scales can make one: codes are finite).
@@ -412,15 +410,13 @@ void DecodeVector(const LoadSide& s, const int8_t* in, const char* scales, Out* 
     const float* scale = s.scale.data();
     if (s.quant->scheme != QuantScheme::kDynamic) {
         const int64_t n = s.heads * s.head_size;
-        if (!s.tame) {
-            if (quant_avx2::Dequantize<Out, false, kStream, true>(in, offset, scale, 0.0f, out, n)) {
-                for (int64_t j = 0; j < n; ++j) {
-                    out[j] = Store<Out>((quant_math::Decode(in[j]) - offset[j]) * scale[j]);
-                }
+        if (s.tame) {
+            quant_avx2::Dequantize<Out, false, kStream, false>(in, offset, scale, 0.0f, out, n);
+        } else if (quant_avx2::Dequantize<Out, false, kStream, true>(in, offset, scale, 0.0f, out, n)) {
+            for (int64_t j = 0; j < n; ++j) {
+                out[j] = Store<Out>((quant_math::Decode(in[j]) - offset[j]) * scale[j]);
             }
-            return;
         }
-        quant_avx2::Dequantize<Out, false, kStream, false>(in, offset, scale, 0.0f, out, n);
         return;
     }
     for (int64_t h = 0, first = 0; h < s.heads; ++h, first += s.head_size) {
@@ -438,6 +434,8 @@ void DecodeVector(const LoadSide& s, const int8_t* in, const char* scales, Out* 
 }
 #endif
 
+/// One token's output row from its cache slot (`scales`: its row scales, dynamic): dense rows
+/// (the usual ND cache and output) by the AVX2 loops or plain ones, others through the element offsets.
 template <typename Code, typename Out>
 void Decode(const LoadSide& s, const char* slot, const char* scales, char* out)
 {
@@ -517,8 +515,8 @@ LoadSide MakeLoadSide(const at::Tensor& cache, const at::Tensor& out, const Quan
         s.src = RowOffsets(cache, !nd, s.heads, s.head_size);
         s.dst = RowOffsets(out, false, s.heads, s.head_size);
     }
-    s.vector = s.dense && cache.scalar_type() == at::kChar && s.head_size % quant_avx2::kStep == 0 &&
-               quant_avx2::Available();
+    s.vector = q.Quantized() && s.dense && cache.scalar_type() == at::kChar &&
+               s.head_size % quant_avx2::kStep == 0 && quant_avx2::Available();
     s.stream = s.vector && ShouldStream(tokens * s.heads * s.head_size * s.out_size, kStreamLoads) &&
                reinterpret_cast<uintptr_t>(s.out) % 32 == 0 && s.out_step % 32 == 0;
     if (q.Static()) {
