@@ -223,6 +223,22 @@ def test_dynamic_rows_equal_the_reference(driver: Path, tmp_path: Path, dtype: t
     assert bits_equal(load(tmp_path / "s", torch.float32, (6,)), (a * torch.tensor(1 / 127, dtype=torch.float32))[:, 0])
 
 
+@pytest.mark.parametrize(("heads", "head_size"), [(1, 64), (3, 128), (2, 256)])
+def test_head_amax_by_the_vector_unit(driver: Path, tmp_path: Path, heads: int, head_size: int) -> None:
+    """Compare + Select + ReduceMax/ReduceMin: a head's amax, NaN when it holds one, inf kept, 0 for zeros."""
+    x = specials(heads * head_size)[torch.randperm(heads * head_size, generator=torch.Generator().manual_seed(3))]
+    x = x.reshape(heads, head_size)
+    x[0] = torch.where(torch.isnan(x[0]), torch.ones_like(x[0]), x[0])  # head 0: inf without NaN
+    x[0, 1] = float("inf")
+    if heads > 1:
+        x[1] = -0.0  # an all-zero head
+    out = run(driver, "amax", heads, head_size, save(tmp_path / "x", x), tmp_path / "a")
+    assert (out["rc"], out["msg"]) == (str(OK), "")
+    a = x.abs().amax(-1)
+    a = torch.where(torch.isnan(x).any(-1), torch.full_like(a, float("nan")), a)
+    assert bits_equal(load(tmp_path / "a", torch.float32, (heads,)), a)
+
+
 @pytest.mark.parametrize("with_offset", [False, True])
 def test_dequant_rows_are_float32(driver: Path, tmp_path: Path, with_offset: bool) -> None:
     q = torch.arange(-128, 128, dtype=torch.int8).reshape(4, 64)
@@ -248,6 +264,10 @@ def test_dequant_rows_are_float32(driver: Path, tmp_path: Path, with_offset: boo
         ("bad_round_mode", "Cast<bfloat16_t, float>: round mode CAST_NONE is not in the Atlas A2/A3 table"),
         ("unordered_read", "Muls on TBuf<VECCALC> #0: V reads its bytes [0, 32) still being written by MTE2"),
         ("scalar_read_unordered", "GetValue on TBuf<VECCALC> #0: S reads its bytes [0, 32) still being written by V"),
+        ("reduce_max_work_over_dst", "ReduceMax: the work buffer overlaps dst"),
+        ("reduce_min_nan", "ReduceMin: a NaN operand"),
+        ("compare_count", "Compare: count 32 of 4-byte elements is not a whole number of 256 bytes"),
+        ("select_mode", "Select: only VSEL_TENSOR_SCALAR_MODE is modelled"),
     ],
 )
 def test_vector_misuse_is_stopped(driver: Path, case: str, fragment: str) -> None:
