@@ -3,9 +3,10 @@
 One C++ driver (ascendc/sim/tests/vector_cases.cpp) runs a small kernel on one core of the model:
 each Cast pair the kernels use against torch's conversion (round half to even, saturation, NaN),
 and the rows of ascendc/kernels/quant_row.h against the plain torch reference of QUANT.md §3
-(static int8 with every compute dtype, dynamic int8, dequantization). Each misuse of a vector
-instruction is stopped with its message. Two planted bugs must be caught: the model's CAST_RINT
-rounding half away from zero, and the kernels' zero point added after rounding to integers.
+(static int8 with every compute dtype, dynamic int8, dequantization, the per-head amax of the
+vector unit). Each misuse of a vector instruction is stopped with its message. Three planted bugs
+must be caught: the model's CAST_RINT rounding half away from zero, the kernels' zero point added
+after rounding to integers, and a per-head amax that loses a head's NaN.
 """
 
 from __future__ import annotations
@@ -307,3 +308,21 @@ def test_planted_rounding_bugs_are_caught(tmp_path: Path, mutant: str) -> None:
     dtype, scale, offset, divide = STATIC[0]  # bf16 x * 0.5 + 3: ties at .5 with an odd zero point
     x = row_inputs(dtype, 4, 64)
     assert not torch.equal(quantize(exe, tmp_path, x, scale, offset, divide), static_reference(x, scale, offset, divide))
+
+
+@pytest.mark.slow
+def test_planted_amax_nan_bug_is_caught(tmp_path: Path) -> None:
+    """HeadAmax ignoring ReduceMin's NaN marker gives a finite amax for a head holding a NaN."""
+    copy = tmp_path / "src"
+    shutil.copytree(ROOT / "ascendc", copy / "ascendc")
+    target = copy / "ascendc" / "kernels" / "quant_row.h"
+    old = "extremes.GetValue(at + 2) < 0.0f ? quietNan.value"
+    text = target.read_text()
+    assert text.count(old) == 1, "the mutated line moved"
+    target.write_text(text.replace(old, "extremes.GetValue(at + 2) < -2.0f ? quietNan.value"))
+    exe = build(copy, tmp_path / "vector_cases")
+    x = torch.ones(2, 64)
+    x[1, 7] = float("nan")
+    out = run(exe, "amax", 2, 64, save(tmp_path / "x", x), tmp_path / "a")
+    assert (out["rc"], out["msg"]) == (str(OK), "")
+    assert not bits_equal(load(tmp_path / "a", torch.float32, (2,)), torch.tensor([1.0, float("nan")]))
