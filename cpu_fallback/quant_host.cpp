@@ -56,10 +56,6 @@ namespace {
 
 using quant_math::Round;
 
-/// A load streams its dequantized rows past the CPU caches from this many output bytes on: host.cpp's
-/// threshold for plain loads (read by attention next, so only loads larger than the caches stream).
-constexpr int64_t kStreamLoads = 6 << 20;
-
 /// Where each element (h, d) of a token row [heads, head_size] lies, in bytes from the row's first
 /// one: ND rows [.., heads, head_size] by their two strides, NZ rows by the piece (dim 1) and the
 /// element in it (dim 3) of element h * head_size + d.
