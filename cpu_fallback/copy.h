@@ -37,6 +37,12 @@ struct PieceCopy {
     bool Flat() const { return dims == 0; }
 };
 
+// Bytes a call writes from which it streams them past the CPU caches (docs/benchmarks.md): a
+// cache write's rows are read only by a later step; a paged load's outputs are read by attention
+// next, so only loads larger than the CPU caches stream.
+constexpr int64_t kStreamWrites = 1 << 20;
+constexpr int64_t kStreamLoads = 6 << 20;
+
 /// Whether a call writing `bytes` in all streams its stores past the CPU caches (x86-64 only)
 /// when it writes at least `threshold` bytes: the caller picks the threshold by where the
 /// written bytes are read next (docs/benchmarks.md).

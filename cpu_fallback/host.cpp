@@ -15,12 +15,6 @@
 namespace ascend_kv::host {
 namespace {
 
-// Bytes a call writes from which it streams them past the CPU caches (docs/benchmarks.md): a
-// cache write's rows are read only by a later step; a paged load's outputs are read by attention
-// next, so only loads larger than the CPU caches stream.
-constexpr int64_t kStreamWrites = 1 << 20;
-constexpr int64_t kStreamLoads = 6 << 20;
-
 const char* Bytes(const at::Tensor& t) { return static_cast<const char*>(t.const_data_ptr()); }
 char* MutableBytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 

@@ -3,9 +3,10 @@
 One C++ driver (ascendc/sim/tests/vector_cases.cpp) runs a small kernel on one core of the model:
 each Cast pair the kernels use against torch's conversion (round half to even, saturation, NaN),
 and the rows of ascendc/kernels/quant_row.h against the plain torch reference of QUANT.md §3
-(static int8 with every compute dtype, dynamic int8, dequantization). Each misuse of a vector
-instruction is stopped with its message. Two planted bugs must be caught: the model's CAST_RINT
-rounding half away from zero, and the kernels' zero point added after rounding to integers.
+(static int8 with every compute dtype, dynamic int8, dequantization, the per-head amax of the
+vector unit). Each misuse of a vector instruction is stopped with its message. Three planted bugs
+must be caught: the model's CAST_RINT rounding half away from zero, the kernels' zero point added
+after rounding to integers, and a per-head amax that loses a head's NaN.
 """
 
 from __future__ import annotations
@@ -223,6 +224,22 @@ def test_dynamic_rows_equal_the_reference(driver: Path, tmp_path: Path, dtype: t
     assert bits_equal(load(tmp_path / "s", torch.float32, (6,)), (a * torch.tensor(1 / 127, dtype=torch.float32))[:, 0])
 
 
+@pytest.mark.parametrize(("heads", "head_size"), [(1, 64), (3, 128), (2, 256)])
+def test_head_amax_by_the_vector_unit(driver: Path, tmp_path: Path, heads: int, head_size: int) -> None:
+    """Compare + Select + ReduceMax/ReduceMin: a head's amax, NaN when it holds one, inf kept, 0 for zeros."""
+    x = specials(heads * head_size)[torch.randperm(heads * head_size, generator=torch.Generator().manual_seed(3))]
+    x = x.reshape(heads, head_size)
+    x[0] = torch.where(torch.isnan(x[0]), torch.ones_like(x[0]), x[0])  # head 0: inf without NaN
+    x[0, 1] = float("inf")
+    if heads > 1:
+        x[1] = -0.0  # an all-zero head
+    out = run(driver, "amax", heads, head_size, save(tmp_path / "x", x), tmp_path / "a")
+    assert (out["rc"], out["msg"]) == (str(OK), "")
+    a = x.abs().amax(-1)
+    a = torch.where(torch.isnan(x).any(-1), torch.full_like(a, float("nan")), a)
+    assert bits_equal(load(tmp_path / "a", torch.float32, (heads,)), a)
+
+
 @pytest.mark.parametrize("with_offset", [False, True])
 def test_dequant_rows_are_float32(driver: Path, tmp_path: Path, with_offset: bool) -> None:
     q = torch.arange(-128, 128, dtype=torch.int8).reshape(4, 64)
@@ -248,6 +265,10 @@ def test_dequant_rows_are_float32(driver: Path, tmp_path: Path, with_offset: boo
         ("bad_round_mode", "Cast<bfloat16_t, float>: round mode CAST_NONE is not in the Atlas A2/A3 table"),
         ("unordered_read", "Muls on TBuf<VECCALC> #0: V reads its bytes [0, 32) still being written by MTE2"),
         ("scalar_read_unordered", "GetValue on TBuf<VECCALC> #0: S reads its bytes [0, 32) still being written by V"),
+        ("reduce_max_work_over_dst", "ReduceMax: the work buffer overlaps dst"),
+        ("reduce_min_nan", "ReduceMin: a NaN operand"),
+        ("compare_count", "Compare: count 32 of 4-byte elements is not a whole number of 256 bytes"),
+        ("select_mode", "Select: only VSEL_TENSOR_SCALAR_MODE is modelled"),
     ],
 )
 def test_vector_misuse_is_stopped(driver: Path, case: str, fragment: str) -> None:
@@ -287,3 +308,21 @@ def test_planted_rounding_bugs_are_caught(tmp_path: Path, mutant: str) -> None:
     dtype, scale, offset, divide = STATIC[0]  # bf16 x * 0.5 + 3: ties at .5 with an odd zero point
     x = row_inputs(dtype, 4, 64)
     assert not torch.equal(quantize(exe, tmp_path, x, scale, offset, divide), static_reference(x, scale, offset, divide))
+
+
+@pytest.mark.slow
+def test_planted_amax_nan_bug_is_caught(tmp_path: Path) -> None:
+    """HeadAmax ignoring ReduceMin's NaN marker gives a finite amax for a head holding a NaN."""
+    copy = tmp_path / "src"
+    shutil.copytree(ROOT / "ascendc", copy / "ascendc")
+    target = copy / "ascendc" / "kernels" / "quant_row.h"
+    old = "extremes.GetValue(at + 2) < 0.0f ? quietNan.value"
+    text = target.read_text()
+    assert text.count(old) == 1, "the mutated line moved"
+    target.write_text(text.replace(old, "extremes.GetValue(at + 2) < -2.0f ? quietNan.value"))
+    exe = build(copy, tmp_path / "vector_cases")
+    x = torch.ones(2, 64)
+    x[1, 7] = float("nan")
+    out = run(exe, "amax", 2, 64, save(tmp_path / "x", x), tmp_path / "a")
+    assert (out["rc"], out["msg"]) == (str(OK), "")
+    assert not bits_equal(load(tmp_path / "a", torch.float32, (2,)), torch.tensor([1.0, float("nan")]))

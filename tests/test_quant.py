@@ -264,6 +264,38 @@ def test_load_matches_the_reference(code: torch.dtype, scheme: str, layout: str,
     assert same(key, want[0]) and same(value, want[1])
 
 
+DENSE_CASES = list(itertools.product(FLOATS, FLOATS, ("divide", "multiply")))
+
+
+@pytest.mark.parametrize(("dtype", "scale_dtype", "scheme"), DENSE_CASES)
+def test_dense_rows_of_every_dtype(dtype: torch.dtype, scale_dtype: torch.dtype, scheme: str) -> None:
+    """Dense token rows into ND int8 slots and back (the host's row loops): each token dtype and compute
+    type with ties, saturation, NaN and inf; a load with a NaN, an inf and an overflowing scale."""
+    seed = DENSE_CASES.index((dtype, scale_dtype, scheme))
+    key, value = special_tokens(10, dtype, seed), special_tokens(10, dtype, seed + 1)
+    key_cache, value_cache = cache(torch.int8, "nd", seed), cache(torch.int8, "nd", seed + 1)
+    scale = static_scale("channel", 1, scale_dtype, scheme == "multiply", seed)
+    name = "inv_scale" if scheme == "multiply" else "scale"
+    quant = {f"k_{name}": scale, "k_offset": offset_like(scale, torch.bfloat16, seed), f"v_{name}": scale}
+    expected = [key_cache.clone(), value_cache.clone()]
+    reference.reshape_and_cache_quant(key, value, *expected, slots(9, torch.int64), **quant)
+    with ran_on(HOST_PATHS):
+        ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, slots(9, torch.int64), **quant)
+    assert bits_equal(key_cache, expected[0]) and bits_equal(value_cache, expected[1])
+    k_scale = (torch.rand(H, D) * 0.1).to(scale_dtype)
+    k_scale[0, 3], k_scale[1, 5] = float("nan"), float("inf")
+    k_scale[1, 6] = 6e4 if scale_dtype == torch.float16 else 3e38  # codes times it overflow
+    v_scale_cache = torch.rand(NB, BS, H) * 0.1
+    v_scale_cache[2, 0, 1], v_scale_cache[0, 3, 0] = float("nan"), 1e37
+    load = {"k_scale": k_scale, "k_offset": offset_like(k_scale, torch.int8, seed), "v_scale_cache": v_scale_cache}
+    table, lens = torch.tensor([[2, 0, 1], [1, 2, 0]]), torch.tensor([40, 33])
+    want = reference.paged_cache_load_dequant(key_cache, value_cache, table, lens, kv_cache_cfg=1, out_dtype=dtype,
+                                              heads=(H, H), **load)
+    with ran_on(HOST_PATHS):
+        got = ascend_kv.paged_cache_load(key_cache, value_cache, table, lens, kv_cache_cfg=1, out_dtype=dtype, **load)
+    assert same(got[0], want[0]) and same(got[1], want[1])
+
+
 @pytest.mark.parametrize("where", ["host", "device"])
 def test_a_quantized_write_read_back(where: str) -> None:
     """Write with k_scale/k_offset and a dynamic V, read back with the same scales: the codes times the scales."""

@@ -189,9 +189,11 @@ def test_static_write_equals_the_reference(configure, cores: int, name: str, lay
 
 @pytest.mark.parametrize("cores", CORES)
 @pytest.mark.parametrize("scale_dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_dynamic_write_fills_codes_and_scales_at_the_slot(configure, cores: int, scale_dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("d", [32, 128])  # amax on the scalar unit / on the vector unit (a multiple of 64)
+def test_dynamic_write_fills_codes_and_scales_at_the_slot(configure, cores: int, scale_dtype: torch.dtype,
+                                                          d: int) -> None:
     configure(cores, 192 * 1024 - 256 - 8 * 1024)
-    n, h, d, nb, bs = 19, 2, 32, 4, 8
+    n, h, nb, bs = 19, 2, 4, 8
     key = tokens(n, h, d, torch.bfloat16, cores)
     key[2, 1, 3] = float("nan")
     key[3, 0, 5] = float("-inf")

@@ -127,7 +127,7 @@ private:
     }
 
     /// Dynamic: params[0, rowElems) = the token's scale of each head (scale_cache[block, slot, h] as
-    /// float), repeated over the head's elements by the scalar unit.
+    /// float), repeated over the head's elements (FillHead: one Duplicate per head).
     __aicore__ inline void RowScales(const QuantTiling& q, const AscendC::LocalTensor<float>& params,
                                      AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t block, uint64_t slot)
     {
@@ -161,10 +161,7 @@ private:
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         for (uint64_t h = 0; h < q.heads; ++h) {
-            const float v = scales.GetValue(static_cast<uint32_t>(h));
-            for (uint64_t d = 0; d < q.headSize; ++d) {
-                params.SetValue(static_cast<uint32_t>(h * q.headSize + d), v);
-            }
+            FillHead(params, h, q.headSize, scales.GetValue(static_cast<uint32_t>(h)));
         }
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);

@@ -64,14 +64,11 @@ struct QuantRows {
         if (count == q.rowElems) {
             return;
         }
-        // per tensor / per head: repeated by the scalar unit, once per core
+        // per tensor / per head: the scalar unit reads each head's value and fills its elements
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         for (uint64_t h = 0; h < q.heads; ++h) {
-            const float v = values.GetValue(static_cast<uint32_t>(count == 1 ? 0 : h));
-            for (uint64_t d = 0; d < q.headSize; ++d) {
-                dst.SetValue(static_cast<uint32_t>(h * q.headSize + d), v);
-            }
+            FillHead(dst, h, q.headSize, values.GetValue(static_cast<uint32_t>(count == 1 ? 0 : h)));
         }
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);

@@ -25,6 +25,59 @@ struct QuantScratch {
     AscendC::LocalTensor<int32_t> wide;
 };
 
+/// Head sizes (a multiple of) whose amax the vector unit finds: each head starts 32-byte aligned
+/// and a row is whole 256-byte repeats, as Compare needs.
+constexpr uint64_t kHeadsByVector = 64;
+
+/// Per head h of a row of `heads` * `headSize` elements (headSize a multiple of kHeadsByVector):
+/// extremes[8h] = the largest |x| that is no NaN and extremes[8h + 2] = the smallest, -1 when the
+/// head holds a NaN (Compare(x, x, EQ) marks the NaN elements, Select puts -1 there; the NaN
+/// behaviour of ReduceMax/ReduceMin is not documented, so they never see one). magnitude (|x|) is
+/// overwritten; stage (the half scratch row of heads * headSize elements) holds the bit mask and
+/// the reductions' work buffer.
+__aicore__ inline void HeadExtremes(const AscendC::LocalTensor<float>& extremes,
+                                    const AscendC::LocalTensor<float>& magnitude, const AscendC::LocalTensor<float>& x,
+                                    const AscendC::LocalTensor<half>& stage, uint64_t heads, uint64_t headSize)
+{
+    const uint32_t n = static_cast<uint32_t>(heads * headSize);
+    const AscendC::LocalTensor<uint8_t> numbers = stage.ReinterpretCast<uint8_t>();
+    const AscendC::LocalTensor<float> work = stage.ReinterpretCast<float>()[(n / 32 + 7) / 8 * 8];
+    AscendC::Compare(numbers, x, x, AscendC::CMPMODE::EQ, n);
+    AscendC::Select(magnitude, numbers, magnitude, -1.0f, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
+    const int32_t d = static_cast<int32_t>(headSize);
+    for (uint32_t h = 0; h < static_cast<uint32_t>(heads); ++h) {
+        AscendC::ReduceMax(extremes[8 * h], magnitude[h * static_cast<uint32_t>(headSize)], work, d);
+        AscendC::ReduceMin(extremes[8 * h + 2], magnitude[h * static_cast<uint32_t>(headSize)], work, d);
+    }
+}
+
+/// Head h's amax from HeadExtremes (read by the scalar unit after V_S): a quiet NaN when the head
+/// holds a NaN (QUANT.md §3: its codes are 0 and its scale NaN).
+__aicore__ inline float HeadAmax(const AscendC::LocalTensor<float>& extremes, uint64_t h)
+{
+    union {
+        uint32_t bits;
+        float value;
+    } quietNan = {0x7FC00000u};
+    const uint32_t at = static_cast<uint32_t>(8 * h);
+    return extremes.GetValue(at + 2) < 0.0f ? quietNan.value : extremes.GetValue(at);
+}
+
+/// row[h * headSize, (h + 1) * headSize) = value. A head starting 32-byte aligned in UB (headSize a
+/// multiple of 8) takes one vector Duplicate; another head is written by the scalar unit, so the
+/// caller orders both units around the call (V_S before, S_V after).
+__aicore__ inline void FillHead(const AscendC::LocalTensor<float>& row, uint64_t h, uint64_t headSize, float value)
+{
+    const uint32_t at = static_cast<uint32_t>(h * headSize);
+    if (headSize % 8 == 0) {
+        AscendC::Duplicate(row[at], value, static_cast<int32_t>(headSize));
+        return;
+    }
+    for (uint32_t d = 0; d < static_cast<uint32_t>(headSize); ++d) {
+        row.SetValue(at + d, value);
+    }
+}
+
 /// v[0, count) rounded in place to the compute dtype through `narrow` (a no-op for float).
 __aicore__ inline void RoundToCompute(const AscendC::LocalTensor<float>& v, const AscendC::LocalTensor<half>& narrow,
                                       uint64_t compute, uint32_t count)

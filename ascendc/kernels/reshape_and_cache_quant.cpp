@@ -137,6 +137,22 @@ private:
         out_.FreeTensor(codes);
     }
 
+    /// amax of head h's elements of `magnitude` (|x|) on the scalar unit, a NaN kept: the path of
+    /// head sizes that are no multiple of kHeadsByVector.
+    __aicore__ inline float ScalarAmax(const AscendC::LocalTensor<float>& magnitude, uint64_t h, uint64_t headSize)
+    {
+        float amax = 0.0f;
+        for (uint64_t d = 0; d < headSize; ++d) {
+            const float v = magnitude.GetValue(static_cast<uint32_t>(h * headSize + d));
+            if (v != v || amax != amax) {
+                amax = v != v ? v : amax;  // NaN stays
+            } else if (v > amax) {
+                amax = v;
+            }
+        }
+        return amax;
+    }
+
     /// Dynamic: per head h, amax_h over the head's row (NaN propagates), codes Q(x * (127 / amax_h))
     /// and the scale amax_h * fl32(1/127) to scale_cache[block, position, h] (an fp16/bf16 cache
     /// takes it rounded to nearest even).
@@ -149,24 +165,18 @@ private:
         const uint32_t n = static_cast<uint32_t>(q.rowElems);
         AscendC::LocalTensor<float> magnitude = rows_.scratch.wide.ReinterpretCast<float>();
         AscendC::Abs(magnitude, x, static_cast<int32_t>(n));
+        AscendC::LocalTensor<float> scales = params[rows_.Pitch()];
+        AscendC::LocalTensor<float> extremes = scales[(static_cast<uint32_t>(q.heads) + 7) / 8 * 8];
+        const bool byVector = q.headSize % kHeadsByVector == 0;
+        if (byVector) {
+            HeadExtremes(extremes, magnitude, x, rows_.scratch.narrow, q.heads, q.headSize);
+        }
         AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID0);
-        AscendC::LocalTensor<float> scales = params[rows_.Pitch()];
         for (uint64_t h = 0; h < q.heads; ++h) {
-            float amax = 0.0f;
-            for (uint64_t d = 0; d < q.headSize; ++d) {
-                const float v = magnitude.GetValue(static_cast<uint32_t>(h * q.headSize + d));
-                if (v != v || amax != amax) {
-                    amax = v != v ? v : amax;  // NaN stays
-                } else if (v > amax) {
-                    amax = v;
-                }
-            }
+            const float amax = byVector ? HeadAmax(extremes, h) : ScalarAmax(magnitude, h, q.headSize);
             scales.SetValue(static_cast<uint32_t>(h), amax * (1.0f / 127.0f));
-            const float multiplier = 127.0f / amax;
-            for (uint64_t d = 0; d < q.headSize; ++d) {
-                params.SetValue(static_cast<uint32_t>(h * q.headSize + d), multiplier);
-            }
+            FillHead(params, h, q.headSize, 127.0f / amax);
         }
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);

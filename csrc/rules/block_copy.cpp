@@ -87,37 +87,14 @@ void DropDuplicateViews(BlockCopyCall& call)
     call.names = std::move(distinct.names);
 }
 
-/// ValueError when two of the written caches may share a byte. A sweep over the caches sorted by
-/// first address compares only those whose address ranges meet (per-layer views of one buffer
-/// meet none but their neighbours), so many layers cost about one comparison each.
+/// ValueError when two of the written caches may share a byte.
 void RequireCachesApart(const BlockCopyCall& call)
 {
-    struct Span {
-        uintptr_t first, end;
-        size_t index;
-    };
-    std::vector<Span> spans;
+    std::vector<Named> caches;
     for (size_t i = 0; i < call.caches.size(); ++i) {
-        const at::Tensor& t = call.caches[i];
-        if (t.numel() == 0) {
-            continue;
-        }
-        int64_t last = 0;
-        for (int64_t d = 0; d < t.dim(); ++d) {
-            last += (t.size(d) - 1) * t.stride(d);
-        }
-        const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
-        spans.push_back({first, first + static_cast<uintptr_t>((last + 1) * t.element_size()), i});
+        caches.push_back({call.names[i], call.caches[i]});
     }
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-        return a.first != b.first ? a.first < b.first : a.index < b.index;
-    });
-    for (size_t k = 0; k < spans.size(); ++k) {
-        for (size_t m = k + 1; m < spans.size() && spans[m].first < spans[k].end; ++m) {
-            const size_t a = std::min(spans[k].index, spans[m].index), b = std::max(spans[k].index, spans[m].index);
-            RequireSeparateOutputs(call.names[a], call.caches[a], call.names[b], call.caches[b]);
-        }
-    }
+    RequireOutputsApart(caches);
 }
 
 /// Every value in [0, num_blocks), or a ValueError: "<entry> = <value> is out of range: <holder> hold(s) <n> blocks<unit>".

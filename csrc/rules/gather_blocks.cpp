@@ -166,40 +166,6 @@ void SetFrame(TransferCall& call, int64_t e)
     call.frame = {call.block_size, call.splits, group / r, r, d / w, w};
 }
 
-/// ValueError when two caches the call writes may share a byte. A sweep over the caches sorted by
-/// first address compares only those whose ranges meet (per-layer views of one buffer: neighbours).
-void RequireWrittenCachesApart(const TransferCall& call, const std::vector<std::string>& names)
-{
-    std::vector<std::pair<const at::Tensor*, size_t>> sorted;
-    for (const auto& side : call.caches) {
-        for (const at::Tensor& t : side) {
-            if (t.numel()) {
-                sorted.emplace_back(&t, sorted.size());
-            }
-        }
-    }
-    const auto first = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); };
-    const auto end = [&](const at::Tensor& t) {
-        int64_t last = 0;
-        for (int64_t d = 0; d < t.dim(); ++d) {
-            last += (t.size(d) - 1) * t.stride(d);
-        }
-        return first(t) + static_cast<uintptr_t>((last + 1) * t.element_size());
-    };
-    std::sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) {
-        return first(*a.first) != first(*b.first) ? first(*a.first) < first(*b.first) : a.second < b.second;
-    });
-    for (size_t k = 0; k < sorted.size(); ++k) {
-        const uintptr_t stop = end(*sorted[k].first);
-        for (size_t m = k + 1; m < sorted.size() && first(*sorted[m].first) < stop; ++m) {
-            const auto [a, b] = std::minmax(sorted[k].second, sorted[m].second);
-            const at::Tensor* ta = sorted[k].second == a ? sorted[k].first : sorted[m].first;
-            const at::Tensor* tb = sorted[k].second == a ? sorted[m].first : sorted[k].first;
-            RequireSeparateOutputs(names[a], *ta, names[b], *tb);
-        }
-    }
-}
-
 TransferCall CheckTransfer(bool gather, at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_ids,
                    const at::Tensor& buffer, c10::string_view cache_layout, c10::string_view buffer_layout,
                    int64_t head_splits, ascend_kv::Check check)
@@ -259,7 +225,7 @@ TransferCall CheckTransfer(bool gather, at::TensorList key_caches, at::TensorLis
     for (const Named& written : named) {
         RequireApart(written.name, written.tensor, {{name, buffer}});
     }
-    RequireWrittenCachesApart(call, names);
+    RequireOutputsApart(named);
     return call;
 }
 

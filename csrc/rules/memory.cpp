@@ -1,5 +1,6 @@
 #include "csrc/rules/memory.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -102,6 +103,36 @@ void RequireSeparateOutputs(std::string_view first_name, const at::Tensor& first
     TORCH_CHECK_VALUE(!MayShareMemory(first, out), name, " shares memory with ", first_name,
                       ", and the operation writes both (the NPU kernels in parallel), so which write lands would be "
                       "undefined: pass separate tensors");
+}
+
+void RequireOutputsApart(c10::ArrayRef<Named> outputs)
+{
+    struct Span {
+        uintptr_t first, end;
+        size_t index;
+    };
+    std::vector<Span> spans;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+        const at::Tensor& t = outputs[i].tensor;
+        if (!t.defined() || t.numel() == 0) {
+            continue;
+        }
+        int64_t last = 0;
+        for (int64_t d = 0; d < t.dim(); ++d) {
+            last += (t.size(d) - 1) * t.stride(d);
+        }
+        const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+        spans.push_back({first, first + static_cast<uintptr_t>((last + 1) * t.element_size()), i});
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+        return a.first != b.first ? a.first < b.first : a.index < b.index;
+    });
+    for (size_t k = 0; k < spans.size(); ++k) {
+        for (size_t m = k + 1; m < spans.size() && spans[m].first < spans[k].end; ++m) {
+            const size_t a = std::min(spans[k].index, spans[m].index), b = std::max(spans[k].index, spans[m].index);
+            RequireSeparateOutputs(outputs[a].name, outputs[a].tensor, outputs[b].name, outputs[b].tensor);
+        }
+    }
 }
 
 }  // namespace ascend_kv

@@ -26,4 +26,9 @@ void RequireApart(std::string_view name, const at::Tensor& out, c10::ArrayRef<Na
 void RequireSeparateOutputs(std::string_view first_name, const at::Tensor& first, std::string_view name,
                             const at::Tensor& out);
 
+/// ValueError when two of `outputs`, which one call writes, may share memory (the first pair in
+/// argument order is named). A sweep over them sorted by first address compares only those whose
+/// address ranges meet (per-layer views of one buffer: neighbours), about one comparison each.
+void RequireOutputsApart(c10::ArrayRef<Named> outputs);
+
 }  // namespace ascend_kv

@@ -336,4 +336,141 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
     host_model::VectorOp("Duplicate", dst, calCount, [&](int32_t) { return scalarValue; });
 }
 
+enum class CMPMODE { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+
+namespace host_model {
+
+// Bit i of a bit mask (Compare's dst, Select's selMask): byte i / 8, bit i % 8 (lowest first).
+inline bool MaskBit(const uint8_t* bytes, int32_t i) { return (bytes[i / 8] >> (i % 8)) & 1; }
+
+// A reduction's work buffer: the first round's (value, index) pairs of ceil(count / perRepeat)
+// repeats, rounded up to whole 32-byte blocks (the documented minimum without calIndex).
+template <typename T>
+int32_t ReduceWorkElems(int32_t count)
+{
+    const int32_t perRepeat = 256 / static_cast<int32_t>(sizeof(T));
+    const int32_t perBlock = static_cast<int32_t>(kBlockBytes / sizeof(T));
+    const int32_t pairs = 2 * ((count + perRepeat - 1) / perRepeat);
+    return (pairs + perBlock - 1) / perBlock * perBlock;
+}
+
+// Level-2 ReduceMax/ReduceMin (float or half, calIndex false): dst[0] = the extreme of src[0, count).
+// src and work start 32-byte aligned, dst sizeof(T) * 2 aligned; work holds ReduceWorkElems
+// elements, is disjoint from src and dst and is left unspecified; a NaN operand stops the kernel
+// (the result with NaN is not documented).
+template <typename T, typename Pick>
+void Reduce(const char* op, const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+            int32_t count, bool calIndex, Pick pick)
+{
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, half>, "ReduceMax/ReduceMin: half or float");
+    if (calIndex) Fail(op, ": calIndex = true is not modelled");
+    if (count < 1) Fail(op, ": count ", count, " must be at least 1");
+    const auto& dm = Access::M(dst);
+    dm.Live(op);
+    if (dm.UbOffset() % (2 * sizeof(T)) != 0 || dm.size < 1)
+        Fail(op, ": dst (", dm.buf->owner, " at byte offset ", dm.byteOff, ") must start ", 2 * sizeof(T),
+             "-byte aligned and hold an element");
+    const uint32_t d = dm.UbOffset();
+    const int32_t need = ReduceWorkElems<T>(count);
+    const uint32_t w = Operand(work, need, op, "work");
+    const uint32_t wb = static_cast<uint32_t>(need) * sizeof(T);
+    const uint32_t sb = static_cast<uint32_t>(count) * sizeof(T);
+    const uint64_t opNo = Issue(Engine::V);
+    ReadOperand(src, count, op, opNo, w, wb);
+    const uint32_t so = Access::M(src).UbOffset();
+    if (w < d + sizeof(T) && d < w + wb) Fail(op, ": the work buffer overlaps dst");
+    if (d < so + sb && so < d + sizeof(T)) Fail(op, ": dst overlaps src");
+    if (w < so + sb && so < w + wb) Fail(op, ": the work buffer overlaps src");
+    UbAccess(Engine::V, opNo, w, wb, true, op, Access::M(work).buf->owner, Access::M(work).buf->ubOffset);
+    UbAccess(Engine::V, opNo, d, sizeof(T), true, op, dm.buf->owner, dm.buf->ubOffset);
+    double best = 0.0;
+    for (int32_t i = 0; i < count; ++i) {
+        const double v = Load(Elem(src, i));
+        NoNan<T>(v, v, op);
+        best = i == 0 ? v : pick(v, best);
+    }
+    std::memset(Access::M(work).Bytes(), 0xA5, wb);  // intermediate values: unspecified
+    const T out = Store<T>(best);
+    std::memcpy(dm.Bytes(), &out, sizeof(T));
+}
+
+} // namespace host_model
+
+template <typename T>
+__aicore__ inline void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+                                 const int32_t count, bool calIndex = false)
+{
+    host_model::Reduce("ReduceMax", dst, src, work, count, calIndex, [](double v, double b) { return v > b ? v : b; });
+}
+
+template <typename T>
+__aicore__ inline void ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+                                 const int32_t count, bool calIndex = false)
+{
+    host_model::Reduce("ReduceMin", dst, src, work, count, calIndex, [](double v, double b) { return v < b ? v : b; });
+}
+
+// Level-2 Compare (float or half sources, uint8_t dst): bit i of dst = (src0[i] cmpMode src1[i]),
+// IEEE comparisons (NaN compares unequal to everything, itself included). count * sizeof(T) must
+// be a whole number of 256 bytes; dst holds count / 8 bytes.
+template <typename T, typename U>
+__aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
+                               CMPMODE cmpMode, uint32_t count)
+{
+    static_assert(std::is_same_v<U, uint8_t>, "Compare: a uint8_t bit mask");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, half>, "Compare: half or float sources");
+    const char* op = "Compare";
+    if (count == 0 || count * sizeof(T) % 256 != 0)
+        host_model::Fail(op, ": count ", count, " of ", sizeof(T), "-byte elements is not a whole number of 256 bytes");
+    const int32_t n = static_cast<int32_t>(count);
+    const int32_t bytes = n / 8;
+    const uint32_t d = host_model::Operand(dst, bytes, op, "dst");
+    const uint64_t opNo = host_model::Issue(host_model::Engine::V);
+    host_model::ReadOperand(src0, n, op, opNo, d, static_cast<uint32_t>(bytes));
+    host_model::ReadOperand(src1, n, op, opNo, d, static_cast<uint32_t>(bytes));
+    host_model::UbAccess(host_model::Engine::V, opNo, d, static_cast<uint32_t>(bytes), true, op,
+                         host_model::Access::M(dst).buf->owner, host_model::Access::M(dst).buf->ubOffset);
+    std::vector<uint8_t> out(static_cast<size_t>(bytes), 0);
+    for (int32_t i = 0; i < n; ++i) {
+        const double a = host_model::Load(host_model::Elem(src0, i));
+        const double b = host_model::Load(host_model::Elem(src1, i));
+        bool r = false;
+        switch (cmpMode) {
+            case CMPMODE::LT: r = a < b; break;
+            case CMPMODE::GT: r = a > b; break;
+            case CMPMODE::EQ: r = a == b; break;
+            case CMPMODE::LE: r = a <= b; break;
+            case CMPMODE::GE: r = a >= b; break;
+            case CMPMODE::NE: r = a != b; break;
+        }
+        if (r) out[static_cast<size_t>(i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+    }
+    std::memcpy(host_model::Access::M(dst).Bytes(), out.data(), out.size());
+}
+
+// Level-2 Select, mode VSEL_TENSOR_SCALAR_MODE (the only mode modelled): dst[i] = bit i of selMask
+// ? src0[i] : src1 (a scalar), for float or half; selMask holds ceil(count / 8) bytes.
+template <typename T, typename U>
+__aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                              T src1, SELMODE selMode, uint32_t count)
+{
+    static_assert(std::is_same_v<U, uint8_t>, "Select: a uint8_t bit mask");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, half>, "Select: half or float");
+    const char* op = "Select";
+    if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE) host_model::Fail(op, ": only VSEL_TENSOR_SCALAR_MODE is modelled");
+    const int32_t n = static_cast<int32_t>(count);
+    const uint32_t d = host_model::Operand(dst, n, op, "dst");
+    const uint32_t db = count * sizeof(T);
+    const uint64_t opNo = host_model::Issue(host_model::Engine::V);
+    host_model::ReadOperand(selMask, (n + 7) / 8, op, opNo, d, db);
+    host_model::ReadOperand(src0, n, op, opNo, d, db);
+    host_model::UbAccess(host_model::Engine::V, opNo, d, db, true, op, host_model::Access::M(dst).buf->owner,
+                         host_model::Access::M(dst).buf->ubOffset);
+    const uint8_t* bits = host_model::Access::M(selMask).Bytes();
+    std::vector<T> out(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = host_model::MaskBit(bits, i) ? host_model::Elem(src0, i) : src1;
+    std::memcpy(host_model::Access::M(dst).Bytes(), out.data(), db);
+}
+
 #endif // ASCEND_KV_HOST_MODEL_VECTOR_H

@@ -9,6 +9,7 @@
 //                                                 static int8 rows (QuantizeStaticRow), compute 0/1/2
 //   dynamic <xtype> <rows> <n> <x> <out> <scales>  dynamic int8 rows, multiplier 127/amax per row
 //   dequant <offset> <rows> <n> <codes> <scale> <offset> <out>   float rows (DequantizeRow)
+//   amax <heads> <headSize> <x> <out>             per-head amax of a float row (HeadExtremes, HeadAmax)
 //   <misuse>                                      one broken rule (see Misuse below)
 #include <cstdio>
 #include <cstring>
@@ -207,6 +208,32 @@ void DequantKernel(GM_ADDR codes, GM_ADDR scale, GM_ADDR offset, GM_ADDR out, ui
     }
 }
 
+// amax of each head of one float row of heads * headSize elements, by the vector unit.
+void AmaxKernel(GM_ADDR x, GM_ADDR out, uint32_t heads, uint32_t headSize)
+{
+    const uint32_t n = heads * headSize;
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> qin;
+    TBuf<TPosition::VECCALC> magnitude, stage, extremes;
+    pipe.InitBuffer(qin, 1, n * sizeof(float));
+    pipe.InitBuffer(magnitude, n * sizeof(float));
+    pipe.InitBuffer(stage, n * sizeof(half));
+    pipe.InitBuffer(extremes, heads * 8 * sizeof(float));
+    GlobalTensor<float> gx, gy;
+    gx.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(x), n);
+    gy.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(out), heads);
+    LocalTensor<float> in = Load(qin, gx, n);
+    LocalTensor<float> mag = magnitude.Get<float>(), ext = extremes.Get<float>();
+    Abs(mag, in, static_cast<int32_t>(n));
+    ascend_kv::HeadExtremes(ext, mag, in, stage.Get<half>(), heads, headSize);
+    SetFlag<HardEvent::V_S>(EVENT_ID0);
+    WaitFlag<HardEvent::V_S>(EVENT_ID0);
+    for (uint32_t h = 0; h < heads; ++h) {
+        gy.SetValue(h, ascend_kv::HeadAmax(ext, h));
+    }
+    qin.FreeTensor(in);
+}
+
 // Misuse: one broken rule each, on 64 floats of UB.
 void Misuse(const std::string& name, GM_ADDR in)
 {
@@ -237,6 +264,17 @@ void Misuse(const std::string& name, GM_ADDR in)
     } else if (name == "scalar_read_unordered") {  // a vector result read by the scalar unit without V_S
         Muls(t, t, 2.0f, 64);
         (void)t.GetValue(0);
+    } else if (name == "reduce_max_work_over_dst") {
+        ReduceMax(t, t[16], t, 16);
+    } else if (name == "reduce_min_nan") {
+        Duplicate(t[8], std::numeric_limits<float>::quiet_NaN(), 1);
+        ReduceMin(t[32], t[8], t[48], 8);
+    } else if (name == "compare_count") {
+        LocalTensor<uint8_t> bits = buf.Get<uint8_t>();
+        Compare(bits, t[32], t[32], CMPMODE::NE, 32);
+    } else if (name == "select_mode") {
+        LocalTensor<uint8_t> bits = buf.Get<uint8_t>();
+        Select(t[32], bits, t[32], 0.0f, SELMODE::VSEL_CMPMASK_SPR, 8);
     } else {
         host_model::Fail("no such case: ", name);
     }
@@ -330,6 +368,13 @@ int main(int argc, char** argv)
                 {out.data(), out.size(), "out", true}},
                [&]() { DequantKernel(q.data(), scale.data(), offset.data(), out.data(), rows, n, hasOffset); });
         WriteFile(a[6], out);
+    } else if (name == "amax") {
+        const uint32_t heads = static_cast<uint32_t>(std::stoul(a[0])), d = static_cast<uint32_t>(std::stoul(a[1]));
+        std::vector<uint8_t> x = ReadFile(a[2]);
+        std::vector<uint8_t> out(heads * sizeof(float), 0);
+        launch({{x.data(), x.size(), "x", false}, {out.data(), out.size(), "out", true}},
+               [&]() { AmaxKernel(x.data(), out.data(), heads, d); });
+        WriteFile(a[3], out);
     } else {
         std::vector<float> in(64, 3.0f);
         launch({{in.data(), in.size() * sizeof(float), "in", false}},
