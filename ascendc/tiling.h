@@ -156,7 +156,7 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
 
 /*
- * One side (key or value) of a quantizing reshape_and_cache (QUANT.md §3, int8 codes): how its
+ * One side (key or value) of a quantizing reshape_and_cache (docs/semantics.md §13, int8 codes): how its
  * token rows become codes. A side with scheme kQuantNone is copied as bytes (the base tiling).
  * Element-type codes: kQuantFloat, kQuantHalf, kQuantBfloat16, kQuantInt8, kQuantInt32.
  * Static: scale (and offset) of scaleElems (offsetElems) elements, 1 = per tensor, heads = per

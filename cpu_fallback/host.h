@@ -19,7 +19,7 @@ void PagedLoad(const PagedLoadCall& call, const PagedLoadPlan& plan);
 /// `slots`: slot_mapping on the host, checked (rules/reshape_and_cache.h). A slot several tokens
 /// name takes the last of them; padding writes nothing.
 void ReshapeAndCache(const ReshapeAndCacheCall& call, const at::Tensor& slots);
-/// A quantizing write (call.quant, QUANT.md §3): the codes of each token, and its row scales for a
+/// A quantizing write (call.quant, docs/semantics.md §13): the codes of each token, and its row scales for a
 /// dynamic side, at the slot ReshapeAndCache would copy it to (the same slot rules).
 void ReshapeAndCacheQuant(const ReshapeAndCacheCall& call, const at::Tensor& slots);
 /// A dequantizing load (call.quant): PagedLoad's rows, a dequantized side in float32 rounded once.

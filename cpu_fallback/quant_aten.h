@@ -1,4 +1,4 @@
-// The arithmetic of quantized caches (QUANT.md §3) as ATen operations on any device: the device
+// The arithmetic of quantized caches (docs/semantics.md §13) as ATen operations on any device: the device
 // fallback's, reading nothing back to the host.
 #pragma once
 

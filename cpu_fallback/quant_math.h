@@ -1,4 +1,4 @@
-// The element arithmetic of quantized caches (QUANT.md §3), once for every CPU path: each operation
+// The element arithmetic of quantized caches (docs/semantics.md §13), once for every CPU path: each operation
 // computed in float32 and rounded to the compute type, as torch computes float16/bfloat16 on a CPU,
 // so the codes equal the plain-torch reference byte for byte.
 #pragma once
@@ -80,7 +80,7 @@ constexpr float CodeMax()
     }
 }
 
-/// Q of QUANT.md §3: int8 rounds half to even, saturates to [-128, 127], NaN -> 0; fp8 clamps to
+/// Q of docs/semantics.md §13: int8 rounds half to even, saturates to [-128, 127], NaN -> 0; fp8 clamps to
 /// +-max (in the compute type, where max is exact) and rounds to nearest even, NaN kept.
 template <typename Code>
 inline Code Encode(float t)

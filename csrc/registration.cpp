@@ -32,7 +32,7 @@ constexpr const char* kLoadInputs = "Tensor key_cache, Tensor value_cache, Tenso
 // The options are positional with defaults (the dispatcher converts keyword arguments at a cost
 // per call; docs/benchmarks.md); callers may still name them.
 constexpr const char* kLoadOptions = "int kv_cache_cfg=0, bool cumsum=False, Tensor? seq_starts=None, bool zero_fill=False";
-// The dequantizing overloads' arguments (QUANT.md §2.4; no argument named `mode`: auto-functionalization
+// The dequantizing overloads' arguments (docs/semantics.md §13; no argument named `mode`: auto-functionalization
 // of torch 2.13 fails on it).
 constexpr const char* kDequantArgs = "Tensor? k_scale=None, Tensor? k_offset=None, Tensor? k_scale_cache=None, "
                                      "Tensor? v_scale=None, Tensor? v_offset=None, Tensor? v_scale_cache=None, "

@@ -2,7 +2,7 @@
 
 One C++ driver (ascendc/sim/tests/vector_cases.cpp) runs a small kernel on one core of the model:
 each Cast pair the kernels use against torch's conversion (round half to even, saturation, NaN),
-and the rows of ascendc/kernels/quant_row.h against the plain torch reference of QUANT.md §3
+and the rows of ascendc/kernels/quant_row.h against the plain torch reference of docs/semantics.md §13
 (static int8 with every compute dtype, dynamic int8, dequantization, the per-head amax of the
 vector unit). Each misuse of a vector instruction is stopped with its message. Three planted bugs
 must be caught: the model's CAST_RINT rounding half away from zero, the kernels' zero point added
@@ -148,7 +148,7 @@ def test_conversions_to_float_and_half(driver: Path, tmp_path: Path, src: torch.
     assert bits_equal(cast(driver, tmp_path, x, dst, mode), x.to(dst))
 
 
-# ---- quantization rows (QUANT.md §3) -------------------------------------------------------------
+# ---- quantization rows (docs/semantics.md §13) -------------------------------------------------------------
 
 
 def q_int8(t: torch.Tensor) -> torch.Tensor:

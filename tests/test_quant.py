@@ -1,4 +1,4 @@
-"""Quantized caches (QUANT.md, docs/semantics.md "Quantized caches"): ``reshape_and_cache`` writing
+"""Quantized caches (docs/semantics.md §13): ``reshape_and_cache`` writing
 int8/fp8 codes and ``paged_cache_load`` dequantizing them, through the public functions, bit for bit
 against ascend_kv/tools/reference.py and against each caller's two-op composition, on the CPU paths
 and the device fallback (fake NPU, no transfer), eager and compiled; every domain rule at its

@@ -48,7 +48,7 @@ def call(layout: str, index_dtype: torch.dtype, seed: int) -> tuple[tuple[torch.
 
 
 def on_host(args: tuple[torch.Tensor, ...], quant: dict[str, torch.Tensor], layout: str) -> tuple[torch.Tensor, ...]:
-    """The CPU host path's result (the C++ reference of QUANT.md §3) on copies."""
+    """The CPU host path's result (the C++ reference of docs/semantics.md §13) on copies."""
     key, value, kc, vc, slots = args
     kc, vc, sc = kc.clone(), vc.clone(), quant["v_scale_cache"].clone()
     with ran_on(HOST_PATHS), ascend_kv.use_backend("fallback"):

@@ -1,5 +1,5 @@
 """The quantizing reshape_and_cache kernel (ascendc/kernels/reshape_and_cache_quant.cpp) on the host
-model, byte for byte against the reference of QUANT.md §3 and the slot loop of docs/semantics.md §5.
+model, byte for byte against the reference of docs/semantics.md §13 and the slot loop of docs/semantics.md §5.
 
 The kernel is called through the host build's instrument
 ``torch.ops.ascend_kv_host.reshape_and_cache_quant_kernel`` (the kernel table's entry over CPU
@@ -30,7 +30,7 @@ def host_library() -> None:
     sim.load()
 
 
-# ---- the reference (QUANT.md §3) ---------------------------------------------------------------------
+# ---- the reference (docs/semantics.md §13) ---------------------------------------------------------------------
 
 
 def q_int8(t: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``block_copy(..., simultaneous=True)`` and ``copy_blocks(..., simultaneous=True)`` (TRANSFER.md §1):
+"""``block_copy(..., simultaneous=True)`` and ``copy_blocks(..., simultaneous=True)`` (docs/semantics.md §11.1):
 cycles, chains, self-copies and overlapping fan-out against the reference of the spec's loop, bit for
 bit, on the host paths, the sim and the device fallback (fake NPU, nothing read back); identical
 views copied once in both modes; segments of one allocation; the rules at their boundaries."""

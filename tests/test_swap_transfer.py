@@ -1,4 +1,4 @@
-"""vLLM's block-transfer forms (TRANSFER.md §2): ``swap_blocks(src, dst, block_size_in_bytes,
+"""vLLM's block-transfer forms (docs/semantics.md §11.2-11.3): ``swap_blocks(src, dst, block_size_in_bytes,
 block_mapping)`` (operator ``swap_blocks.bytes``) against the spec's byte loop, bit for bit, on the
 host and between the host and the fake NPU (non-blocking from pinned memory, runs coalesced, nothing
 waited for); every rule at its boundary with nothing written; compiled steps equal to eager."""

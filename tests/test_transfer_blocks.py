@@ -1,4 +1,4 @@
-"""The public ``gather_blocks`` and ``scatter_blocks`` (TRANSFER §3): against the reference of the
+"""The public ``gather_blocks`` and ``scatter_blocks`` (docs/semantics.md §12): against the reference of the
 spec's loop bit for bit over layouts, head splits, shapes, key-only caches and index dtypes; blocks
 not named keep their bytes; every host rule at its boundary with nothing written; the device
 fallback (on the fake NPU of tests/fake_npu) with unchecked ids and zero transfers; the graph tools."""

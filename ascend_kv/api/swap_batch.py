@@ -1,4 +1,4 @@
-"""``swap_blocks_batch``: vLLM's batched pointer copy (TRANSFER.md §2), with vllm-ascend's
+"""``swap_blocks_batch``: vLLM's batched pointer copy (docs/semantics.md §11.2-11.3), with vllm-ascend's
 ``(src_ptrs, dst_ptrs, sizes, direction)`` call accepted. One operator call
 (``torch.ops.ascend_kv.swap_blocks_batch``), whose rules are in C++.
 """

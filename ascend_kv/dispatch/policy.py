@@ -263,7 +263,7 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
 
 def quantization_note(op: str) -> str:
     """Which quantizing calls of ``op`` (an ATB name) the Atlas A2/A3 kernels run, and the one place their
-    codes may differ from the CPU reference (QUANT.md §4); empty for the other operations."""
+    codes may differ from the CPU reference (docs/semantics.md §13.4); empty for the other operations."""
     if op == "ReshapeAndCacheOperation":
         return ("int8 codes run on the AscendC kernel, byte for byte as the CPU reference, except writes with "
                 "k_scale/v_scale (divide): the A2/A3 vector Div (DivAlgo::INTRINSIC) is accurate to 1 ulp, so a code "

@@ -165,7 +165,7 @@ def copy_pairs(src_block_indices: torch.Tensor, dst_block_indices: torch.Tensor,
 
 
 def simultaneous_copy(caches: list[torch.Tensor], pairs: list[tuple[int, int]]) -> None:
-    """TRANSFER.md §1: in each distinct cache (identical views once), every in-range pair's source
+    """docs/semantics.md §11.1: in each distinct cache (identical views once), every in-range pair's source
     block read first, then written to its destination; out-of-range pairs skipped."""
     distinct: list[torch.Tensor] = []
     for cache in caches:
@@ -208,7 +208,7 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
 
 
 def _to_nd(x: torch.Tensor, layout: str, heads: int, head_size: int, head_splits: int = 1) -> torch.Tensor:
-    """One block in ``layout`` (``"nd"`` with ``head_splits``) as ND ``[bs, H, D]`` (TRANSFER §3.3)."""
+    """One block in ``layout`` (``"nd"`` with ``head_splits``) as ND ``[bs, H, D]`` (docs/semantics.md §12)."""
     if layout == "hnd":
         return x.transpose(0, 1)
     if layout == "nz":
@@ -252,7 +252,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def gather_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_ids: torch.Tensor,
                   out: torch.Tensor, *, cache_layout: str = "nd", out_layout: str = "nd",
                   head_splits: int = 1) -> torch.Tensor:
-    """TRANSFER §3.3's gather: ``out[kv, layer, j]`` = block ``block_ids[j]`` relaid out (out-of-range skipped)."""
+    """docs/semantics.md §12's gather: ``out[kv, layer, j]`` = block ``block_ids[j]`` relaid out (out-of-range skipped)."""
     bits = _bits(out)
     for kv, caches in enumerate([key_caches] + ([value_caches] if value_caches else [])):
         for layer, cache in enumerate(caches):
@@ -268,7 +268,7 @@ def gather_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tenso
 def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_caches: list[torch.Tensor],
                    block_ids: torch.Tensor, *, src_layout: str = "nd", cache_layout: str = "nd",
                    head_splits: int = 1) -> None:
-    """TRANSFER §3.3's scatter: block ``block_ids[j]`` = ``src[kv, layer, j]`` relaid out (out-of-range skipped)."""
+    """docs/semantics.md §12's scatter: block ``block_ids[j]`` = ``src[kv, layer, j]`` relaid out (out-of-range skipped)."""
     bits = _bits(src)
     for kv, caches in enumerate([key_caches] + ([value_caches] if value_caches else [])):
         for layer, cache in enumerate(caches):
@@ -280,11 +280,11 @@ def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_cach
                 _bits(cache)[b] = _from_nd(nd, cache_layout).to(cache.device)
 
 
-# Quantized caches (QUANT.md §3): the pseudo-code, as plain torch on whole token tensors.
+# Quantized caches (docs/semantics.md §13): the pseudo-code, as plain torch on whole token tensors.
 
 
 def per(t: torch.Tensor, heads: int, head_size: int) -> torch.Tensor:
-    """A scale or offset of QUANT.md §2.1's shapes as ``[1, 1]``, ``[H, 1]`` or ``[H, D]``."""
+    """A scale or offset of docs/semantics.md §13.1's shapes as ``[1, 1]``, ``[H, 1]`` or ``[H, D]``."""
     if t.numel() == 1:
         return t.reshape(1, 1)
     if (t.dim() == 1 and t.numel() == heads) or (t.dim() >= 2 and t.shape[-1] == 1):
@@ -363,7 +363,7 @@ def reshape_and_cache_quant(
     v_scale: torch.Tensor | None = None, v_inv_scale: torch.Tensor | None = None,
     v_offset: torch.Tensor | None = None, v_scale_cache: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A quantizing reshape_and_cache (QUANT.md §3): the rows of each side quantized, then the slot
+    """A quantizing reshape_and_cache (docs/semantics.md §13): the rows of each side quantized, then the slot
     loop of :func:`reshape_and_cache`, a dynamic side's scales written to ``scale_cache[slot // bs,
     slot % bs, h]`` by the same loop (a duplicated slot keeps the last token's codes and scale)."""
     n = slot_mapping.shape[0]
@@ -392,7 +392,7 @@ def paged_cache_load_dequant(
     v_offset: torch.Tensor | None = None, v_scale_cache: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None, heads: tuple[int, int] = (1, 1),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A dequantizing paged_cache_load (QUANT.md §3): each token's codes gathered as
+    """A dequantizing paged_cache_load (docs/semantics.md §13): each token's codes gathered as
     :func:`paged_cache_load` does, a side with a scale dequantized. ``heads``: each side's head
     count for NZ rows with per-head scales (ND rows give their own)."""
     layout = KvCacheCfg(int(kv_cache_cfg))

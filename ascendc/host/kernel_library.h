@@ -30,7 +30,7 @@ constexpr uint32_t kKernelLibraryVersion = 2;
 /// library gives it calls of at most this many destinations (each UB slot then has >= 32 bytes).
 constexpr int64_t kMaxSimultaneousCopies = 1024;
 
-/// One side of a quantizing reshape_and_cache (int8 codes, QUANT.md §3): the scheme (kQuant* of
+/// One side of a quantizing reshape_and_cache (int8 codes, docs/semantics.md §13): the scheme (kQuant* of
 /// ascendc/tiling.h; kQuantNone copies bytes), the compute dtype of a static scheme (float, half or
 /// bfloat16), the row as heads x head_size, and the tensors (undefined when absent), contiguous:
 /// static scale and offset of 1, heads or heads * head_size elements; dynamic scale cache

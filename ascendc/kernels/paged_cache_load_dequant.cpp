@@ -1,5 +1,5 @@
 /*
- * Paged cache load with int8 dequantization (QUANT.md §2.2, §3 dequant), ND and NZ, for the
+ * Paged cache load with int8 dequantization (docs/semantics.md §13.2), ND and NZ, for the
  * vector cores of Atlas A2/A3.
  *
  * Entries, rows, skipping and the work split are paged_cache_load_kernel's (paged_walk.h). A

@@ -1,5 +1,5 @@
 /*
- * Vector arithmetic of quantize-on-write and dequantize-on-load (QUANT.md §3) on one UB row, for
+ * Vector arithmetic of quantize-on-write and dequantize-on-load (docs/semantics.md §13) on one UB row, for
  * the vector cores of Atlas A2/A3.
  *
  * Compute dtype: float32 operations, each rounded once to half or bfloat16 (CAST_RINT) when the
@@ -52,7 +52,7 @@ __aicore__ inline void HeadExtremes(const AscendC::LocalTensor<float>& extremes,
 }
 
 /// Head h's amax from HeadExtremes (read by the scalar unit after V_S): a quiet NaN when the head
-/// holds a NaN (QUANT.md §3: its codes are 0 and its scale NaN).
+/// holds a NaN (docs/semantics.md §13: its codes are 0 and its scale NaN).
 __aicore__ inline float HeadAmax(const AscendC::LocalTensor<float>& extremes, uint64_t h)
 {
     union {

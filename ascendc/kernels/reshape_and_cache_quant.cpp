@@ -1,5 +1,5 @@
 /*
- * Paged cache write with int8 quantization (QUANT.md §2.1, §3), ND and NZ, for the vector cores
+ * Paged cache write with int8 quantization (docs/semantics.md §13.1), ND and NZ, for the vector cores
  * of Atlas A2/A3.
  *
  * Slots, skipping and the work split are reshape_and_cache_kernel's (reshape_and_cache.cpp):

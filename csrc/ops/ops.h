@@ -47,7 +47,7 @@ std::tuple<at::Tensor, at::Tensor> PagedCacheLoadOutputs(const at::Tensor& key_c
                                                          const c10::optional<at::Tensor>& seq_starts, bool zero_fill,
                                                          c10::SymInt rows);
 
-/// The dequantizing overloads (QUANT.md §2.2): paged_cache_load.dequant, .dequant_into, and the
+/// The dequantizing overloads (docs/semantics.md §13.2): paged_cache_load.dequant, .dequant_into, and the
 /// allocating form's outputs for its fake.
 std::tuple<at::Tensor, at::Tensor> PagedCacheLoadDequant(
     const at::Tensor& key_cache, const at::Tensor& value_cache, const at::Tensor& block_table,
@@ -88,7 +88,7 @@ void ReshapeAndCacheMeta(const at::Tensor& key, const c10::optional<at::Tensor>&
                          const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
                          c10::string_view kv_cache_cfg);
 
-/// The quantizing overload (QUANT.md §2.1): reshape_and_cache.quant.
+/// The quantizing overload (docs/semantics.md §13.1): reshape_and_cache.quant.
 void ReshapeAndCacheQuant(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at::Tensor& key_cache,
                           const c10::optional<at::Tensor>& value_cache, const at::Tensor& slot_mapping,
                           c10::string_view kv_cache_cfg, const c10::optional<at::Tensor>& k_scale,

@@ -16,7 +16,7 @@ constexpr at::ScalarType kOffsetDtypes[] = {at::kHalf, at::kBFloat16, at::kFloat
 
 enum class Form { kTensor, kHead, kChannel };
 
-/// Which of QUANT.md §2.1's forms `t` has for rows [heads, head_size], if any.
+/// Which of docs/semantics.md §13.1's forms `t` has for rows [heads, head_size], if any.
 std::optional<Form> FormOf(const at::Tensor& t, const c10::SymInt& heads, const c10::SymInt& head_size)
 {
     const auto s = t.sym_sizes();

@@ -1,4 +1,4 @@
-// The quantization of a reshape_and_cache write and of a paged_cache_load read (QUANT.md,
+// The quantization of a reshape_and_cache write and of a paged_cache_load read (docs/semantics.md §13,
 // docs/semantics.md "Quantized caches"): the arguments of one side as given, their rules, and the
 // parameters every backend reads (the CPU paths, the device fallback, the kernels).
 #pragma once
@@ -34,7 +34,7 @@ struct QuantSide {
     QuantScheme scheme = QuantScheme::kNone;
     c10::SymInt heads = 1, head_size = 1;
     /// Static: the scale (kStaticDivide) or inverse scale (kStaticMultiply) as [1, 1], [heads, 1]
-    /// or [heads, head_size] (QUANT.md's per()), its own dtype; a view of the given tensor when
+    /// or [heads, head_size] (docs/semantics.md §13.1's per()), its own dtype; a view of the given tensor when
     /// one exists (else a copy).
     at::Tensor scale;
     at::Tensor offset;       ///< static, int8 codes: the zero point, same forms as scale; or undefined
@@ -100,7 +100,7 @@ constexpr int64_t kMaxQuantKernelRowElems = 4096;
 std::string QuantKernelSideReason(const QuantSide& side, at::ScalarType codes);
 
 /// Why the write kernel does not take a quantizing reshape_and_cache (empty when it does): codes
-/// other than int8 (Atlas A2/A3 have no fp8 Cast, QUANT.md §4) or a row longer than
+/// other than int8 (Atlas A2/A3 have no fp8 Cast, docs/semantics.md §13.4) or a row longer than
 /// kMaxQuantKernelRowElems.
 std::string QuantWriteOutsideReason(const QuantParams& quant);
 

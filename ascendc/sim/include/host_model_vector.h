@@ -10,8 +10,8 @@
 // Arithmetic, as documented for Atlas A2/A3 vector cores:
 //   - float32: IEEE binary32 with round to nearest even (Add, Sub, Mul, Div, Adds, Muls). The
 //     hardware's Div (DivAlgo::INTRINSIC) is accurate to 1 ulp only: the model divides exactly,
-//     so a kernel dividing on A2/A3 is declared inexact (QUANT.md §4 item 1), never tested equal.
-//     Subnormals are kept (the hardware may flush them: QUANT.md §4 item 3).
+//     so a kernel dividing on A2/A3 is declared inexact (docs/semantics.md §13.4), never tested equal.
+//     Subnormals are kept (the hardware may flush them: docs/semantics.md §13.4).
 //   - half/bfloat16 arithmetic: the float32 operation rounded once to the type (CAST_RINT).
 //   - Max/Min/Maxs/Mins on float: the result with a NaN operand is not documented, so a NaN
 //     operand stops the kernel (a kernel must remove NaN first, e.g. by a saturating Cast).
