@@ -66,10 +66,10 @@ public:
 private:
     __aicore__ inline void PrepareSide(const QuantTiling& q, const AscendC::LocalTensor<float>& params, GM_ADDR scale,
                                        GM_ADDR offset, GM_ADDR scaleCacheGm,
-                                       AscendC::GlobalTensor<uint8_t>& scaleCache)
+                                       ScaleCache& scaleCache)
     {
         if (q.scheme == kQuantDynamic) {
-            scaleCache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(scaleCacheGm), q.scaleCacheSpan);
+            scaleCache.Init(scaleCacheGm, q.scaleCacheSpan);
         } else if (q.scheme != kQuantNone) {
             rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
             if (q.offsetElems != 0) {
@@ -96,7 +96,7 @@ private:
     }
 
     __aicore__ inline void DequantToken(CacheSide& side, const QuantTiling& q, const AscendC::LocalTensor<float>& params,
-                                        AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t tokenAt, uint64_t block,
+                                        ScaleCache& scaleCache, uint64_t tokenAt, uint64_t block,
                                         uint64_t slot, uint64_t row)
     {
         const uint32_t n = static_cast<uint32_t>(q.rowElems);
@@ -129,7 +129,7 @@ private:
     /// Dynamic: params[0, rowElems) = the token's scale of each head (scale_cache[block, slot, h] as
     /// float), repeated over the head's elements (FillHead: one Duplicate per head).
     __aicore__ inline void RowScales(const QuantTiling& q, const AscendC::LocalTensor<float>& params,
-                                     AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t block, uint64_t slot)
+                                     ScaleCache& scaleCache, uint64_t block, uint64_t slot)
     {
         const uint32_t heads = static_cast<uint32_t>(q.heads);
         const uint64_t at = block * q.scaleBlockStride + slot * q.scaleSlotStride;
@@ -141,13 +141,9 @@ private:
         for (uint32_t h = 0; h < heads; ++h) {
             const uint64_t byte = at + h * q.scaleHeadStride;
             if (q.scaleCacheType == kQuantFloat) {
-                AscendC::GlobalTensor<float> cell;
-                cell.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(scaleCache.GetPhyAddr() + byte), 1);
-                scales.SetValue(h, cell.GetValue(0));
+                scales.SetValue(h, scaleCache.wide.GetValue(byte / sizeof(float)));
             } else {
-                AscendC::GlobalTensor<uint16_t> cell;
-                cell.SetGlobalBuffer(reinterpret_cast<__gm__ uint16_t*>(scaleCache.GetPhyAddr() + byte), 1);
-                bits.SetValue(h, cell.GetValue(0));
+                bits.SetValue(h, scaleCache.narrow.GetValue(byte / sizeof(uint16_t)));
             }
         }
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
@@ -194,8 +190,8 @@ private:
     QuantRows rows_;
     AscendC::LocalTensor<float> keyParams_;
     AscendC::LocalTensor<float> valueParams_;
-    AscendC::GlobalTensor<uint8_t> keyScaleCache_;
-    AscendC::GlobalTensor<uint8_t> valueScaleCache_;
+    ScaleCache keyScaleCache_;
+    ScaleCache valueScaleCache_;
 };
 
 }  // namespace ascend_kv

@@ -11,6 +11,20 @@
 
 namespace ascend_kv {
 
+/// A dynamic side's scale cache [num_blocks, block_size, heads] of float, half or bfloat16, at the
+/// tiling's byte strides: one typed view per element width, so each cell is read and written by
+/// its byte offset through GlobalTensor (no raw GM pointers).
+struct ScaleCache {
+    AscendC::GlobalTensor<float> wide;      // float caches
+    AscendC::GlobalTensor<uint16_t> narrow; // half / bfloat16 caches, as their bits
+
+    __aicore__ inline void Init(GM_ADDR gm, uint64_t spanBytes)
+    {
+        wide.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(gm), spanBytes / sizeof(float));
+        narrow.SetGlobalBuffer(reinterpret_cast<__gm__ uint16_t*>(gm), spanBytes / sizeof(uint16_t));
+    }
+};
+
 struct QuantRows {
     AscendC::TBuf<AscendC::TPosition::VECCALC> work, narrow, wide, params;
     QuantScratch scratch;

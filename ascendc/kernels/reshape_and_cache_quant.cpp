@@ -83,10 +83,10 @@ private:
     /// params[Pitch()]), rounded to the compute dtype; or its scale cache (dynamic).
     __aicore__ inline void PrepareSide(const QuantTiling& q, const AscendC::LocalTensor<float>& params, GM_ADDR scale,
                                        GM_ADDR offset, GM_ADDR scaleCacheGm,
-                                       AscendC::GlobalTensor<uint8_t>& scaleCache)
+                                       ScaleCache& scaleCache)
     {
         if (q.scheme == kQuantDynamic) {
-            scaleCache.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(scaleCacheGm), q.scaleCacheSpan);
+            scaleCache.Init(scaleCacheGm, q.scaleCacheSpan);
         } else if (q.scheme != kQuantNone) {
             const uint32_t n = static_cast<uint32_t>(q.rowElems);
             rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
@@ -100,7 +100,7 @@ private:
 
     /// Token i of one side to position `position` of block `block`: codes, or bytes.
     __aicore__ inline void WriteToken(CacheSide& side, const QuantTiling& q, const AscendC::LocalTensor<float>& params,
-                                      AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t i, uint64_t block,
+                                      ScaleCache& scaleCache, uint64_t i, uint64_t block,
                                       uint64_t position)
     {
         const uint64_t tokenAt = block * side.blockStride + position * side.slotStride;
@@ -159,7 +159,7 @@ private:
     __aicore__ inline void QuantizeDynamic(const AscendC::LocalTensor<int8_t>& codes,
                                            const AscendC::LocalTensor<float>& x, const QuantTiling& q,
                                            const AscendC::LocalTensor<float>& params,
-                                           AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t block,
+                                           ScaleCache& scaleCache, uint64_t block,
                                            uint64_t position)
     {
         const uint32_t n = static_cast<uint32_t>(q.rowElems);
@@ -187,7 +187,7 @@ private:
 
     /// The heads' float scales to the scale cache at (block, position), in its element type.
     __aicore__ inline void StoreScales(const QuantTiling& q, const AscendC::LocalTensor<float>& scales,
-                                       AscendC::GlobalTensor<uint8_t>& scaleCache, uint64_t block, uint64_t position)
+                                       ScaleCache& scaleCache, uint64_t block, uint64_t position)
     {
         const uint32_t heads = static_cast<uint32_t>(q.heads);
         const uint64_t at = block * q.scaleBlockStride + position * q.scaleSlotStride;
@@ -203,13 +203,9 @@ private:
         for (uint32_t h = 0; h < heads; ++h) {
             const uint64_t byte = at + h * q.scaleHeadStride;
             if (q.scaleCacheType == kQuantFloat) {
-                AscendC::GlobalTensor<float> cell;
-                cell.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(scaleCache.GetPhyAddr() + byte), 1);
-                cell.SetValue(0, scales.GetValue(h));
+                scaleCache.wide.SetValue(byte / sizeof(float), scales.GetValue(h));
             } else {
-                AscendC::GlobalTensor<uint16_t> cell;
-                cell.SetGlobalBuffer(reinterpret_cast<__gm__ uint16_t*>(scaleCache.GetPhyAddr() + byte), 1);
-                cell.SetValue(0, narrowBits.GetValue(h));
+                scaleCache.narrow.SetValue(byte / sizeof(uint16_t), narrowBits.GetValue(h));
             }
         }
         // the next token's vector work overwrites the scales and the narrow stage read here
@@ -264,8 +260,8 @@ private:
     QuantRows rows_;
     AscendC::LocalTensor<float> keyParams_;
     AscendC::LocalTensor<float> valueParams_;
-    AscendC::GlobalTensor<uint8_t> keyScaleCache_;
-    AscendC::GlobalTensor<uint8_t> valueScaleCache_;
+    ScaleCache keyScaleCache_;
+    ScaleCache valueScaleCache_;
 };
 
 }  // namespace ascend_kv

@@ -558,8 +558,16 @@ public:
         std::memcpy(p, &value, sizeof(T));
     }
 
-    __aicore__ inline __gm__ T* GetPhyAddr() const { return m_.base + m_.off; }
-    __aicore__ inline uint64_t GetSize() const { return m_.off < m_.size ? m_.size - m_.off : 0; }
+    // As Huawei declares them: the address without an offset is read-only; only the offset form
+    // gives a writable pointer (within the buffer, its end included).
+    __aicore__ inline const __gm__ T* GetPhyAddr() const { return m_.base + m_.off; }
+    __aicore__ inline __gm__ T* GetPhyAddr(const uint64_t offset) const
+    {
+        m_.Check(offset, 0, "GlobalTensor::GetPhyAddr", "address");
+        return m_.base + m_.off + offset;
+    }
+    // The bufferSize given to SetGlobalBuffer, also for a tensor made by operator[] (Huawei's semantics).
+    __aicore__ inline uint64_t GetSize() const { return m_.size; }
 
 private:
     friend struct host_model::Access;
