@@ -390,17 +390,45 @@ def test_bad_cache_mode_and_mixed_formats_are_errors_that_write_nothing() -> Non
 # ----------------------------------------------------------------------------- storage formats off the NPU
 
 
-def test_format_tags_belong_to_the_bytes() -> None:
-    """As torch_npu's storage format: the tensor cast, its source and every view of the bytes report it."""
-    t = torch.zeros(2, 3, 4, 16, 16)
-    assert facade.get_npu_format(t) == 2
-    kv = facade.npu_format_cast(t, 29)
-    assert kv.data_ptr() == t.data_ptr() and kv.shape == t.shape
-    views = [kv, t, kv[0], kv[1], kv[1][2], kv[:, 1:], kv[0, :2], kv.detach(), kv.data, kv.view(6, 4, 16, 16)]
-    assert all(facade.get_npu_format(v) == 29 for v in views)
+def test_a_format_belongs_to_the_tensor_cast_and_the_views_taken_from_it() -> None:
+    """As torch_npu: the cast's result has the format, and so does every view taken from it; the cast's
+    input, the buffer it is a view of and its siblings keep theirs."""
+    buf = torch.zeros(2, 3, 4, 16, 16)
+    assert facade.get_npu_format(buf) == 2
+    kv = facade.npu_format_cast(buf, 29)
+    assert kv.data_ptr() == buf.data_ptr() and kv.shape == buf.shape and facade.get_npu_format(buf) == 2
+    views = [kv, kv[0], kv[1], kv[1][2], kv[:, 1:], kv[0, :2], kv.view(6, 4, 16, 16), *kv.unbind(0)]
+    assert [facade.get_npu_format(v) for v in views] == [29] * len(views)
     nd = facade.npu_format_cast(kv[1], 2)
-    assert facade.get_npu_format(nd) == 2 and facade.get_npu_format(kv[0]) == 2 and facade.get_npu_format(kv) == 29
+    assert facade.get_npu_format(nd) == 2 and facade.get_npu_format(nd[0]) == 2
+    assert facade.get_npu_format(kv[1]) == 29 and facade.get_npu_format(kv) == 29
+    t = buf[0]
+    k = facade.npu_format_cast(t, 29)
+    assert facade.get_npu_format(k) == 29 and facade.get_npu_format(k[2]) == 29
+    assert [facade.get_npu_format(v) for v in (t, buf, buf[0], buf[1], buf[1][0])] == [2] * 5
     assert facade.get_npu_format(torch.zeros(2, 3, 4, 16, 16)) == 2
+
+
+def test_nd_and_nz_caches_as_views_of_one_buffer() -> None:
+    """vllm-ascend's layouts: one allocation for every layer, K and V per layer, some layers' caches cast
+    to FRACTAL_NZ and others left ND. Each cache is written in its own layout and nothing else changes."""
+    layers, nb, bs, heads, dim = 3, 4, 16, 1, 16
+    buf = torch.zeros(layers, 2, nb, heads * dim // 16, bs, 16, dtype=torch.float16)  # NZ-shaped layer caches
+    nz_layers = {0, 2}
+    caches = [[facade.npu_format_cast(buf[l][i], 29) if l in nz_layers else buf[l][i].view(nb, bs, heads, dim)
+               for i in range(2)] for l in range(layers)]
+    assert [[facade.get_npu_format(c) for c in pair] for pair in caches] == [[29, 29], [2, 2], [29, 29]]
+    slots = torch.tensor([3, 17, -1, 40], dtype=I32)
+    for l, (kc, vc) in enumerate(caches):
+        k, v = (random_bits((4, heads, dim), torch.float16, 200 + 2 * l + i) for i in range(2))
+        before = buf.clone()
+        expected = golden.scatter(k, v, kc, vc, slots, nz=l in nz_layers)
+        facade._npu_reshape_and_cache(key=k, value=v, key_cache=kc, value_cache=vc, slot_indices=slots)
+        assert_bits([(kc, expected[0]), (vc, expected[1])])
+        untouched = torch.ones(layers, dtype=torch.bool)
+        untouched[l] = False
+        assert bits_equal(buf[untouched], before[untouched])
+    assert [facade.get_npu_format(v) for v in (buf, buf[1], buf[0])] == [2, 2, 2]
 
 
 @pytest.mark.parametrize("split", ["index", "unbind", "slice"])

@@ -1,12 +1,13 @@
 """torch_npu's storage formats on any device: ``npu_format_cast``, ``get_npu_format``, ``empty_with_format``.
 
 On an NPU an ACL storage format (2 = ND, 29 = FRACTAL_NZ) belongs to a tensor's storage, and
-torch_npu's own functions set and read it. Off the NPU the bytes stay where they are, so the
-format is a tag, put where every tensor sharing those bytes finds it, as torch_npu reports the
-storage's format for any view: on the tensor cast, on the root tensor its views hang from
-(``t._base``, what ``torch.compile`` can read) and on the storage (every other tensor on those
-bytes, eagerly). ``kv[0]`` and ``kv[1]`` of a cast buffer, ``cache[i]`` and dim-0 slices are
-therefore FRACTAL_NZ too.
+torch_npu's cast returns a new tensor in that format, leaving its input as it was. Off the NPU
+the bytes stay where they are, so the format is a tag on the tensor the cast returns: an alias
+of the input's bytes with no view base of its own (``detach()``), so the views taken from it
+(``kv[0]``, ``kv[1]``, ``cache[i]``, dim-0 slices) hang from it and report its tag, while the
+cast's input, its siblings (``buf[1]`` beside a cast ``buf[0]``) and the buffer they share keep
+their own format. ND and NZ caches can so be views of one buffer, as on the NPU, where each cast
+view is its own allocation.
 
 A FRACTAL_NZ tag also records the tiling of the tensor cast, its last three dims
 ``[T // E, block_size, E]`` (sizes of the last two, strides of all three). :func:`cache_layout`
@@ -15,9 +16,10 @@ a flattened one): such a view is neither layout, and writing it as ND would be s
 
 Examples
 --------
->>> kv = npu_format_cast(torch.zeros(2, 4, 2, 16, 16, dtype=torch.float16), 29)  # K and V [2, nb, T // E, bs, E]
->>> get_npu_format(kv[0]), get_npu_format(kv[1][1:3]), cache_layout(kv[0], kv[1])
-(29, 29, 'nz')
+>>> buf = torch.zeros(2, 4, 2, 16, 16, dtype=torch.float16)
+>>> kv = npu_format_cast(buf, 29)  # K and V [2, nb, T // E, bs, E]
+>>> get_npu_format(kv[0]), get_npu_format(kv[1][1:3]), get_npu_format(buf), cache_layout(kv[0], kv[1])
+(29, 29, 2, 'nz')
 >>> cache_layout(kv.view(2, 4, 16, 2, 16)[0], kv[1])
 Traceback (most recent call last):
 ValueError: key_cache (shape (4, 16, 2, 16), strides (512, 32, 16, 1)) is a view of bytes cast to FRACTAL_NZ (29), ...
@@ -37,7 +39,7 @@ from ..dispatch import device as runtime
 FORMAT_ND = 2
 FORMAT_FRACTAL_NZ = 29
 
-#: The attribute holding a tag, on tensors and on storages.
+#: The attribute holding a tag, on the tensor cast.
 _TAG = "_ascend_kv_npu_format"
 
 
@@ -50,28 +52,24 @@ class _Tag(NamedTuple):
 
 
 def _tag_of(tensor: torch.Tensor) -> tuple[_Tag | None, bool]:
-    """``(tag or None, whether it is the tensor's own)``: its own, else its root's, else (eagerly) its storage's."""
+    """``(tag or None, whether it is the tensor's own)``: its own, else that of the tensor it is a view of."""
     own = getattr(tensor, _TAG, None)
     if own is not None:
         return own, True
     base = tensor._base
-    if base is not None and getattr(base, _TAG, None) is not None:
-        return getattr(base, _TAG), False
-    if torch.compiler.is_compiling():  # a storage is opaque to Dynamo; the two above are what it traces
-        return None, False
-    return getattr(tensor.untyped_storage(), _TAG, None), False
+    return (None if base is None else getattr(base, _TAG, None)), False
 
 
-def _set_tag(tensor: torch.Tensor, code: int) -> torch.Tensor:
-    """Tag ``tensor``, its root and (eagerly) its storage with ``code``; returns ``tensor``."""
-    nz = code == FORMAT_FRACTAL_NZ and tensor.dim() >= 3
-    tag = _Tag(code, tuple(tensor.shape[-2:]) if nz else None, tuple(tensor.stride()[-3:]) if nz else None)
-    setattr(tensor, _TAG, tag)
-    if tensor._base is not None:
-        setattr(tensor._base, _TAG, tag)
-    if not torch.compiler.is_compiling():
-        setattr(tensor.untyped_storage(), _TAG, tag)
-    return tensor
+def _tagged(tensor: torch.Tensor, code: int) -> torch.Tensor:
+    """An alias of ``tensor``'s bytes tagged with ``code``, the root of the views taken from it.
+
+    A tensor that requires grad is aliased by a view (detaching it would cut its gradient), so
+    only the alias itself carries the tag: the cache operations never write such tensors.
+    """
+    alias = tensor.view(tensor.shape) if tensor.requires_grad else tensor.detach()
+    nz = code == FORMAT_FRACTAL_NZ and alias.dim() >= 3
+    setattr(alias, _TAG, _Tag(code, tuple(alias.shape[-2:]) if nz else None, tuple(alias.stride()[-3:]) if nz else None))
+    return alias
 
 
 def _format_code(acl_format: object) -> int:
@@ -93,9 +91,9 @@ def _real_torch_npu(what: str) -> object:
 def get_npu_format(tensor: torch.Tensor) -> int:
     """The ACL storage format of ``tensor``: 2 (ND) or 29 (FRACTAL_NZ), as torch_npu's ``get_npu_format``.
 
-    An NPU tensor reports its storage's format. Any other tensor reports the format its bytes
-    were cast to (:func:`npu_format_cast`, :func:`empty_with_format`): that of the tensor cast
-    and of every view of it or of its storage; else 2.
+    An NPU tensor reports its storage's format. Any other tensor reports the format it was given
+    (it is the result of :func:`npu_format_cast` or :func:`empty_with_format`, or a view taken from
+    one); else 2.
 
     Parameters
     ----------
@@ -119,10 +117,10 @@ def npu_format_cast(tensor: torch.Tensor, acl_format: int, customize_dtype: torc
     """``tensor`` in storage format ``acl_format`` (2 = ND, 29 = FRACTAL_NZ), as torch_npu's ``npu_format_cast``.
 
     On an NPU this is torch_npu's own cast (the bytes are rearranged there). On any other
-    device the result is a view with the same shape and bytes, and those bytes are tagged with
-    the format (the view, the tensor's root and its storage): the way torch_npu's tests use the
-    cast, on caches already shaped ``[num_blocks, T // E, block_size, E]``, whose FRACTAL_NZ
-    bytes are their row-major bytes.
+    device the result is an alias with the same shape and bytes, tagged with the format, from
+    which views inherit it; ``tensor`` itself keeps its format (see the module's notes). This is
+    the way torch_npu's tests use the cast, on caches already shaped ``[num_blocks, T // E,
+    block_size, E]``, whose FRACTAL_NZ bytes are their row-major bytes.
 
     Parameters
     ----------
@@ -149,7 +147,7 @@ def npu_format_cast(tensor: torch.Tensor, acl_format: int, customize_dtype: torc
     if runtime.is_npu(tensor.device):
         cast: torch.Tensor = _real_torch_npu("npu_format_cast").npu_format_cast(tensor, code)  # type: ignore[attr-defined]
         return cast
-    return _set_tag(tensor.view(tensor.shape), code)
+    return _tagged(tensor, code)
 
 
 def empty_with_format(
@@ -206,7 +204,7 @@ def empty_with_format(
         made: torch.Tensor = _real_torch_npu("empty_with_format").empty_with_format(  # type: ignore[attr-defined]
             shape, dtype=dtype, device=place, pin_memory=pinned, acl_format=code)
         return made
-    return _set_tag(torch.empty(shape, dtype=dtype, device=place, pin_memory=pinned), code)
+    return _tagged(torch.empty(shape, dtype=dtype, device=place, pin_memory=pinned), code)
 
 
 def cache_layout(key_cache: object, value_cache: object) -> str:
