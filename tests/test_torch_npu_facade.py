@@ -431,6 +431,27 @@ def test_nd_and_nz_caches_as_views_of_one_buffer() -> None:
     assert [facade.get_npu_format(v) for v in (buf, buf[1], buf[0])] == [2, 2, 2]
 
 
+def test_views_taken_inside_a_compiled_step_keep_their_format() -> None:
+    """K/V views of a cast buffer and of a plain one, taken inside the compiled function: each written
+    in its layout, as eagerly (Dynamo reads no attribute of such a view's base)."""
+
+    def step(k: torch.Tensor, nz: torch.Tensor, nd: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        facade._npu_reshape_and_cache(k, k, nz[0], nz[1], slots)
+        facade._npu_reshape_and_cache(k, k, nd[0], nd[1], slots)
+        return nz, nd
+
+    def inputs() -> tuple[torch.Tensor, ...]:
+        buf = torch.zeros(2, 2, 3, 16, 16, 16, dtype=torch.float16)
+        return (random_bits((3, 16, 16), torch.float16, 97), facade.npu_format_cast(buf[0], 29), buf[1],
+                torch.tensor([1, 20, 33], dtype=I32))
+
+    expected = step(*inputs())
+    torch._dynamo.reset()
+    actual = torch.compile(step, fullgraph=True, backend="aot_eager")(*inputs())
+    assert all(bits_equal(a, e) for a, e in zip(actual, expected))
+    assert not bits_equal(expected[0], expected[1])  # NZ and ND writes of the same rows differ
+
+
 @pytest.mark.parametrize("split", ["index", "unbind", "slice"])
 def test_indexed_views_of_a_cast_kv_buffer_are_written_nz(split: str) -> None:
     """The issue's case: ``[nb, 16, 16, 16]`` float16 caches, ``kv[0]``/``kv[1]`` of one cast buffer, also

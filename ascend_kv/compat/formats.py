@@ -27,6 +27,7 @@ ValueError: key_cache (shape (4, 16, 2, 16), strides (512, 32, 16, 1)) is a view
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -51,13 +52,24 @@ class _Tag(NamedTuple):
     tile_strides: tuple[int, ...] | None  # strides of [T // E, block_size, E]
 
 
+#: Every tagged tensor, so that a compiled function finds the tag of the tensor a view it took hangs from.
+_TAGGED: list[weakref.ref[torch.Tensor]] = []
+
+
 def _tag_of(tensor: torch.Tensor) -> tuple[_Tag | None, bool]:
     """``(tag or None, whether it is the tensor's own)``: its own, else that of the tensor it is a view of."""
     own = getattr(tensor, _TAG, None)
     if own is not None:
         return own, True
     base = tensor._base
-    return (None if base is None else getattr(base, _TAG, None)), False
+    if base is None:
+        return None, False
+    tag = getattr(base, _TAG, None)
+    if tag is None and torch.compiler.is_compiling():
+        # Dynamo reads no attribute of the base of a view taken while tracing; it does know which
+        # tensor that base is, so the tagged tensors are searched for it.
+        tag = next((getattr(t, _TAG) for t in (ref() for ref in _TAGGED) if t is base), None)
+    return tag, False
 
 
 def _tagged(tensor: torch.Tensor, code: int) -> torch.Tensor:
@@ -69,6 +81,9 @@ def _tagged(tensor: torch.Tensor, code: int) -> torch.Tensor:
     alias = tensor.view(tensor.shape) if tensor.requires_grad else tensor.detach()
     nz = code == FORMAT_FRACTAL_NZ and alias.dim() >= 3
     setattr(alias, _TAG, _Tag(code, tuple(alias.shape[-2:]) if nz else None, tuple(alias.stride()[-3:]) if nz else None))
+    if not torch.compiler.is_compiling():
+        _TAGGED[:] = [ref for ref in _TAGGED if ref() is not None]
+        _TAGGED.append(weakref.ref(alias))
     return alias
 
 
