@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,8 @@ PLACE = {"fallback": "host paths", "sim": "sim"}
 def test_demo_quick_matches_reference(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--quick", "--repeats", "1", "--backend", backend]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok   ") == len(demo.scenarios(16, torch.Generator())) == 19
+    built = [scenario for build in demo.scenarios(16, torch.Generator()) for scenario in build()]
+    assert out.count("ok   ") == len(built) == 19
     assert "FAIL" not in out and "all calls match the reference and ran where explain() said" in out
     blocks = scenario_blocks(out)
     # the C8 decode step (quantized writes, dequantized reads) runs where the others do: the sim has the
@@ -143,7 +145,8 @@ def test_a_wrong_into_form_fails_the_demo(monkeypatch: pytest.MonkeyPatch, capsy
 
 @pytest.mark.slow  # builds the kernels for the host
 def test_the_sims_first_build_says_what_it_is_doing(tmp_path: Path) -> None:
-    """The first run on a fresh cache builds the host library (seconds) and says so once on stderr; the next says nothing."""
+    """The first run on a fresh cache builds the host library (seconds), says so once on stderr and how long it took;
+    the next says nothing."""
     script = str(Path(sys.executable).parent / "ascend-kv")
     env = {**os.environ, "ASCEND_KV_CACHE_DIR": str(tmp_path / "cache")}
     operators = library.load()                      # the operator library, cached already: only the sim is built
@@ -154,3 +157,27 @@ def test_the_sims_first_build_says_what_it_is_doing(tmp_path: Path) -> None:
                               text=True, env=env, cwd=tmp_path, check=False)
         assert done.returncode == 0, done.stderr
         assert done.stderr.count("ascend_kv: compiling the AscendC kernels for the host (backend 'sim')") == expected, run
+        assert len(re.findall(r"ascend_kv: compiled the AscendC kernels for the host \(backend 'sim'\) in \d+ s\n",
+                              done.stderr)) == expected, run
+
+
+def test_scenarios_are_built_only_when_reached() -> None:
+    """Listing the demo's scenarios draws no random inputs (each group makes its tensors when it runs, and
+    they are freed after), so the first row comes at once and the peak memory is one scenario's."""
+    g = torch.Generator().manual_seed(0)
+    state = g.get_state()
+    builders = demo.scenarios(1, g)
+    assert len(builders) == 18 and torch.equal(g.get_state(), state)  # 19 scenarios, the C8 pair built together
+    (first,) = builders[0]()
+    assert not torch.equal(g.get_state(), state) and first.name.startswith("kv_cache prefill")
+
+
+def test_a_backend_that_cannot_run_is_refused_before_any_work(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(demo, "kv_cache_scenario", lambda *a, **k: built.append("kv_cache"))
+    assert demo.main(["--quick", "--backend", "npu"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and not built
+    assert err == ("ascend-kv demo: backend 'npu' cannot run the demo's calls (CPU tensors): the tensors are on cpu, "
+                   "not on an Ascend NPU\n")

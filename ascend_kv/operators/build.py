@@ -28,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +186,7 @@ def _compile_and_link(library: Library, compile_flags: list[str], link_flags: li
     print(f"ascend_kv: compiling {library.what} for torch {torch.__version__} ({len(library.sources)} files in "
           f"{len(shares)} translation unit{'s' if len(shares) > 1 else ''}) into {target.parent}; once for these "
           f"sources, later runs reuse it", file=sys.stderr, flush=True)
+    started = time.monotonic()
     cxx = compiler()
     with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as work:
         objects = []
@@ -201,3 +203,4 @@ def _compile_and_link(library: Library, compile_flags: list[str], link_flags: li
         partial = Path(work) / target.name
         _run([cxx, *map(str, objects), *link_flags, "-o", str(partial)], f"linking {library.name}")
         shutil.move(str(partial), str(target))
+    print(f"ascend_kv: compiled {library.what} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)

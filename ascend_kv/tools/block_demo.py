@@ -12,7 +12,11 @@ from ..api.layout import nd_to_nz
 from ..api.transfer_ops import scatter_blocks
 from ..dispatch import policy
 from . import reference
-from .demo import Scenario, _payload
+from .demo import Builder, Scenario, _payload, lazily
+
+#: The blocks of the received request: 32 layers of K and V at 256 KiB a block, staged and cached
+#: (with the reference's copy), under 1 GB in all, so the demo fits a laptop (docs/benchmarks.md).
+RECEIVED_BLOCKS = 16
 
 
 def fork_scenario(name: str, sequences: int, beams: int, *, block_size: int, heads: int = 8, head_size: int = 128,
@@ -105,7 +109,7 @@ def receive_scenario(name: str, layers: int, blocks: int, *, splits: int, block_
                      head_size: int = 128, dtype: torch.dtype = torch.float16, g: torch.Generator) -> Scenario:
     """``blocks`` blocks of ``splits`` prefill ranks' heads (staging ``[2, L, n, S, bs, H/S, D]``) into
     shuffled blocks of ``layers`` layers' NZ K and V caches, in one call."""
-    num_blocks = 2 * blocks
+    num_blocks = blocks + 4
     t, e = heads * head_size, 32 // dtype.itemsize
     caches = _payload((layers, 2, num_blocks, t // e, block_size, e), dtype, g)   # per-layer views of one buffer
     keys, values = [caches[layer, 0] for layer in range(layers)], [caches[layer, 1] for layer in range(layers)]
@@ -127,19 +131,19 @@ def receive_scenario(name: str, layers: int, blocks: int, *, splits: int, block_
                     bytes_moved=2 * staging.nbytes)
 
 
-def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
-    """The block scenarios; ``scale`` divides the block size (1 = realistic shapes)."""
+def scenarios(scale: int, g: torch.Generator) -> list[Builder]:
+    """The block scenarios, each built when reached; ``scale`` divides the block size (1 = realistic shapes)."""
     block_size = max(1, 128 // scale)
     return [
-        fork_scenario(f"block_copy beam-search fork: 8 sequences' last blocks to 3 more beams each, block {block_size}, "
-                      "8x128 heads, float16", 8, 4, block_size=block_size, g=g),
-        fork_scenario(f"block_copy NZ fork: 4 sequences to 2 beams, block {max(16, block_size)}, bfloat16", 4, 2,
-                      block_size=max(16, block_size), layout="nz", dtype=torch.bfloat16, g=g),
-        layers_scenario(f"copy_blocks 32 layers x 16 pairs in one call (views of one buffer), block {block_size}",
-                        32, 16, block_size=block_size, head_size=128 // scale or 1, g=g),
-        receive_scenario(f"scatter_blocks Mooncake receive: TP-split (S=2) ND staging of {max(2, 64 // scale)} blocks "
-                         "into NZ caches of 32 layers in one call, block 128, 8x128 heads, float16", 32,
-                         max(2, 64 // scale), splits=2, block_size=128, g=g),
-        offload_scenario(f"swap_blocks offload round trip: 16 blocks to host memory and back, block {block_size}",
-                         16, block_size=block_size, g=g),
+        lazily(fork_scenario, f"block_copy beam-search fork: 8 sequences' last blocks to 3 more beams each, block "
+               f"{block_size}, 8x128 heads, float16", 8, 4, block_size=block_size, g=g),
+        lazily(fork_scenario, f"block_copy NZ fork: 4 sequences to 2 beams, block {max(16, block_size)}, bfloat16",
+               4, 2, block_size=max(16, block_size), layout="nz", dtype=torch.bfloat16, g=g),
+        lazily(layers_scenario, f"copy_blocks 32 layers x 16 pairs in one call (views of one buffer), block "
+               f"{block_size}", 32, 16, block_size=block_size, head_size=128 // scale or 1, g=g),
+        lazily(receive_scenario, f"scatter_blocks Mooncake receive: TP-split (S=2) ND staging of "
+               f"{max(2, RECEIVED_BLOCKS // scale)} blocks into NZ caches of 32 layers in one call, block 128, 8x128 "
+               "heads, float16", 32, max(2, RECEIVED_BLOCKS // scale), splits=2, block_size=128, g=g),
+        lazily(offload_scenario, f"swap_blocks offload round trip: 16 blocks to host memory and back, block "
+               f"{block_size}", 16, block_size=block_size, g=g),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,9 +50,10 @@ class Scenario:
 
 
 def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Random values of ``dtype``, drawn in that dtype (no float32 copy of a large cache)."""
     if dtype == torch.int8:
         return torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
-    return torch.randn(shape, generator=g).to(dtype)
+    return torch.randn(shape, generator=g, dtype=dtype)
 
 
 def kv_cache_scenario(name: str, seq_len: list[int], hidden: int, dtype: torch.dtype, *, four_d: bool = False,
@@ -150,34 +152,49 @@ def write_scenario(name: str, lens: list[int], layout: str, *, heads: int = 8, h
     )
 
 
-def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
-    """The demo's calls; ``scale`` divides the token counts (1 = realistic shapes)."""
+#: A scenario group not built yet: called when the demo reaches it, it makes its inputs and returns
+#: its scenarios (more than one when they share inputs); they are freed once run.
+Builder = Callable[[], list[Scenario]]
+
+
+def lazily(make: Callable[..., Scenario], *args: object, **kwargs: object) -> Builder:
+    """A builder of the one scenario ``make(*args, **kwargs)``."""
+    return lambda: [make(*args, **kwargs)]
+
+
+def scenarios(scale: int, g: torch.Generator) -> list[Builder]:
+    """The demo's calls, each built when it is reached; ``scale`` divides the token counts (1 = realistic
+    shapes). All draw from ``g`` in this order, so a run is reproducible."""
     from . import block_demo, quant_demo  # they build on Scenario above
+
     def n(tokens: int) -> int:
         return max(1, tokens // scale)
     return [
-        kv_cache_scenario(f"kv_cache prefill 4 x {n(512)} tokens, 8x128 heads, float16", [n(512)] * 4, 1024,
-                          torch.float16, max_seq_len=n(2048), g=g),
-        kv_cache_scenario("kv_cache decode 64 x 1 token, 4-D new_kv [64, 1, 8, 128], bfloat16", [1] * 64, 1024,
-                          torch.bfloat16, four_d=True, max_seq_len=n(512), g=g),
-        kv_cache_scenario(f"kv_cache uneven batch [{n(300)}, 0, {n(17)}, 1], int8", [n(300), 0, n(17), 1], 1024,
-                          torch.int8, max_seq_len=n(1024), g=g),
-        paged_scenario(f"paged ND 8 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 8, ND, g=g),
-        paged_scenario(f"paged ND cumsum + seq_starts, lens [{n(700)}, 0, {n(260)}], bfloat16",
-                       [n(700), 0, n(260)], ND, key_dtype=torch.bfloat16, cumsum=True, seq_starts=True, g=g),
-        paged_scenario(f"paged ND MLA (1 head, K 512 + V 64) 4 x {n(1024)} tokens, given outputs", [n(1024)] * 4, ND,
-                       heads=1, head_k=512, head_v=64, give_outputs=True, g=g),
-        paged_scenario(f"paged NZ 4 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 4, NZ, g=g),
-        paged_scenario(f"paged NZ int8 keys + float16 values, MLA, 4 x {n(512)} tokens", [n(512)] * 4, NZ,
-                       heads=1, head_k=512, head_v=64, key_dtype=torch.int8, value_dtype=torch.float16, g=g),
-        write_scenario(f"paged write ND prefill 8 x {n(512)} tokens, block 128, 8x128 heads, float16", [n(512)] * 8,
-                       "nd", g=g),
-        write_scenario("paged write ND decode 64 x 1 token + 8 padding slots, head size 33 (unaligned rows), bfloat16",
-                       [1] * 64, "nd", head_k=33, head_v=33, dtype=torch.bfloat16, padding=8, g=g),
-        write_scenario(f"paged write NZ 4 x {n(256)} tokens, block 128, 8x128 heads, float16", [n(256)] * 4, "nz",
-                       g=g),
-        write_scenario(f"paged write key only (MLA latent 576), 4 x {n(256)} tokens, bfloat16", [n(256)] * 4, "nd",
-                       heads=1, head_k=576, head_v=None, dtype=torch.bfloat16, g=g),
+        lazily(kv_cache_scenario, f"kv_cache prefill 4 x {n(512)} tokens, 8x128 heads, float16", [n(512)] * 4, 1024,
+               torch.float16, max_seq_len=n(2048), g=g),
+        lazily(kv_cache_scenario, "kv_cache decode 64 x 1 token, 4-D new_kv [64, 1, 8, 128], bfloat16", [1] * 64,
+               1024, torch.bfloat16, four_d=True, max_seq_len=n(512), g=g),
+        lazily(kv_cache_scenario, f"kv_cache uneven batch [{n(300)}, 0, {n(17)}, 1], int8", [n(300), 0, n(17), 1],
+               1024, torch.int8, max_seq_len=n(1024), g=g),
+        lazily(paged_scenario, f"paged ND 8 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 8, ND,
+               g=g),
+        lazily(paged_scenario, f"paged ND cumsum + seq_starts, lens [{n(700)}, 0, {n(260)}], bfloat16",
+               [n(700), 0, n(260)], ND, key_dtype=torch.bfloat16, cumsum=True, seq_starts=True, g=g),
+        lazily(paged_scenario, f"paged ND MLA (1 head, K 512 + V 64) 4 x {n(1024)} tokens, given outputs",
+               [n(1024)] * 4, ND, heads=1, head_k=512, head_v=64, give_outputs=True, g=g),
+        lazily(paged_scenario, f"paged NZ 4 x {n(1024)} tokens, block 128, 8x128 heads, float16", [n(1024)] * 4, NZ,
+               g=g),
+        lazily(paged_scenario, f"paged NZ int8 keys + float16 values, MLA, 4 x {n(512)} tokens", [n(512)] * 4, NZ,
+               heads=1, head_k=512, head_v=64, key_dtype=torch.int8, value_dtype=torch.float16, g=g),
+        lazily(write_scenario, f"paged write ND prefill 8 x {n(512)} tokens, block 128, 8x128 heads, float16",
+               [n(512)] * 8, "nd", g=g),
+        lazily(write_scenario,
+               "paged write ND decode 64 x 1 token + 8 padding slots, head size 33 (unaligned rows), bfloat16",
+               [1] * 64, "nd", head_k=33, head_v=33, dtype=torch.bfloat16, padding=8, g=g),
+        lazily(write_scenario, f"paged write NZ 4 x {n(256)} tokens, block 128, 8x128 heads, float16", [n(256)] * 4,
+               "nz", g=g),
+        lazily(write_scenario, f"paged write key only (MLA latent 576), 4 x {n(256)} tokens, bfloat16",
+               [n(256)] * 4, "nd", heads=1, head_k=576, head_v=None, dtype=torch.bfloat16, g=g),
         *quant_demo.scenarios(scale, g),
         *block_demo.scenarios(scale, g),
     ]
@@ -212,13 +229,51 @@ def _ran_line(decision: policy.Decision, device: torch.device, ran: str) -> tupl
     return f"{decision.backend}, but ran on {ran} (explain() said {expected})", False
 
 
+def _unusable(backend: str | None) -> str | None:
+    """Why the forced ``backend`` cannot run the demo's calls (CPU tensors), or None when it can."""
+    if backend is None:
+        return None
+    decision = policy.explain("KVCacheOperation", torch.device("cpu"), backend)
+    return None if decision.backend is not None else decision.reason
+
+
+def _run(scenario: Scenario, repeats: int) -> bool:
+    """Run one scenario, print its rows, and say whether it matched the reference where explain() said."""
+    decision = scenario.decision()
+    seconds, outputs, ran = _median_seconds(scenario.run, repeats)
+    expected = scenario.reference()
+    same = all(_same_bits(o, r) for o, r in zip(outputs, expected))
+    where, ran_as_said = _ran_line(decision, scenario.device, ran)
+    ok = same and ran_as_said
+    lines = [(f"{where}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
+              f"read+write; bit-exact vs reference: {'yes' if same else 'NO'}")]
+    if scenario.run_into is not None:
+        into_seconds, into_outputs, into_ran = _median_seconds(scenario.run_into, repeats)
+        into_same = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))
+        into_where, into_as_said = _ran_line(decision, scenario.device, into_ran)
+        ok = ok and into_same and into_as_said
+        lines[0] += " (allocating: the time includes zero-filling the new key and value)"
+        lines.append(f"into given key/value, {into_where.removeprefix(f'{decision.backend}, ')}: "
+                     f"{into_seconds * 1e3:8.3f} ms, {scenario.bytes_moved / into_seconds / 1e9:6.2f} GB/s "
+                     f"read+write; bit-exact vs reference: {'yes' if into_same else 'NO'}")
+    print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}", *(f"     {line}" for line in lines),
+          f"     why: {decision.reason}", sep="\n", flush=True)
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run every scenario; print backend, where it ran, reason, time and the check; exit 1 on a mismatch."""
+    """Run every scenario, each built when reached and freed after; print backend, where it ran, reason,
+    time and the check; exit 1 on a mismatch, 2 when the forced backend cannot run here."""
     parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
     parser.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="force a backend (default: auto)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per call (median reported)")
     args = parser.parse_args(argv)
+    unusable = _unusable(args.backend)
+    if unusable is not None:
+        print(f"ascend-kv demo: backend {args.backend!r} cannot run the demo's calls (CPU tensors): {unusable}",
+              file=sys.stderr)
+        return 2
     g = torch.Generator().manual_seed(0)
     failures = 0
     why_no_npu = device.advice()
@@ -226,27 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {why_no_npu}\n", flush=True)
     print(f"torch intra-op threads: {torch.get_num_threads()} (the host paths run over them)\n", flush=True)
     with policy.use_backend(args.backend) if args.backend else contextlib.nullcontext():
-        for scenario in scenarios(16 if args.quick else 1, g):
-            decision = scenario.decision()
-            seconds, outputs, ran = _median_seconds(scenario.run, args.repeats)
-            expected = scenario.reference()
-            same = all(_same_bits(o, r) for o, r in zip(outputs, expected))
-            where, ran_as_said = _ran_line(decision, scenario.device, ran)
-            ok = same and ran_as_said
-            lines = [(f"{where}: {seconds * 1e3:8.3f} ms, {scenario.bytes_moved / seconds / 1e9:6.2f} GB/s "
-                      f"read+write; bit-exact vs reference: {'yes' if same else 'NO'}")]
-            if scenario.run_into is not None:
-                into_seconds, into_outputs, into_ran = _median_seconds(scenario.run_into, args.repeats)
-                into_same = all(_same_bits(o, r) for o, r in zip(into_outputs, expected))
-                into_where, into_as_said = _ran_line(decision, scenario.device, into_ran)
-                ok = ok and into_same and into_as_said
-                lines[0] += " (allocating: the time includes zero-filling the new key and value)"
-                lines.append(f"into given key/value, {into_where.removeprefix(f'{decision.backend}, ')}: "
-                             f"{into_seconds * 1e3:8.3f} ms, {scenario.bytes_moved / into_seconds / 1e9:6.2f} GB/s "
-                             f"read+write; bit-exact vs reference: {'yes' if into_same else 'NO'}")
-            failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {scenario.name}", *(f"     {line}" for line in lines),
-                  f"     why: {decision.reason}", sep="\n", flush=True)
+        for build in scenarios(16 if args.quick else 1, g):
+            failures += sum(not _run(scenario, args.repeats) for scenario in build())
     print("all calls match the reference and ran where explain() said" if not failures else
           f"{failures} calls differ from the reference or ran elsewhere than explain() said")
     return 1 if failures else 0

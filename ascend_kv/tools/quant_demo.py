@@ -8,12 +8,17 @@ import torch
 from ..api.ops import paged_cache_load, reshape_and_cache
 from ..dispatch import policy
 from . import reference
-from .demo import Scenario
+from .demo import Builder, Scenario
 
 HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
 
 
-def scenarios(scale: int, g: torch.Generator) -> list[Scenario]:
+def scenarios(scale: int, g: torch.Generator) -> list[Builder]:
+    """The C8 decode step as one group, built when the demo reaches it."""
+    return [lambda: _c8_step(scale, g)]
+
+
+def _c8_step(scale: int, g: torch.Generator) -> list[Scenario]:
     """A C8 decode write of 64 tokens and a dequantized read of 8 sequences; ``scale`` divides the read's length."""
     tokens, read = 64, max(1, 1024 // scale)
     caches = 8 * -(-read // BLOCK_SIZE)
