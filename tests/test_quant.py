@@ -450,6 +450,25 @@ WRITE_RULES: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
     ({"v_scale_cache": torch.zeros(NB, BS, H, device="meta")}, TypeError, "v_scale_cache must hold data"),
     ({"v_scale_cache": torch.zeros(1, 1, 1).expand(NB, BS, H)}, ValueError, "v_scale_cache"),
     ({"k_scale": torch.ones(H, D, dtype=torch.bfloat16, device="npu")}, ValueError, "k_scale is on npu"),
+    # host scale and offset values (docs/semantics.md §13.3): finite, and a divisor nonzero
+    ({"k_scale": torch.tensor(torch.finfo(torch.float32).tiny / 2**23)}, None, ""),  # the smallest positive
+    ({"k_scale": torch.tensor(0.0)}, ValueError, r"^k_scale = 0.0: a quantizing write's scale must not be zero "
+     r"\(the write divides by it\)$"),
+    ({"k_scale": torch.tensor([[1.0] * D, [1.0] * (D - 1) + [-0.0]])}, ValueError, r"^k_scale\[1, 31\] = -0.0: "),
+    ({"k_scale": torch.full((H, D), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)}, None, ""),
+    ({"k_scale": torch.tensor([1.0, float("inf")])}, ValueError, r"^k_scale\[1\] = inf: a quantizing write's scale "
+     r"must be finite$"),
+    ({"k_scale": torch.tensor([float("-inf"), 1.0])}, ValueError, r"^k_scale\[0\] = -inf: "),
+    ({"k_scale": torch.ones(H, D, dtype=torch.float16).index_fill(1, torch.tensor([7]), float("nan"))}, ValueError,
+     r"^k_scale\[0, 7\] = nan: a quantizing write's scale must be finite$"),
+    ({"k_scale": None, "k_inv_scale": torch.tensor(0.0)}, None, ""),  # a factor of 0 divides nothing
+    ({"k_scale": None, "k_inv_scale": torch.tensor(float("nan"))}, ValueError, r"^k_inv_scale = nan: a quantizing "
+     r"write's scale must be finite$"),
+    ({"k_offset": torch.tensor(float("nan"))}, ValueError, r"^k_offset = nan: a quantizing write's offset must be "
+     r"finite$"),
+    ({"k_offset": torch.full((H, D), -65504.0, dtype=torch.float16)}, None, ""),
+    ({"k_scale": torch.ones(D, H).index_put_((torch.tensor(4), torch.tensor(1)), torch.tensor(float("nan"))).t()},
+     ValueError, r"^k_scale\[1, 4\] = nan: "),  # a transposed scale: the index is the tensor's own
 ]
 
 
@@ -466,10 +485,26 @@ def test_write_rules_at_their_boundary(changes: dict[str, Any], error: type[Exce
     assert all(bits_equal(t, b) for t, b in zip([t for t in written if t.device.type != "meta"], before))
 
 
+
+def test_device_scales_are_not_read_back() -> None:
+    """On the device a call reads no value back, so a NaN or zero scale is not refused there: the write runs as
+    the reference computes it (NaN scales give codes of 0, a zero divisor saturates), docs/semantics.md §13.3."""
+    k_scale = torch.ones(H, D)
+    k_scale[0, 3], k_scale[1, 0] = float("nan"), 0.0
+    call = write_call(k_scale=k_scale, key=torch.randn(4, H, D).to(torch.bfloat16))
+    expected = {name: t.clone() for name, t in call.items() if name in ("key_cache", "value_cache", "v_scale_cache")}
+    reference.reshape_and_cache_quant(call["key"], call["value"], expected["key_cache"], expected["value_cache"],
+                                      call["slot_mapping"], k_scale=k_scale, v_scale_cache=expected["v_scale_cache"])
+    with pytest.raises(ValueError, match=r"k_scale\[0, 3\] = nan"):  # the same call on the host
+        ascend_kv.reshape_and_cache(**write_call(k_scale=k_scale))
+    on_device(ascend_kv.reshape_and_cache, **call)  # asserts no transfer
+    assert bits_equal(call["key_cache"], expected["key_cache"])
+    assert (call["key_cache"][:1, :4, 0, 3] == 0).all() and (call["key_cache"][:1, :4, 1, 0].to(torch.int16).abs() >= 127).all()
+
 def test_write_aliasing_and_key_only_rules() -> None:
     kc = torch.zeros(NB, BS, H, D, dtype=torch.int8)
     shared = torch.zeros(NB * BS * H * 2 + 8)
-    buffer = torch.zeros(NB * BS * H * D, dtype=torch.int8)
+    buffer = torch.ones(NB * BS * H * D, dtype=torch.int8)  # as bfloat16 scales: finite and nonzero
     before = buffer.clone()
     with pytest.raises(ValueError, match="v_scale_cache"):  # the scales over the value cache's bytes
         ascend_kv.reshape_and_cache(**write_call(value_cache=buffer.view(NB, BS, H, D),
@@ -498,15 +533,19 @@ LOAD_RULES: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
     ({"k_scale": None, "k_scale_cache": torch.zeros(NB, BS, H), "k_offset": torch.zeros(())}, ValueError,
      "k_offset needs a static scale"),
     ({"k_scale_cache": torch.zeros(NB, BS, H)}, ValueError, "at most one of k_scale"),
-    ({"key_cache": torch.zeros(NB, BS, H, D, dtype=torch.bfloat16),
-      "value_cache": torch.zeros(NB, BS, H, D, dtype=torch.bfloat16)}, TypeError, "key_cache must have dtype int8"),
+    ({"key_cache": torch.zeros(NB, BS, H, D, dtype=torch.bfloat16)}, TypeError, "key_cache must have dtype int8"),
+    # out_dtype is the dtype of both new outputs: a value side read as it is must have it already
+    ({"value_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8)}, ValueError,
+     r"out_dtype = torch.float32 is the dtype of both outputs, but value_cache has dtype int8 and is read as it is "
+     r"\(no v_scale or v_scale_cache\): give its scale, or pass key= and value= instead of out_dtype"),
+    ({"value_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8), "v_scale": torch.ones(())}, None, ""),
 ]
 
 
 @pytest.mark.parametrize(("changes", "error", "message"), LOAD_RULES)
 def test_load_rules_at_their_boundary(changes: dict[str, Any], error: type[Exception] | None, message: str) -> None:
     call: dict[str, Any] = {"key_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8),
-                            "value_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8),
+                            "value_cache": torch.zeros(NB, BS, H, D, dtype=torch.float32),  # read as it is
                             "block_table": torch.tensor([[0, 1]]), "context_lens": torch.tensor([20]),
                             "kv_cache_cfg": "nd", "k_scale": torch.ones(()), "out_dtype": torch.float32}
     call.update(changes)
@@ -619,7 +658,7 @@ def test_writes_and_loads_match_the_reference_for_any_shape(heads: int, head_siz
         assert same(got, want)
     if layout == "nz" or "k_inv_scale" in quant:
         return
-    load = dict(quant)
+    load = {**quant, **{"v_" + k[2:]: v for k, v in quant.items()}}  # out_dtype is both outputs' dtype
     table, lens = torch.tensor([[1, 0, 2]]), torch.tensor([n])
     got = ascend_kv.paged_cache_load(key_cache, key_cache, table, lens, kv_cache_cfg="nd", out_dtype=dtype, **load)
     want = reference.paged_cache_load_dequant(key_cache, key_cache, table, lens, kv_cache_cfg=1, out_dtype=dtype,

@@ -1,6 +1,7 @@
 #include "csrc/rules/paged_cache_load.h"
 
 #include <optional>
+#include <tuple>
 #include <sstream>
 
 #include "csrc/rules/dtypes.h"
@@ -114,6 +115,15 @@ PagedLoadCall CheckPagedLoad(const at::Tensor& key_cache, const at::Tensor& valu
     RequireData("value_cache", value_cache, meta);
     RequireCacheDtype("key_cache", key_cache);
     RequireCacheDtype("value_cache", value_cache);
+    if (out_dtype && !key.defined()) {  // the dtype of both new outputs: a side read as it is must already have it
+        for (const auto& [prefix, cache_name, cache, args] :
+             {std::tuple{"k_", "key_cache", &key_cache, &k_quant}, std::tuple{"v_", "value_cache", &value_cache, &v_quant}}) {
+            TORCH_CHECK_VALUE(args->Any() || cache->scalar_type() == *out_dtype, "out_dtype = ", TorchDtype(*out_dtype),
+                              " is the dtype of both outputs, but ", cache_name, " has dtype ",
+                              DtypeName(cache->scalar_type()), " and is read as it is (no ", prefix, "scale or ",
+                              prefix, "scale_cache): give its scale, or pass key= and value= instead of out_dtype");
+        }
+    }
     TORCH_CHECK_VALUE(layout == Layout::kNd || !cumsum,
                       "cumsum=True is not supported with kv_cache_cfg = NZ (ATB rejects it): use ND");
     TORCH_CHECK_VALUE(layout == Layout::kNd || !seq_starts.defined(),

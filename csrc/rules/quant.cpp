@@ -1,7 +1,11 @@
 #include "csrc/rules/quant.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <ATen/Dispatch.h>
 
 #include "csrc/rules/memory.h"
 #include "csrc/rules/tensors.h"
@@ -80,6 +84,52 @@ at::Tensor CheckScaleLike(const std::string& name, const at::Tensor& t, c10::Arr
     TORCH_CHECK_VALUE(t.device() == c.cache.device(), name, " is on ", t.device(), " but ", c.cache_name, " is on ",
                       c.cache.device(), ": all tensor arguments must be on one device");
     return Normal(t, *form, heads, head_size);
+}
+
+/// `value` as Python prints a float that is not finite or is zero.
+std::string OddFloat(double value)
+{
+    if (std::isnan(value)) {
+        return "nan";
+    }
+    if (std::isinf(value)) {
+        return value > 0 ? "inf" : "-inf";
+    }
+    return std::signbit(value) ? "-0.0" : "0.0";
+}
+
+/// ValueError naming the first element of host tensor `t` (float16, bfloat16 or float32: integer
+/// offsets are always finite) that is not finite, or is zero when `nonzero`; `what` says whose it is.
+void RequireFiniteValues(const std::string& name, const at::Tensor& t, bool nonzero, const char* what)
+{
+    if (!c10::isFloatingType(t.scalar_type()) || t.numel() == 0) {
+        return;
+    }
+    const int64_t n = t.dim();
+    std::vector<int64_t> at(static_cast<size_t>(n), 0);  // the element's index, walked in row-major order
+    int64_t offset = 0;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "RequireFiniteValues", [&] {
+        const scalar_t* data = t.const_data_ptr<scalar_t>();
+        for (int64_t i = 0; i < t.numel(); ++i) {
+            const double value = static_cast<double>(data[offset]);
+            if (!std::isfinite(value) || (nonzero && value == 0)) {
+                std::string index;
+                for (size_t d = 0; d < at.size(); ++d) {
+                    index += (d ? ", " : "") + std::to_string(at[d]);
+                }
+                TORCH_CHECK_VALUE(false, name, n ? "[" + index + "]" : "", " = ", OddFloat(value), ": ", what,
+                                  std::isfinite(value) ? " must not be zero (the write divides by it)" : " must be finite");
+            }
+            for (int64_t d = n - 1; d >= 0; --d) {
+                offset += t.stride(d);
+                if (++at[static_cast<size_t>(d)] < t.size(d)) {
+                    break;
+                }
+                offset -= t.stride(d) * t.size(d);
+                at[static_cast<size_t>(d)] = 0;
+            }
+        }
+    });
 }
 
 }  // namespace
@@ -184,6 +234,12 @@ QuantSide CheckQuantSide(const QuantSideContext& c, const QuantArgs& args, Check
         side.offset = CheckScaleLike(p + "offset", args.offset, kOffsetDtypes, c, side.heads, side.head_size, check);
         if (!c.load) {
             side.compute = at::promoteTypes(side.compute, args.offset.scalar_type());
+        }
+    }
+    if (!c.load && check == Check::kCall && scale.is_cpu()) {  // device values are not read (docs/semantics.md §13.3)
+        RequireFiniteValues(scale_name, scale, divide, "a quantizing write's scale");
+        if (args.offset.defined()) {
+            RequireFiniteValues(p + "offset", args.offset, false, "a quantizing write's offset");
         }
     }
     return side;
