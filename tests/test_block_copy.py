@@ -254,7 +254,7 @@ def test_block_copy_structure_rules() -> None:
         (lambda: ascend_kv.block_copy(key, key[:, :8], *index), r"value_cache shares memory with key_cache", ValueError),
         (lambda: ascend_kv.block_copy(key[:, :1].expand(4, 16, 2, 16), None, *index), r"maps several elements to one place",
          ValueError),
-        (lambda: ascend_kv.block_copy(key, [value], *index), r"value_cache must be a torch.Tensor, got list",  # type: ignore[arg-type]
+        (lambda: ascend_kv.block_copy(key, [value], *index), r"value_cache must be a torch.Tensor, got a list",  # type: ignore[arg-type]
          TypeError),
     ]
     for call, message, error in cases:

@@ -98,7 +98,9 @@ KV_CACHE_RULES: list[tuple[str, Mutation, type, tuple[str, ...]]] = [
     ("sum(seq_len) != ntokens", set_arg(4, torch.tensor([2, 1, 4], dtype=I32)), ValueError,
      ("sum(seq_len) = 7", "ntokens = 6")),
     ("token_offset < seq_len", set_arg(3, torch.tensor([1, 0, 16], dtype=I32)), ValueError,
-     ("token_offset[0] = 1", "smaller than seq_len")),
+     ("token_offset[0] = 1 is smaller than seq_len[0] = 2 (token_offset is the position after the write)",)),
+    ("token_offset negative", set_arg(3, torch.tensor([2, -1, 16], dtype=I32)), ValueError,
+     ("token_offset[1] = -1 is negative",)),
     ("token_offset > max_seq_len", set_arg(3, torch.tensor([5, 0, 17], dtype=I32)), ValueError,
      ("token_offset[2] = 17 exceeds max_seq_len = 16 (past.shape[2])",)),
     ("past requires grad", set_arg(2, lambda p: p.float().half().requires_grad_()), ValueError,
@@ -111,6 +113,16 @@ def test_kv_cache_rule(name: str, mutate: Mutation, error: type, fragments: tupl
     case = kv_base()
     mutate(case)
     assert_rejected(lambda: ascend_kv.kv_cache(*case.args), case, error, *fragments)
+
+
+def test_kv_cache_token_offset_equal_to_seq_len_is_the_last_accepted() -> None:
+    """The boundary of the rule above: token_offset[0] = seq_len[0] writes from row 0; one less is refused."""
+    case = kv_base()
+    set_arg(3, torch.tensor([2, 0, 16], dtype=I32))(case)
+    new_kv, layer, past, *indices = case.args
+    expected = reference.kv_cache(new_kv, layer, past.clone(), *indices)
+    ascend_kv.kv_cache(*case.args)
+    assert bits_equal(past, expected)
 
 
 def paged_base(layout=ND, **kwargs) -> Case:
@@ -661,3 +673,28 @@ def test_num_tokens_must_fit_int32() -> None:
     case = paged_case(ND, [0, 0], cumsum_base=0)
     case.args = (*case.args[:3], torch.tensor([2**31 - 1, 2**31 - 1, 2**31], dtype=torch.int64))
     assert_rejected(lambda: ascend_kv.paged_cache_load(*case.args, **case.kwargs), case, ValueError, "int32")
+
+
+def test_a_list_for_a_tensor_is_named_by_its_length_not_dumped() -> None:
+    with pytest.raises(TypeError) as raised:
+        ascend_kv.reshape_and_cache(torch.ones(2, 1, 16), None, torch.zeros(2, 16, 1, 16), None,
+                                    list(range(1000)))  # type: ignore[arg-type]
+    assert str(raised.value) == "slot_mapping must be a torch.Tensor, got a list of 1000 items [0, 1, 2, ...]"
+    with pytest.raises(TypeError, match=r"got a tuple of 2 items \[3, 4\]$"):
+        ascend_kv.reshape_and_cache(torch.ones(2, 1, 16), None, torch.zeros(2, 16, 1, 16), None, (3, 4))  # type: ignore[arg-type]
+
+
+def test_an_nz_write_into_nd_caches_says_to_pass_nd() -> None:
+    """As the load does: NZ caches that are not, but are valid ND caches for these tokens, get the hint."""
+    key, cache = torch.ones(2, 1, 16, dtype=torch.float16), torch.zeros(4, 16, 1, 16, dtype=torch.float16)
+    with pytest.raises(ValueError) as raised:
+        ascend_kv.reshape_and_cache(key, key, cache, cache.clone(), torch.tensor([0, 1]), kv_cache_cfg="nz")
+    assert str(raised.value) == (
+        "key_cache.shape[1] * E = 256 must equal num_heads * head_size = 16 (key.shape[1] * key.shape[2]). The caches "
+        "are valid ND caches [num_blocks, block_size, num_heads, head_size]: pass kv_cache_cfg='nd' (or make NZ caches "
+        "[num_blocks, T // E, block_size, E] with ascend_kv.nd_to_nz)")
+    assert not cache.any()
+    with pytest.raises(ValueError) as raised:  # neither layout: the NZ error alone
+        ascend_kv.reshape_and_cache(key, key, cache[:, :, :, :8], cache[:, :, :, :8], torch.tensor([0, 1]),
+                                    kv_cache_cfg="nz")
+    assert "kv_cache_cfg='nd'" not in str(raised.value)

@@ -53,9 +53,14 @@ def test_kv_cache_reads_strided_index_tensors_as_their_contiguous_copies(dtype: 
 
 
 @pytest.mark.parametrize("lens, cumsum, message", [
-    ([2**62, 2**62], False, "the output would have 9223372036854775808 rows (from context_lens)"),
-    ([2**63 - 1, 2**63 - 1], False, "the output would have 18446744073709551614 rows"),
-    ([0, 2**63 - 1], True, "the output would have 9223372036854775807 rows"),
+    ([2**62, 2**62], False, "context_lens[0] = 4611686018427387904 takes the output past the kernels' int32 limit "
+                            "of 2147483647 rows: it would have 9223372036854775808 (the sum of context_lens)"),
+    ([2**63 - 1, 2**63 - 1], False, "context_lens[0] = 9223372036854775807 takes the output past the kernels' int32 "
+                                    "limit of 2147483647 rows: it would have 18446744073709551614 (the sum"),
+    ([2**31 - 2, 1, 1], False, "context_lens[2] = 1 takes the output past the kernels' int32 limit of 2147483647 rows: "
+                               "it would have 2147483648 (the sum of context_lens)"),
+    ([0, 2**63 - 1], True, "context_lens[1] = 9223372036854775807 takes the output past the kernels' int32 limit of "
+                           "2147483647 rows: it would have 9223372036854775807 (the last cumulative length)"),
     ([5, 2**63 - 1, 0], True, "context_lens[2] = 0 is smaller than context_lens[1] = 9223372036854775807"),
     ([-(2**63), 0], False, "context_lens[0] = -9223372036854775808 is negative"),
 ])
@@ -97,7 +102,7 @@ def test_kv_cache_sum_rule_says_exact_numbers_at_the_edges_of_int64(lens: list[i
 
 def test_kv_cache_offsets_at_the_edges_of_int64_are_named() -> None:
     past = torch.zeros(1, 2, 8, 16, dtype=F16)
-    with pytest.raises(ValueError, match=re.escape("token_offset[1] = -9223372036854775808 is smaller than seq_len")):
+    with pytest.raises(ValueError, match=re.escape("token_offset[1] = -9223372036854775808 is negative")):
         ascend_kv.kv_cache(torch.ones(2, 16, dtype=F16), 0, past, torch.tensor([1, -(2**63)]), torch.tensor([1, 1]))
     with pytest.raises(ValueError, match=re.escape("token_offset[0] = 9223372036854775807 exceeds max_seq_len = 8")):
         ascend_kv.kv_cache(torch.ones(2, 16, dtype=F16), 0, past, torch.tensor([2**63 - 1, 1]), torch.tensor([1, 1]))

@@ -404,7 +404,7 @@ def test_nz_rows_must_be_whole_pieces() -> None:
     cache = random_bits((2, 1, 16, 16), torch.float16, 1)
     key = random_bits((2, 1, 8), torch.float16, 2)
     with ran_on(SIM, calls=0), ascend_kv.use_backend("sim"), pytest.raises(ValueError, match=re.escape(
-            "key_cache.shape[1] * E = 16 must equal num_heads * head_size = 8 (key.shape[1] * shape[2])")):
+            "key_cache.shape[1] * E = 16 must equal num_heads * head_size = 8 (key.shape[1] * key.shape[2])")):
         ascend_kv.reshape_and_cache(key, key.clone(), cache, cache.clone(), torch.tensor([0, 1]), kv_cache_cfg="nz")
 
 

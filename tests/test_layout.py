@@ -55,7 +55,7 @@ def test_layout_errors_name_the_argument() -> None:
     ("call", "error", "message"),
     [
         (lambda: ascend_kv.nd_to_nz(None), TypeError, "cache must be a torch.Tensor, got NoneType"),
-        (lambda: ascend_kv.nd_to_nz([[1.0]]), TypeError, "cache must be a torch.Tensor, got list"),
+        (lambda: ascend_kv.nd_to_nz([[1.0]]), TypeError, "cache must be a torch.Tensor, got a list"),
         (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), "2"), TypeError,
          "num_heads must be an int"),
         (lambda: ascend_kv.nz_to_nd(torch.zeros(1, 2, 16, 16, dtype=torch.float16), 2.0), TypeError,

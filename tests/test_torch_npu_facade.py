@@ -534,7 +534,7 @@ def test_a_forgotten_cache_mode_is_named() -> None:
     nz = torch.zeros(4, 64, 128, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"cache_mode='Norm' takes ND caches .*; NZ caches need cache_mode='PA_NZ'"):
         facade.npu_scatter_pa_kv_cache(k, k, nz, nz.clone(), slots, cache_mode="Norm")
-    with pytest.raises(TypeError, match="cache_mode must be a str or None, got list"):
+    with pytest.raises(TypeError, match="cache_mode must be a str or None, got a list"):
         facade.npu_scatter_pa_kv_cache(k, k, kc, vc, slots, cache_mode=["Norm"])
     with pytest.raises(TypeError, match="key.dtype must equal key_cache.dtype") as info:  # not a shape: no hint
         facade.npu_scatter_pa_kv_cache(k.half(), k.half(), kc, vc, slots, cache_mode="Norm")
@@ -566,7 +566,7 @@ def gather_args(**changes: Any) -> dict[str, Any]:
 BAD_CALLS: list[tuple[str, Callable[[], Any], type, str]] = [
     ("slot_indices list", lambda: facade._npu_reshape_and_cache(
         torch.zeros(2, 1, 16), torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16), [0, 1]),
-     TypeError, "slot_indices must be a torch.Tensor, got list"),
+     TypeError, "slot_indices must be a torch.Tensor, got a list"),
     ("slot_indices float", lambda: facade._npu_reshape_and_cache_siso(
         torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.tensor([0.0, 1.0])),
      TypeError, "slot_indices must have dtype int32 or int64"),
@@ -577,15 +577,15 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type, str]] = [
         torch.zeros(2, 1, 16), torch.zeros(2, 1, 16), torch.zeros(2, 16, 1, 16), torch.zeros(2, 16, 1, 16),
         torch.tensor([0, 99], dtype=I32), cache_mode="Norm"), ValueError, r"slot_mapping\[1\] = 99 is out of range"),
     ("seq_offset list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=[0]),
-     TypeError, "seq_offset must be a torch.Tensor, got list"),
+     TypeError, "seq_offset must be a torch.Tensor, got a list"),
     ("seq_offset negative", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=torch.tensor([-1])),
      ValueError, r"seq_offset\[0\] = -1 is negative"),
     ("seq_offset entries", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), seq_offset=torch.tensor([0, 0])),
      ValueError, r"seq_offset must have 1 entries \(batch = block_tables.shape\[0\]\)"),
     ("block_tables list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(block_tables=[[0]])),
-     TypeError, "block_tables must be a torch.Tensor, got list"),
+     TypeError, "block_tables must be a torch.Tensor, got a list"),
     ("seq_lens list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(seq_lens=[4])),
-     TypeError, "seq_lens must be a torch.Tensor, got list"),
+     TypeError, "seq_lens must be a torch.Tensor, got a list"),
     ("seq_lens negative", lambda: facade.npu_gather_pa_kv_cache(**gather_args(seq_lens=torch.tensor([-4]))),
      ValueError, r"seq_lens\[0\] = -4 is negative"),
     ("seq_lens cumsum", lambda: facade.npu_gather_pa_kv_cache(**gather_args(), is_seq_lens_cumsum=True),
@@ -602,10 +602,10 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type, str]] = [
     ("key too short", lambda: facade.npu_gather_pa_kv_cache(**gather_args(key=torch.zeros(3, 1, 32))),
      ValueError, r"key must have shape \[rows >= 4, 1, 32\]"),
     ("key_cache list", lambda: facade.npu_gather_pa_kv_cache(**gather_args(key_cache=[0])),
-     TypeError, "key_cache must be a torch.Tensor, got list"),
+     TypeError, "key_cache must be a torch.Tensor, got a list"),
     ("atb context_lens list", lambda: facade.atb.npu_paged_cache_load(
         torch.zeros(3, 16, 1, 32), torch.zeros(3, 16, 1, 32), torch.tensor([[0]]), [4]),
-     TypeError, "context_lens must be a torch.Tensor, got list"),
+     TypeError, "context_lens must be a torch.Tensor, got a list"),
     ("atb seq_starts list", lambda: facade.atb.npu_paged_cache_load(
         torch.zeros(3, 16, 1, 32), torch.zeros(3, 16, 1, 32), torch.tensor([[0]]), torch.tensor([4]), seq_starts=[0]),
      TypeError, "seq_starts must be a torch.Tensor"),

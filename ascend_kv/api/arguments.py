@@ -24,10 +24,15 @@ LAYOUT_NAMES = {"nd": ND, "nz": NZ}
 
 
 def describe(value: object) -> str:
-    """How a message shows a value given where another was expected."""
+    """How a message shows a value given where another was expected: a tensor by dtype and shape, a list
+    or tuple by its length and first items, anything else by its repr, cut at 80 characters."""
     if isinstance(value, torch.Tensor):
         return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
-    return f"{type(value).__name__} {value!r}"[:120]
+    if isinstance(value, (list, tuple)):
+        first = ", ".join(repr(item)[:20] for item in value[:3])
+        return f"a {type(value).__name__} of {len(value)} items [{first}{', ...' if len(value) > 3 else ''}]"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 def tensor_argument(name: str, value: object) -> torch.Tensor:

@@ -334,6 +334,12 @@ BlockCopyPlan CheckSwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, 
     if (check == Check::kShapes) {
         return {};
     }
+    for (const auto& [name, t] : {std::pair{"src", &src}, std::pair{"dst", &dst}}) {  // when a block is named
+        TORCH_CHECK_VALUE(block_mapping.size(0) == 0 || block_size_in_bytes <= static_cast<int64_t>(t->nbytes()),
+                          "block_size_in_bytes = ",
+                          block_size_in_bytes, " is larger than ", name, " (", t->nbytes(), " bytes): ", name,
+                          " holds no whole block");
+    }
     const auto blocks = [&](const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()) / block_size_in_bytes; };
     return SwapPairs(src, dst, block_mapping, blocks(src), blocks(dst),
                      " of " + std::to_string(block_size_in_bytes) + " bytes");

@@ -107,7 +107,7 @@ void RequireCacheMatches(std::string_view name, const at::Tensor& cache, const s
     const c10::SymInt row = tokens.sym_sizes()[1] * tokens.sym_sizes()[2];
     const c10::SymInt pieces = cache.sym_sizes()[1] * cache.sym_sizes()[3];
     TORCH_CHECK_VALUE(pieces == row, name, ".shape[1] * E = ", pieces, " must equal num_heads * head_size = ", row,
-                      " (", tokens_name, ".shape[1] * shape[2])");
+                      " (", tokens_name, ".shape[1] * ", tokens_name, ".shape[2])");
 }
 
 }  // namespace
@@ -143,26 +143,31 @@ void RequireRowAlignment(std::string_view name, const c10::SymInt& elements, at:
                       " bytes of ", DtypeName(dtype), "), got ", row_bytes, " bytes");
 }
 
-CacheGeometry ReadGeometry(Layout layout, const at::Tensor& key_cache, const at::Tensor& value_cache)
+namespace {
+
+/// `geometry(layout)`; an NZ error whose caches would be valid in ND (`geometry(kNd)` passes) says so and
+/// what to pass, `then` (e.g. "(paged_cache_load reads NZ by default, as ATB does)").
+template <class Geometry>
+CacheGeometry WithNdHint(Layout layout, const Geometry& geometry, const char* then)
 {
     if (layout == Layout::kNd) {
-        return ReadGeometryAs(layout, key_cache, value_cache);
+        return geometry(layout);
     }
     try {
-        return ReadGeometryAs(layout, key_cache, value_cache);
+        return geometry(layout);
     } catch (const c10::ValueError& nz_error) {
         try {
-            ReadGeometryAs(Layout::kNd, key_cache, value_cache);
+            geometry(Layout::kNd);
         } catch (const c10::Error&) {
             throw nz_error;  // not ND either: the NZ error stands
         }
         TORCH_CHECK_VALUE(false, nz_error.msg(), ". The caches are valid ND caches [num_blocks, block_size, num_heads, "
-                          "head_size]: pass kv_cache_cfg='nd' (paged_cache_load reads NZ by default, as ATB does)");
+                          "head_size]: pass kv_cache_cfg='nd' ", then);
     }
 }
 
-CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tensor& key_cache,
-                            const at::Tensor& value, const at::Tensor& value_cache)
+CacheGeometry WriteGeometryAs(Layout layout, const at::Tensor& key, const at::Tensor& key_cache,
+                              const at::Tensor& value, const at::Tensor& value_cache)
 {
     const bool pair = value_cache.defined();
     if (pair) {
@@ -183,6 +188,21 @@ CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tens
         RequireNzBlockSize(key_cache.sym_sizes()[2]);
     }
     return GeometryOf(layout, key_cache, value_cache);
+}
+
+}  // namespace
+
+CacheGeometry ReadGeometry(Layout layout, const at::Tensor& key_cache, const at::Tensor& value_cache)
+{
+    return WithNdHint(layout, [&](Layout as) { return ReadGeometryAs(as, key_cache, value_cache); },
+                      "(paged_cache_load reads NZ by default, as ATB does)");
+}
+
+CacheGeometry WriteGeometry(Layout layout, const at::Tensor& key, const at::Tensor& key_cache,
+                            const at::Tensor& value, const at::Tensor& value_cache)
+{
+    return WithNdHint(layout, [&](Layout as) { return WriteGeometryAs(as, key, key_cache, value, value_cache); },
+                      "(or make NZ caches [num_blocks, T // E, block_size, E] with ascend_kv.nd_to_nz)");
 }
 
 }  // namespace ascend_kv

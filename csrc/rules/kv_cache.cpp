@@ -91,8 +91,9 @@ KvCachePlan PlanKvCache(const KvCacheCall& call)
                       " (rows of new_kv)");
     for (int64_t b = 0; b < batch; ++b) {
         const int64_t offset = offsets(b);
-        TORCH_CHECK_VALUE(offset >= plan.seq_len[b], "token_offset[", b, "] = ", offset,
-                          " is smaller than seq_len at that index");
+        TORCH_CHECK_VALUE(offset >= 0, "token_offset[", b, "] = ", offset, " is negative");
+        TORCH_CHECK_VALUE(offset >= plan.seq_len[b], "token_offset[", b, "] = ", offset, " is smaller than seq_len[", b,
+                          "] = ", plan.seq_len[b], " (token_offset is the position after the write)");
         plan.write_start[b] = offset - plan.seq_len[b];
     }
     for (int64_t b = 0; b < batch; ++b) {

@@ -206,6 +206,7 @@ PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
         TORCH_CHECK_VALUE(given(i) >= 0, "context_lens[", i, "] = ", given(i), " is negative");
     }
     __int128 end_row = 0;
+    int64_t past_limit = -1;  // the entry of context_lens that takes the rows past the int32 limit
     if (call.cumsum) {
         for (int64_t b = 0; b < batch; ++b) {
             const int64_t start = given(b), end = given(b + 1);
@@ -215,11 +216,15 @@ PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
             plan.out_start[b] = start;
         }
         end_row = given(given.Rows() - 1);  // context_lens[-1] rows, even with batch 0
+        past_limit = given.Rows() - 1;
     } else {
         for (int64_t b = 0; b < batch; ++b) {
             plan.lens[b] = given(b);
             plan.out_start[b] = end_row <= INT64_MAX ? static_cast<int64_t>(end_row) : INT64_MAX;  // the row limit raises then
             end_row += plan.lens[b];
+            if (past_limit < 0 && end_row > kInt32Max) {
+                past_limit = b;
+            }
         }
     }
     for (int64_t b = 0; b < batch; ++b) {
@@ -227,8 +232,9 @@ PagedLoadPlan PlanPagedLoad(const PagedLoadCall& call)
         TORCH_CHECK_VALUE(start >= 0, "seq_starts[", b, "] = ", start, " is negative");
         plan.first_column[b] = start / block_size;
     }
-    TORCH_CHECK_VALUE(end_row <= kInt32Max, "the output would have ", WideText(end_row),
-                      " rows (from context_lens), more than the kernels' int32 limit ", kInt32Max);
+    TORCH_CHECK_VALUE(end_row <= kInt32Max, "context_lens[", past_limit, "] = ", given(past_limit),
+                      " takes the output past the kernels' int32 limit of ", kInt32Max, " rows: it would have ",
+                      WideText(end_row), call.cumsum ? " (the last cumulative length)" : " (the sum of context_lens)");
     plan.end_row = static_cast<int64_t>(end_row);
     if (!call.zero_fill) {  // with zero_fill, entries a token needs may be missing or out of range
         const IndexReader table(host[2]);
