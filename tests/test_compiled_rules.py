@@ -53,14 +53,14 @@ def test_kv_cache_reads_strided_index_tensors_as_their_contiguous_copies(dtype: 
 
 
 @pytest.mark.parametrize("lens, cumsum, message", [
-    ([2**62, 2**62], False, "context_lens[0] = 4611686018427387904 takes the output past the kernels' int32 limit "
-                            "of 2147483647 rows: it would have 9223372036854775808 (the sum of context_lens)"),
-    ([2**63 - 1, 2**63 - 1], False, "context_lens[0] = 9223372036854775807 takes the output past the kernels' int32 "
-                                    "limit of 2147483647 rows: it would have 18446744073709551614 (the sum"),
-    ([2**31 - 2, 1, 1], False, "context_lens[2] = 1 takes the output past the kernels' int32 limit of 2147483647 rows: "
-                               "it would have 2147483648 (the sum of context_lens)"),
-    ([0, 2**63 - 1], True, "context_lens[1] = 9223372036854775807 takes the output past the kernels' int32 limit of "
-                           "2147483647 rows: it would have 9223372036854775807 (the last cumulative length)"),
+    ([2**62, 2**62], False, ("context_lens[0] = 4611686018427387904 takes the output past the kernels' int32 limit "
+                            "of 2147483647 rows: it would have 9223372036854775808 (the sum of context_lens)")),
+    ([2**63 - 1, 2**63 - 1], False, ("context_lens[0] = 9223372036854775807 takes the output past the kernels' int32 "
+                                    "limit of 2147483647 rows: it would have 18446744073709551614 (the sum")),
+    ([2**31 - 2, 1, 1], False, ("context_lens[2] = 1 takes the output past the kernels' int32 limit of 2147483647 rows: "
+                               "it would have 2147483648 (the sum of context_lens)")),
+    ([0, 2**63 - 1], True, ("context_lens[1] = 9223372036854775807 takes the output past the kernels' int32 limit of "
+                           "2147483647 rows: it would have 9223372036854775807 (the last cumulative length)")),
     ([5, 2**63 - 1, 0], True, "context_lens[2] = 0 is smaller than context_lens[1] = 9223372036854775807"),
     ([-(2**63), 0], False, "context_lens[0] = -9223372036854775808 is negative"),
 ])

@@ -452,20 +452,20 @@ WRITE_RULES: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
     ({"k_scale": torch.ones(H, D, dtype=torch.bfloat16, device="npu")}, ValueError, "k_scale is on npu"),
     # host scale and offset values (docs/semantics.md §13.3): finite, and a divisor nonzero
     ({"k_scale": torch.tensor(torch.finfo(torch.float32).tiny / 2**23)}, None, ""),  # the smallest positive
-    ({"k_scale": torch.tensor(0.0)}, ValueError, r"^k_scale = 0.0: a quantizing write's scale must not be zero "
-     r"\(the write divides by it\)$"),
+    ({"k_scale": torch.tensor(0.0)}, ValueError, (r"^k_scale = 0.0: a quantizing write's scale must not be zero "
+     r"\(the write divides by it\)$")),
     ({"k_scale": torch.tensor([[1.0] * D, [1.0] * (D - 1) + [-0.0]])}, ValueError, r"^k_scale\[1, 31\] = -0.0: "),
     ({"k_scale": torch.full((H, D), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)}, None, ""),
-    ({"k_scale": torch.tensor([1.0, float("inf")])}, ValueError, r"^k_scale\[1\] = inf: a quantizing write's scale "
-     r"must be finite$"),
+    ({"k_scale": torch.tensor([1.0, float("inf")])}, ValueError, (r"^k_scale\[1\] = inf: a quantizing write's scale "
+     r"must be finite$")),
     ({"k_scale": torch.tensor([float("-inf"), 1.0])}, ValueError, r"^k_scale\[0\] = -inf: "),
     ({"k_scale": torch.ones(H, D, dtype=torch.float16).index_fill(1, torch.tensor([7]), float("nan"))}, ValueError,
      r"^k_scale\[0, 7\] = nan: a quantizing write's scale must be finite$"),
     ({"k_scale": None, "k_inv_scale": torch.tensor(0.0)}, None, ""),  # a factor of 0 divides nothing
-    ({"k_scale": None, "k_inv_scale": torch.tensor(float("nan"))}, ValueError, r"^k_inv_scale = nan: a quantizing "
-     r"write's scale must be finite$"),
-    ({"k_offset": torch.tensor(float("nan"))}, ValueError, r"^k_offset = nan: a quantizing write's offset must be "
-     r"finite$"),
+    ({"k_scale": None, "k_inv_scale": torch.tensor(float("nan"))}, ValueError, (r"^k_inv_scale = nan: a quantizing "
+     r"write's scale must be finite$")),
+    ({"k_offset": torch.tensor(float("nan"))}, ValueError, (r"^k_offset = nan: a quantizing write's offset must be "
+     r"finite$")),
     ({"k_offset": torch.full((H, D), -65504.0, dtype=torch.float16)}, None, ""),
     ({"k_scale": torch.ones(D, H).index_put_((torch.tensor(4), torch.tensor(1)), torch.tensor(float("nan"))).t()},
      ValueError, r"^k_scale\[1, 4\] = nan: "),  # a transposed scale: the index is the tensor's own
@@ -536,8 +536,8 @@ LOAD_RULES: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
     ({"key_cache": torch.zeros(NB, BS, H, D, dtype=torch.bfloat16)}, TypeError, "key_cache must have dtype int8"),
     # out_dtype is the dtype of both new outputs: a value side read as it is must have it already
     ({"value_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8)}, ValueError,
-     r"out_dtype = torch.float32 is the dtype of both outputs, but value_cache has dtype int8 and is read as it is "
-     r"\(no v_scale or v_scale_cache\): give its scale, or pass key= and value= instead of out_dtype"),
+     (r"out_dtype = torch.float32 is the dtype of both outputs, but value_cache has dtype int8 and is read as it is "
+     r"\(no v_scale or v_scale_cache\): give its scale, or pass key= and value= instead of out_dtype")),
     ({"value_cache": torch.zeros(NB, BS, H, D, dtype=torch.int8), "v_scale": torch.ones(())}, None, ""),
 ]
 

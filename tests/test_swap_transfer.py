@@ -107,8 +107,8 @@ def test_bytes_form_rules_at_their_boundaries() -> None:
         (64, torch.tensor([[0, 1], [2, 1]]), r"block_mapping\[1, 1\] = 1 repeats block_mapping\[0, 1\]"),
         (64, torch.tensor([0, 1]), r"block_mapping must be a 2-D tensor \[n, 2\]"),
         (200, torch.tensor([[0, 0]]), None),                           # dst's whole 200 bytes: one block
-        (201, torch.tensor([[0, 0]]), r"^block_size_in_bytes = 201 is larger than dst \(200 bytes\): dst holds no "
-                                      r"whole block$"),
+        (201, torch.tensor([[0, 0]]), (r"^block_size_in_bytes = 201 is larger than dst \(200 bytes\): dst holds no "
+                                      r"whole block$")),
         (257, torch.tensor([[0, 0]]), r"^block_size_in_bytes = 257 is larger than src \(256 bytes\)"),
     ):
         judge(lambda b=block, m=mapping: ascend_kv.swap_blocks(src, dst, b, m), [dst], message)
