@@ -268,3 +268,42 @@ def test_bench_overhead_is_a_mode_of_bench(capsys: pytest.CaptureFixture[str]) -
         assert expected in capsys.readouterr().out
     assert cli.main(["bench", "--overhead", "--rounds", "0"]) == 2
     assert "--rounds, --calls and --swept-rounds must be >= 1" in capsys.readouterr().err
+
+
+def test_every_public_operation_is_listed_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """policy.FUNCTIONS is every public operation (the lower-case callables of ascend_kv that take tensors), and
+    ``ascend-kv --help`` names each."""
+    helpers = {"explain", "use_backend", "validate", "nd_to_nz", "nz_to_nd"}
+    public = {name for name in ascend_kv.__all__ if name.islower() and name not in helpers}
+    assert set(policy.FUNCTIONS) == public
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(re.search(rf"\b{name}\b", text) for name in policy.FUNCTIONS)
+
+
+@pytest.mark.parametrize(("soc", "op", "backend_word", "status"), [
+    ("Ascend910B3", "reshape_and_cache", "runs on fallback: the kernel library is not loaded", 0),  # no CANN build here
+    ("Ascend310P3", "kv_cache", "runs on fallback: the kernels do not support KVCacheOperation on Atlas inference", 0),
+    ("Ascend999X", "kv_cache", "runs on fallback: SoC 'Ascend999X' is not a known Ascend SoC", 2),
+])
+def test_explain_answers_for_a_soc_anywhere(capsys: pytest.CaptureFixture[str], soc: str, op: str,
+                                            backend_word: str, status: int) -> None:
+    code, out, _ = run(capsys, "explain", op, "--soc", soc)
+    expected = ascend_kv.explain(op, soc=soc)
+    assert code == status and out.splitlines()[0] == str(expected) and backend_word in out
+    assert str(expected).startswith(f"{support.OPERATIONS[0] if op == 'kv_cache' else 'ReshapeAndCacheOperation'} "
+                                    f"on an NPU ({soc}) (auto): ")
+    code, out, _ = run(capsys, "explain", op, "--soc", soc, "--json")
+    assert json.loads(out)["reason"] == expected.reason and json.loads(out)["soc"] == soc
+
+
+def test_explain_on_this_host_and_its_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "explain", "block_copy", "--device", "cpu", "--backend", "fallback")
+    assert code == 0 and out.splitlines()[0] == str(ascend_kv.explain("block_copy", "cpu", "fallback"))
+    code, out, err = run(capsys, "explain", "swap_tokens")
+    assert code == 2 and out == "" and err.startswith("ascend-kv: op must be one of KVCacheOperation")
+    code, _, err = run(capsys, "explain", "kv_cache", "--soc", " ")
+    assert code == 2 and "soc must be a SoC name" in err
+    with pytest.raises(ValueError, match="pass device or soc, not both"):
+        ascend_kv.explain("kv_cache", "cpu", soc="Ascend910B3")

@@ -176,8 +176,7 @@ def test_a_backend_that_cannot_run_is_refused_before_any_work(capsys: pytest.Cap
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[str] = []
     monkeypatch.setattr(demo, "kv_cache_scenario", lambda *a, **k: built.append("kv_cache"))
-    assert demo.main(["--quick", "--backend", "npu"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and not built
-    assert err == ("ascend-kv demo: backend 'npu' cannot run the demo's calls (CPU tensors): the tensors are on cpu, "
-                   "not on an Ascend NPU\n")
+    with pytest.raises(ascend_kv.BackendUnavailableError, match=r"^backend 'npu' cannot run KVCacheOperation on cpu: "
+                                                                r"the tensors are on cpu, not on an Ascend NPU$"):
+        demo.main(["--quick", "--backend", "npu"])
+    assert capsys.readouterr().out == "" and not built

@@ -41,6 +41,10 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
              "reshape_and_cache": "ReshapeAndCacheOperation", "block_copy": "BlockCopyOperation",
              "copy_blocks": "BlockCopyOperation", "gather_blocks": "BlockCopyOperation",
              "scatter_blocks": "BlockCopyOperation"}
+#: Every public operation, by its function's name (``ascend-kv --help`` lists them); the ones
+#: :func:`explain` knows are those above, the others move bytes with no backend choice.
+FUNCTIONS = ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy", "copy_blocks", "swap_blocks",
+             "swap_blocks_batch", "gather_blocks", "scatter_blocks")
 
 #: The reasons a FallbackWarning was given for (once each).
 _warned: set[str] = set()
@@ -89,6 +93,11 @@ class Decision:
         runs = f"runs on {self.backend}" if self.backend else f"cannot run on {self.requested}"
         return f"{self.op} on {self.device} ({self.requested}): {runs}: {self.reason}"
 
+    def refusal(self) -> BackendUnavailableError:
+        """The error a call raises when the requested backend cannot run it (``backend`` is None)."""
+        return BackendUnavailableError(
+            f"backend {self.requested!r} cannot run {self.op} on {self.device}: {self.reason}")
+
 
 BACKEND = settings.Setting(BACKEND_ENV, BACKEND_CHOICES, "auto", "backend", "backend")
 environment_backend = BACKEND.environment
@@ -119,21 +128,24 @@ def _sim_unavailable() -> str | None:
 
 
 def _without_kernels(
-    op: str, dev: torch.device, requested: str, why: str, soc: str | None = None, line: str | None = None
+    op: str, device: str, requested: str, why: str, soc: str | None = None, line: str | None = None
 ) -> Decision:
     """``auto`` falls back; an explicit ``npu`` cannot run."""
-    return Decision(op, requested, "fallback" if requested == "auto" else None, why, str(dev), soc, line)
+    return Decision(op, requested, "fallback" if requested == "auto" else None, why, device, soc, line)
 
 
 def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
     """The decision for ``auto`` or ``npu`` (``outside``: why the kernels cannot take the inputs, or None)."""
     if not runtime.is_npu(dev):
-        return _without_kernels(op, dev, requested, f"the tensors are on {dev}, not on an Ascend NPU")
+        return _without_kernels(op, str(dev), requested, f"the tensors are on {dev}, not on an Ascend NPU")
+    return _soc_decision(op, str(dev), runtime.soc_of(dev), requested, outside)
 
+
+def _soc_decision(op: str, device: str, soc: str | None, requested: str, outside: str | None) -> Decision:
+    """The decision for ``auto`` or ``npu`` on an NPU (``device``) whose SoC is ``soc``."""
     def without_kernels(why: str, soc: str | None = None, line: str | None = None) -> Decision:
-        return _without_kernels(op, dev, requested, why, soc, line)
+        return _without_kernels(op, device, requested, why, soc, line)
 
-    soc = runtime.soc_of(dev)
     line = support.product_line(soc) if soc is not None else None
     if line is None:
         return without_kernels(f"SoC {soc!r} is not a known Ascend SoC (see `ascend-kv support-matrix`)", soc)
@@ -146,7 +158,7 @@ def _kernel_decision(op: str, dev: torch.device, requested: str, outside: str | 
     if outside is not None:
         return without_kernels(f"the call is outside the kernels' domain: {outside}", soc, line.id)
     why = f"{line.name} (SoC {soc}) supports {op}; kernel library {status.path}"
-    return Decision(op, requested, "npu", why, str(dev), soc, line.id)
+    return Decision(op, requested, "npu", why, device, soc, line.id)
 
 
 def _decide(op: str, dev: torch.device, requested: str, outside: str | None) -> Decision:
@@ -183,9 +195,7 @@ def choose(op: str, dev: torch.device, requested: str, outside: str | None) -> s
     """
     decision = _decide(op, dev, requested, outside)
     if decision.backend is None:
-        raise BackendUnavailableError(
-            f"backend {decision.requested!r} cannot run {decision.op} on {decision.device}: {decision.reason}"
-        )
+        raise decision.refusal()
     if decision.backend == "sim":
         importlib.import_module("ascend_kv.backends.sim").load()  # may compile on first use
     if decision.backend == "fallback" and decision.requested == "auto" and runtime.is_npu(dev):
@@ -223,7 +233,8 @@ def _callers_level() -> int:
     return level
 
 
-def explain(op: str, device: str | torch.device | None = None, backend: str | None = None) -> Decision:
+def explain(op: str, device: str | torch.device | None = None, backend: str | None = None, *,
+            soc: str | None = None) -> Decision:
     """What would run operation ``op`` for tensors on ``device``, and why; runs nothing.
 
     Parameters
@@ -237,6 +248,9 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     backend : str, optional
         The requested backend; by default the current one (:func:`use_backend`, else
         ``ASCEND_KV_BACKEND``, else ``"auto"``).
+    soc : str, optional
+        Ask for tensors on an NPU of this SoC (e.g. ``"Ascend910B3"``, ``"Ascend310P3"``) instead of
+        ``device``: "does this chip run the operation on the kernels?", answerable on any machine.
 
     Returns
     -------
@@ -254,11 +268,29 @@ def explain(op: str, device: str | torch.device | None = None, backend: str | No
     if name not in support.OPERATIONS:
         raise ValueError(f"op must be one of {', '.join([*support.OPERATIONS, *_OP_NAMES])}, got {op!r}")
     requested = requested_backend() if backend is None else BACKEND.check(backend, "backend")
+    if soc is not None:
+        if device is not None:
+            raise ValueError(f"pass device or soc, not both (got device {device!r} and soc {soc!r})")
+        return dataclasses.replace(_on_soc(name, soc, requested), element_types=element_types_note(),
+                                   quantization=quantization_note(name))
     decision = _decide(name, _device_argument(device), requested, None)
     state = runtime.npu_runtime() if device is None else None
     if state is not None and not state.available and requested in ("auto", "npu"):
         decision = dataclasses.replace(decision, reason=f"{decision.reason} (no NPU here: {state.reason})")
     return dataclasses.replace(decision, element_types=element_types_note(), quantization=quantization_note(name))
+
+
+def _on_soc(op: str, soc: str, requested: str) -> Decision:
+    """explain()'s answer for tensors on an NPU of SoC ``soc``, wherever it is asked."""
+    if not isinstance(soc, str) or not soc.strip():
+        raise ValueError(f"soc must be a SoC name such as 'Ascend910B3', got {soc!r}")
+    device = f"an NPU ({soc.strip()})"
+    if requested == "fallback":
+        return Decision(op, requested, "fallback", f"chosen explicitly ({BACKEND_ENV} or use_backend)", device)
+    if requested == "sim":
+        return Decision(op, requested, None, f"the host build of the kernels runs on cpu tensors, the tensors are on "
+                        f"{device}", device)
+    return _soc_decision(op, device, soc.strip(), requested, None)
 
 
 def quantization_note(op: str) -> str:

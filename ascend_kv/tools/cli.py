@@ -8,6 +8,9 @@ Subcommands:
     torch and torch_npu versions, whether the CANN runtime loaded (and why not), the SoC and
     its product line, whether the kernel library is loaded, which backend each operation
     would use, and why, and the intra-op threads the host paths run over.
+``explain OP [--soc NAME | --device DEVICE] [--backend NAME] [--json]``
+    What :func:`ascend_kv.explain` answers for one operation: the backend that would run it and
+    why; with ``--soc``, on an NPU of that SoC (asked on any machine; exits 2 for an unknown SoC name).
 ``demo ...`` / ``bench ...``
     :func:`ascend_kv.tools.demo.main` / :func:`ascend_kv.tools.bench.main` with the remaining arguments.
 
@@ -22,6 +25,7 @@ survive torch_npu without CANN; see :mod:`ascend_kv.dispatch.autoload`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -140,6 +144,18 @@ def _soc_line(soc: dict[str, Any]) -> str:
     return f"SoC             {soc['name']} ({soc['source']}), product line {soc['product_line']}"
 
 
+def _explain(args: argparse.Namespace) -> int:
+    decision = policy.explain(args.op, args.device, args.backend, soc=args.soc)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(decision), indent=2))
+        return 0
+    print(decision)
+    for label, note in (("element types", decision.element_types), ("quantization", decision.quantization)):
+        if note:
+            print(f"{label}: {note}")
+    return 2 if args.soc is not None and decision.product_line is None else 0  # an unknown SoC, as support-matrix
+
+
 def _delegate(module: str, argv: Sequence[str]) -> int:
     result = importlib.import_module(module).main(list(argv))
     return int(result or 0)
@@ -148,7 +164,9 @@ def _delegate(module: str, argv: Sequence[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``ascend-kv``."""
     parser = argparse.ArgumentParser(
-        prog="ascend-kv", description=f"ATB's KV-cache operations for Ascend NPUs: {', '.join(support.OPERATIONS)}."
+        prog="ascend-kv",
+        description=(f"ATB's KV-cache operations for Ascend NPUs ({', '.join(support.OPERATIONS)}) and the cache "
+                     f"operations serving engines build around them. Operations: {', '.join(policy.FUNCTIONS)}."),
     )
     parser.add_argument("--version", action="version", version=f"ascend_kv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--json", action="store_true", help="machine-readable output")
     info = commands.add_parser("info", help="runtime, SoC, kernel library, and which backend runs each op")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    explain = commands.add_parser("explain", help="which backend would run an operation, and why")
+    explain.add_argument("op", help="a function's name (e.g. reshape_and_cache) or an ATB name (ReshapeAndCacheOperation)")
+    where = explain.add_mutually_exclusive_group()
+    where.add_argument("--soc", metavar="NAME", help="on an NPU of this SoC, e.g. Ascend910B3 (asked on any machine)")
+    where.add_argument("--device", help="the tensors' device (default: NPU 0 when there is one, else cpu)")
+    explain.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="the requested backend (default: current)")
+    explain.add_argument("--json", action="store_true", help="machine-readable output")
     for name, text in (("demo", "every operation on realistic shapes, checked"), ("bench", "benchmarks")):
         sub = commands.add_parser(name, help=text, add_help=False, prefix_chars="\0")
         sub.add_argument("args", nargs=argparse.REMAINDER)
@@ -169,8 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("demo", "bench"):
             return _delegate(f"ascend_kv.tools.{args.command}", args.args)
+        if args.command == "explain":
+            return _explain(args)
         return _support_matrix(args) if args.command == "support-matrix" else _info(args)
-    except (SettingError, BackendUnavailableError) as error:  # a bad ASCEND_KV_BACKEND, a backend that cannot run
+    except (SettingError, BackendUnavailableError, ValueError) as error:  # a bad setting, a backend that cannot
+        # run, an operation or SoC name explain() does not know
         print(f"ascend-kv: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`ascend-kv demo | head`): not an error

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -229,12 +228,13 @@ def _ran_line(decision: policy.Decision, device: torch.device, ran: str) -> tupl
     return f"{decision.backend}, but ran on {ran} (explain() said {expected})", False
 
 
-def _unusable(backend: str | None) -> str | None:
-    """Why the forced ``backend`` cannot run the demo's calls (CPU tensors), or None when it can."""
-    if backend is None:
-        return None
-    decision = policy.explain("KVCacheOperation", torch.device("cpu"), backend)
-    return None if decision.backend is not None else decision.reason
+def _refuse_unusable(backend: str | None) -> None:
+    """Raise :class:`ascend_kv.BackendUnavailableError` when the forced ``backend`` cannot run the demo's calls
+    (CPU tensors), before any work."""
+    if backend is not None:
+        decision = policy.explain("KVCacheOperation", torch.device("cpu"), backend)
+        if decision.backend is None:
+            raise decision.refusal()
 
 
 def _run(scenario: Scenario, repeats: int) -> bool:
@@ -263,17 +263,14 @@ def _run(scenario: Scenario, repeats: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every scenario, each built when reached and freed after; print backend, where it ran, reason,
-    time and the check; exit 1 on a mismatch, 2 when the forced backend cannot run here."""
+    time and the check; exit 1 on a mismatch. A forced backend that cannot run here raises
+    :class:`ascend_kv.BackendUnavailableError` before any work (``ascend-kv demo``: exit 2)."""
     parser = argparse.ArgumentParser(prog="ascend-kv demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shapes 16x smaller (for tests)")
     parser.add_argument("--backend", choices=policy.BACKEND_CHOICES, help="force a backend (default: auto)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per call (median reported)")
     args = parser.parse_args(argv)
-    unusable = _unusable(args.backend)
-    if unusable is not None:
-        print(f"ascend-kv demo: backend {args.backend!r} cannot run the demo's calls (CPU tensors): {unusable}",
-              file=sys.stderr)
-        return 2
+    _refuse_unusable(args.backend)
     g = torch.Generator().manual_seed(0)
     failures = 0
     why_no_npu = device.advice()
