@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -54,3 +55,26 @@ def test_no_top_level_name_but_ascend_kv(tmp_path: Path) -> None:
     code = ("import importlib.util, ascend_kv;"
             "assert all(importlib.util.find_spec(n) is None for n in ('csrc', 'cpu_fallback', 'ascendc'))")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_a_clone_named_ascend_kv_beside_a_script_is_the_package_it_holds(tmp_path: Path) -> None:
+    """A script run from the folder holding a clone named ``ascend_kv``: ``import ascend_kv`` finds the clone's
+    root first, which becomes the package inside it (not an empty namespace without the functions); the
+    operator library is the cached one (a build is named by its sources' names and bytes)."""
+    clone = tmp_path / "work" / "ascend_kv"
+    clone.mkdir(parents=True)
+    shutil.copy(ROOT / "__init__.py", clone / "__init__.py")
+    for folder in ("ascend_kv", "csrc", "cpu_fallback", "ascendc"):
+        shutil.copytree(ROOT / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    script = clone.parent / "step.py"
+    script.write_text("import torch, ascend_kv\n"
+                      "past = torch.zeros(1, 1, 4, 16)\n"
+                      "ascend_kv.kv_cache(torch.ones(2, 16), 0, past, torch.tensor([3]), torch.tensor([2]))\n"
+                      "print(ascend_kv.__file__, int(past.sum()))\n")
+    ran = subprocess.run([sys.executable, str(script)], cwd=clone.parent, capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, f"{clone / 'ascend_kv' / '__init__.py'} 32\n"), ran.stderr
+    assert "compiling" not in ran.stderr
+    other = subprocess.run([sys.executable, "-c", "import ascend_kv; print(ascend_kv.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, check=False)
+    assert other.returncode == 0 and other.stdout.endswith("/ascend_kv/__init__.py\n"), other.stderr
+    assert str(clone) not in other.stdout  # from elsewhere: the installed package
