@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .. import reshape_and_cache
+from ..api.swap_batch import batch_memcpy  # vLLM's vllm.v1.worker.mamba_utils.batch_memcpy (docs/semantics.md §14.3)
 
 #: vLLM's kv_cache_dtype strings of fp8 caches and the element type each names.
 _FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
@@ -77,4 +78,4 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
                       k_scale=k_scale, v_scale=v_scale)
 
 
-__all__ = ["reshape_and_cache_flash"]
+__all__ = ["batch_memcpy", "reshape_and_cache_flash"]
