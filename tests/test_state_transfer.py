@@ -128,9 +128,9 @@ def test_the_call_itself_reads_nothing_back(soc: str) -> None:
     states = [torch.randn(8, 4, 16).to(NPU), torch.randn(8, 32).to(torch.bfloat16).to(NPU)]
     out = torch.zeros(3, ascend_kv.state_slot_bytes(states), dtype=torch.uint8, device=NPU)
     for ids in (torch.tensor([7, -1, 2], device=NPU), torch.tensor([7, -1, 2])):
-        seen = run(lambda: ascend_kv.gather_state_slots(states, ids, out))
+        seen = run(lambda ids=ids: ascend_kv.gather_state_slots(states, ids, out))
         assert seen.transfers == 0 and seen.blocking_uploads == 0 and seen.launches == (1 if soc == SUPPORTED else 0)
-        seen = run(lambda: ascend_kv.scatter_state_slots(out, states, ids))
+        seen = run(lambda ids=ids: ascend_kv.scatter_state_slots(out, states, ids))
         assert seen.transfers == 0 and seen.launches == (1 if soc == SUPPORTED else 0)
 
 
@@ -140,7 +140,7 @@ def test_pinned_host_buffers_round_trip_without_waiting(soc: str) -> None:
     states = [s.to(NPU) for s in host_states]
     out = torch.full((2, ascend_kv.state_slot_bytes(states)), 7, dtype=torch.uint8).pin_memory()
     for ids in (torch.tensor([6, 1], device=NPU), torch.tensor([6, -1])):  # device ids; host ids with padding
-        seen = run(lambda: ascend_kv.gather_state_slots(states, ids, out))
+        seen = run(lambda ids=ids: ascend_kv.gather_state_slots(states, ids, out))
         assert seen.transfers == 1 and seen.blocking_uploads == 0  # the one copy back to the host
     want = reference.gather_state_slots(host_states, torch.tensor([6, 1]), torch.full_like(out, 7))
     assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
