@@ -255,3 +255,19 @@ def test_pass_opcheck() -> None:
     out = torch.zeros(3, 20, dtype=torch.uint8)
     torch.library.opcheck(OPS.gather_state_slots.default, (states, ids, out))
     torch.library.opcheck(OPS.scatter_state_slots.default, (out, [s.clone() for s in states], ids))
+
+
+def test_a_slot_of_more_strided_loops_than_a_piece_holds_round_trips() -> None:
+    """Five inner loops (more than a host piece copy nests): through one slot of memory at a time."""
+    base = torch.randn(40, 3, 3, 3, 3, 6)
+    state = base[:, ::2, ::2, ::2, ::2, ::3]
+    ids = torch.tensor([7, -1, 3])
+    out = torch.zeros(3, ascend_kv.state_slot_bytes([state]), dtype=torch.uint8)
+    want = reference.gather_state_slots([state], ids, out.clone())
+    with fake_npu.largest_allocations() as seen:
+        ascend_kv.gather_state_slots([state], ids, out)
+    assert bits_equal(out, want) and seen.host <= state[0].numel() * state.element_size()
+    fresh = torch.zeros_like(base)
+    ascend_kv.scatter_state_slots(out, [fresh[:, ::2, ::2, ::2, ::2, ::3]], torch.tensor([1, -1, 2]))
+    assert bits_equal(fresh[1, ::2, ::2, ::2, ::2, ::3], state[7]) and bits_equal(fresh[2, ::2, ::2, ::2, ::2, ::3], state[3])
+    assert not fresh[0].any() and not fresh[1, 1::2].any()
