@@ -8,6 +8,8 @@ width. Every byte of the bases is compared, so bytes outside the states (page pa
 
 from __future__ import annotations
 
+import doctest
+import types
 from collections.abc import Iterator
 
 import fake_npu
@@ -21,6 +23,7 @@ from npu_fixtures import NPU, SUPPORTED, run
 from state_cases import SlotPairs, StateLayout, slot_pairs, state_layouts
 
 import ascend_kv
+from ascend_kv.api import state_ops, swap_batch
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
@@ -280,8 +283,12 @@ def test_passes_opcheck() -> None:
     torch.library.opcheck(OPS.copy_state_slots.default, (states, torch.tensor([0, 1]), torch.tensor([1, 0]), True))
 
 
-def test_explain_names_the_block_copy_decision() -> None:
-    assert ascend_kv.explain("copy_state_slots", "cpu").op == "BlockCopyOperation"
+@pytest.mark.parametrize("name", ["copy_state_slots", "gather_state_slots", "scatter_state_slots", "batch_memcpy"])
+def test_explain_answers_the_block_copy_decision(soc: str, name: str) -> None:
+    """None is an ATB operation: explain() answers BlockCopyOperation's decision, the one the calls follow."""
+    decision = ascend_kv.explain(name, NPU)
+    assert decision.op == "BlockCopyOperation" and ascend_kv.explain(name, "cpu").op == "BlockCopyOperation"
+    assert decision.backend == ("npu" if soc == SUPPORTED else "fallback"), decision
 
 
 def test_a_slot_of_more_strided_loops_than_a_piece_holds_stages_only_the_overwritten_slots() -> None:
@@ -296,3 +303,9 @@ def test_a_slot_of_more_strided_loops_than_a_piece_holds_stages_only_the_overwri
         ascend_kv.copy_state_slots([state], src, dst, simultaneous=True)
     assert bits_equal(base, want)
     assert seen.host <= 2 * state[0].numel() * state.element_size()   # slots 0 and 1, nothing of the state
+
+
+@pytest.mark.parametrize("module", [state_ops, swap_batch], ids=lambda m: m.__name__)
+def test_the_docstring_examples_run(module: types.ModuleType) -> None:
+    results = doctest.testmod(module, extraglobs={"torch": torch, "ascend_kv": ascend_kv})
+    assert results.failed == 0 and results.attempted > 0

@@ -7,6 +7,7 @@ they pass the backends after those were accepted).
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -195,8 +196,6 @@ def swap_blocks_bytes(src: torch.Tensor, dst: torch.Tensor, block_size_in_bytes:
 
 def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor) -> None:
     """vLLM's ``swap_blocks_batch`` on host memory: ``memcpy(dst_ptrs[i], src_ptrs[i], sizes[i])`` for each ``i``."""
-    import ctypes
-
     for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
         ctypes.memmove(d, s, n)
 
@@ -280,7 +279,7 @@ def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_cach
                 _bits(cache)[b] = _from_nd(nd, cache_layout).to(cache.device)
 
 
-# Quantized caches (docs/semantics.md §13): the pseudo-code, as plain torch on whole token tensors.
+# Hybrid models' state caches (docs/semantics.md §14): slot by slot, byte ranges by memmove.
 
 
 def copy_state_slots(states: list[torch.Tensor], src_indices: torch.Tensor, dst_indices: torch.Tensor,
@@ -344,11 +343,12 @@ def scatter_state_slots(src: torch.Tensor, states: list[torch.Tensor], slot_ids:
 def batch_memcpy(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor) -> None:
     """vLLM's ``batch_memcpy`` on host memory: ``memcpy(dst_ptrs[i], src_ptrs[i], sizes[i])`` for each
     ``sizes[i] > 0``."""
-    import ctypes
-
     for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
         if n > 0:
             ctypes.memmove(d, s, n)
+
+
+# Quantized caches (docs/semantics.md §13): the pseudo-code, as plain torch on whole token tensors.
 
 
 def per(t: torch.Tensor, heads: int, head_size: int) -> torch.Tensor:
