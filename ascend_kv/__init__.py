@@ -21,7 +21,8 @@ from .api.ops import (
 )
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
 from .api.transfer_ops import gather_blocks, scatter_blocks
-from .api.swap_batch import swap_blocks_batch
+from .api.swap_batch import batch_memcpy, swap_blocks_batch
+from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -38,16 +39,21 @@ __all__ = [
     "PagedCacheLoadParam",
     "ReshapeAndCacheOperation",
     "ReshapeAndCacheParam",
+    "batch_memcpy",
     "block_copy",
     "copy_blocks",
+    "copy_state_slots",
     "explain",
     "gather_blocks",
+    "gather_state_slots",
     "kv_cache",
     "nd_to_nz",
     "nz_to_nd",
     "paged_cache_load",
     "reshape_and_cache",
     "scatter_blocks",
+    "scatter_state_slots",
+    "state_slot_bytes",
     "swap_blocks",
     "swap_blocks_batch",
     "use_backend",

@@ -140,6 +140,9 @@ constexpr uint64_t kLayoutNd = 1;
  * i < pairs and both blocks are in [0, numBlocks); other copies are skipped. Work items are
  * (cache, copy, chunk), numbered in that order, split evenly over the cores. The caches' geometry
  * is a table in GM, kBlockCopyCacheWords uint64 words per cache (the kBlockCopy* word indices).
+ * Transfer modes (gather_state_slots, scatter_state_slots): copy j moves block src[j] of each
+ * cache from or to row j of a buffer, where the block's bytes lie dense from the cache's
+ * bufferOffset (no dst, no cumSum; pairs = copies).
  */
 #define ASCEND_KV_BLOCK_COPY_TILING_FIELDS(FIELD)                                                \
     FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
@@ -153,7 +156,15 @@ constexpr uint64_t kLayoutNd = 1;
     FIELD(items, "work items: copies times the chunks of a block, summed over the caches")       \
     FIELD(stageBytes, "UB bytes of each staged index window, a multiple of 32")                  \
     FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32 (simultaneous: of each copy's UB slot)") \
-    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)")
+    FIELD(simultaneous, "1: every source read before any destination is written (items: chunks, not copies)") \
+    FIELD(transfer, "kBlockCopyWithin, or kBlockCopyGather / kBlockCopyScatter: blocks to or from buffer rows") \
+    FIELD(bufferRowStride, "transfer: bytes between buffer rows")                                \
+    FIELD(bufferSpan, "transfer: bytes from the buffer's first element to the end of its last")
+
+/// block_copy's modes: blocks copied within each cache, or moved to (gather) or from (scatter) buffer rows.
+constexpr uint64_t kBlockCopyWithin = 0;
+constexpr uint64_t kBlockCopyGather = 1;
+constexpr uint64_t kBlockCopyScatter = 2;
 
 /*
  * One side (key or value) of a quantizing reshape_and_cache (docs/semantics.md §13, int8 codes): how its
@@ -207,7 +218,21 @@ constexpr uint64_t kBlockCopySpan = 5;
 constexpr uint64_t kBlockCopyRowsPerChunk = 6;
 constexpr uint64_t kBlockCopySegments = 7;
 constexpr uint64_t kBlockCopyChunks = 8;
-constexpr uint64_t kBlockCopyCacheWords = 9;
+constexpr uint64_t kBlockCopyBufferOffset = 9;  ///< transfer modes: the cache's first byte in a buffer row
+constexpr uint64_t kBlockCopyCacheWords = 10;
+
+/*
+ * batch_memcpy: copy i (< copies) moves sizes[i] bytes from address srcPtrs[i] to address
+ * dstPtrs[i] (int64 tables, sizes int32 or int64; a size <= 0 copies nothing), the tables read in
+ * device memory by every core. Copy i is chunks of chunkBytes; chunk k of copy i is core
+ * (i + k) % usedCores's, so the bytes spread over the cores whatever the sizes (unknown on the host).
+ */
+#define ASCEND_KV_BATCH_MEMCPY_TILING_FIELDS(FIELD)                                              \
+    FIELD(usedCores, "cores launched (0: nothing to do, launch nothing)")                        \
+    FIELD(copies, "entries of each table")                                                       \
+    FIELD(sizeElemBytes, "element size of sizes (4 or 8)")                                       \
+    FIELD(stageBytes, "UB bytes of each staged table window, a multiple of 32")                  \
+    FIELD(chunkBytes, "bytes of each copy buffer, a multiple of 32")
 
 /*
  * transfer_blocks (gather_blocks, scatter_blocks): for each cache c of a table of numCaches caches
@@ -311,6 +336,10 @@ struct TransferTiling {
     ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
 };
 
+struct BatchMemcpyTiling {
+    ASCEND_KV_BATCH_MEMCPY_TILING_FIELDS(ASCEND_KV_TILING_DECLARE_FIELD)
+};
+
 #undef ASCEND_KV_TILING_DECLARE_FIELD
 #undef ASCEND_KV_TILING_DECLARE_CACHE
 
@@ -327,6 +356,8 @@ static_assert(sizeof(BlockCopyTiling) == (0 ASCEND_KV_BLOCK_COPY_TILING_FIELDS(A
               "BlockCopyTiling must be uint64_t fields only");
 static_assert(sizeof(TransferTiling) == (0 ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
               "TransferTiling must be uint64_t fields only");
+static_assert(sizeof(BatchMemcpyTiling) == (0 ASCEND_KV_BATCH_MEMCPY_TILING_FIELDS(ASCEND_KV_TILING_COUNT_FIELD)) * 8,
+              "BatchMemcpyTiling must be uint64_t fields only");
 #define ASCEND_KV_TILING_COUNT(LIST) (0 LIST(ASCEND_KV_TILING_COUNT_FIELD, ASCEND_KV_TILING_COUNT_CACHE))
 static_assert(sizeof(PagedLoadTiling) == ASCEND_KV_TILING_COUNT(ASCEND_KV_PAGED_LOAD_TILING_FIELDS) * 8,
               "PagedLoadTiling must be uint64_t fields and cache groups only");

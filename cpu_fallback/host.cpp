@@ -11,6 +11,7 @@
 #include "cpu_fallback/copy.h"
 #include "cpu_fallback/slot_loops.h"
 #include "csrc/rules/index_values.h"
+#include "csrc/rules/kernel_domain.h"
 
 namespace ascend_kv::host {
 namespace {
@@ -255,17 +256,22 @@ void BlockCopy(const BlockCopyCall& call, const BlockCopyPlan& given)
     std::vector<Cache> caches;
     std::vector<at::Tensor> stages;
     int64_t bytes = 0;
-    for (const at::Tensor& cache : call.caches) {
-        if (!cache.numel()) {
+    for (const at::Tensor& given : call.caches) {
+        if (!given.numel()) {
             continue;
         }
+        const at::Tensor cache = InMemoryOrder(given);  // the same bytes, in as few loops as they allow
         const c10::IntArrayRef sizes = cache.sizes().slice(1), strides = cache.strides().slice(1);
         const PieceCopy block = PieceCopy::Of(sizes, strides, strides, cache.element_size());
-        if (!block.Fits()) {  // blocks of more strided dims than a piece loops over: through ATen
-            const auto index = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
-            const at::Tensor read = cache.index_select(0, index(plan.sources));  // all read before any write
+        if (!block.Fits()) {  // blocks of more strided dims than a piece loops over: through ATen, the
+            // overwritten sources staged first as below (none unless simultaneous)
+            const at::Tensor stage = staged ? cache.index_select(0, at::tensor(staging.blocks, at::kLong)) : at::Tensor();
             for (int64_t j = 0; j < copies; ++j) {
-                CopyBlock(read, j, cache, plan.destinations[j]);
+                if (staged && staging.slot[j] >= 0) {
+                    CopyBlock(stage, staging.slot[j], cache, plan.destinations[j]);
+                } else {
+                    CopyBlock(cache, plan.sources[j], cache, plan.destinations[j]);
+                }
             }
             continue;
         }
@@ -377,6 +383,61 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids)
         EndStreaming(stream);
     });
     return true;
+}
+
+void TransferStateSlots(const StateTransferCall& call, const std::vector<int64_t>& ids)
+{
+    const int64_t n = static_cast<int64_t>(ids.size()), count = static_cast<int64_t>(call.states.size());
+    struct Slots {  // a state's first byte, bytes between slots, one slot's copy, its place in a buffer row
+        char* data;
+        int64_t slot_step, offset;
+        PieceCopy piece;
+    };
+    std::vector<Slots> slots;
+    char* rows = MutableBytes(call.buffer);
+    const int64_t row_step = call.buffer.stride(0);
+    int64_t bytes = 0;
+    for (int64_t c = 0; c < count; ++c) {
+        const at::Tensor& state = call.states[c];
+        const c10::IntArrayRef sizes = state.sizes().slice(1), strides = state.strides().slice(1);
+        const std::vector<int64_t> dense = DenseStrides(sizes);
+        const int64_t size = state.element_size();
+        PieceCopy piece = call.gather ? PieceCopy::Of(sizes, strides, dense, size) : PieceCopy::Of(sizes, dense, strides, size);
+        if (!piece.Fits()) {  // more strided loops than a piece holds: slot by slot through one slot of memory
+            for (int64_t j = 0; j < n; ++j) {
+                if (ids[j] < 0) {
+                    continue;
+                }
+                char* row = rows + j * row_step + call.offsets[c];
+                const at::Tensor slot = state.select(0, ids[j]);
+                at::Tensor dense_slot = call.gather ? slot.contiguous() : at::empty(sizes, state.options());
+                if (call.gather) {
+                    std::memcpy(row, Bytes(dense_slot), dense_slot.nbytes());
+                } else {
+                    std::memcpy(MutableBytes(dense_slot), row, dense_slot.nbytes());
+                    slot.copy_(dense_slot);
+                }
+            }
+            piece = PieceCopy{};  // nothing left for the threads
+        }
+        slots.push_back({MutableBytes(state), state.stride(0) * size, call.offsets[c], piece});
+        bytes = std::max(bytes, piece.Bytes());
+    }
+    const int64_t items = n * count;
+    const bool stream = ShouldStream(items * bytes, kStreamWrites);
+    ParallelFor(items, bytes, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+            const int64_t j = k / count;
+            const Slots& state = slots[k % count];
+            if (ids[j] < 0 || state.piece.Bytes() == 0) {
+                continue;
+            }
+            char* slot = state.data + ids[j] * state.slot_step;
+            char* row = rows + j * row_step + state.offset;
+            Copy(call.gather ? slot : row, call.gather ? row : slot, state.piece, stream);
+        }
+        EndStreaming(stream);
+    });
 }
 
 void MemcpyBatch(const BatchCopies& copies)

@@ -9,6 +9,7 @@
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/state_transfer.h"
 #include "csrc/rules/swap_batch.h"
 
 namespace ascend_kv::host {
@@ -33,6 +34,12 @@ void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const BlockCopyPla
 /// checked block_ids: each block a strided piece copy per token. False (nothing written) when a
 /// token's piece has more loops than a PieceCopy holds: the caller copies it otherwise.
 bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids);
+
+/// gather_state_slots or scatter_state_slots on host tensors, `ids` its checked slot_ids (negative:
+/// padding, skipped): each slot one piece copy between the state's strides and its dense bytes in a
+/// buffer row, over torch's threads; a slot of more strided loops than a piece holds goes through
+/// one slot of temporary memory.
+void TransferStateSlots(const StateTransferCall& call, const std::vector<int64_t>& ids);
 
 /// swap_blocks_batch in host memory: one memcpy per copy, over torch's threads when the batch is large.
 void MemcpyBatch(const BatchCopies& copies);

@@ -8,6 +8,7 @@
 #include "cpu_fallback/quant_aten.h"
 #include "csrc/ops/upload.h"
 #include "csrc/rules/dtypes.h"
+#include "csrc/rules/swap_batch.h"
 
 namespace ascend_kv::on_device {
 namespace {
@@ -135,6 +136,32 @@ std::vector<int64_t> DestinationOrder(const BlockCopyPlan& pairs)
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return pairs.destinations[a] < pairs.destinations[b]; });
     return order;
+}
+
+/// A scatter of n rows by ids that skips the invalid ones without a read back: row entry[i] goes to
+/// destination[i]; a skipped row repeats the first valid one, and with none valid (any false) row 0
+/// of the target takes its own bits.
+struct MaskedScatter {
+    at::Tensor entry, destination, any, first;
+};
+
+MaskedScatter MaskedScatterOf(const at::Tensor& ids, const at::Tensor& valid)
+{
+    MaskedScatter plan;
+    plan.first = at::argmax(valid.to(at::kInt)).reshape({1});
+    plan.any = valid.index_select(0, plan.first);
+    plan.entry = at::where(valid, at::arange(ids.size(0), ids.options()), plan.first);
+    plan.destination =
+        at::where(valid, ids, at::where(plan.any, ids.index_select(0, plan.first), at::zeros_like(ids)));
+    return plan;
+}
+
+/// target[plan.destination[i]] = rows[i] (rows already in entry order), as `plan` says; `target`
+/// as integer bits.
+void ScatterRows(at::Tensor target, const MaskedScatter& plan, const at::Tensor& rows)
+{
+    const at::Tensor own = target.index_select(0, at::zeros_like(plan.first));
+    target.index_copy_(0, plan.destination, at::where(RowMask(plan.any, rows.dim()), rows, own));
 }
 
 }  // namespace
@@ -402,19 +429,54 @@ void TransferBlocks(const TransferCall& call)
         }
         return;
     }
-    // A skipped entry repeats the first written one; with none written, block 0 takes its own bits.
-    const at::Tensor first = at::argmax(valid.to(at::kInt)).reshape({1});
-    const at::Tensor any = valid.index_select(0, first);
-    const at::Tensor entry = at::where(valid, at::arange(n, ids.options()), first);
-    const at::Tensor destination = at::where(valid, ids, at::where(any, ids.index_select(0, first), at::zeros_like(ids)));
+    const MaskedScatter plan = MaskedScatterOf(ids, valid);
     for (size_t kv = 0; kv < call.caches.size(); ++kv) {
         for (int64_t l = 0; l < layers; ++l) {
-            at::Tensor cache = Bits(call.caches[kv][l]);
-            const at::Tensor rows = buffer.select(0, kv).select(0, l).index_select(0, entry);
-            const at::Tensor blocks = BlocksFromNd(call, BlocksToNd(call, rows, call.buffer_layout, true),
-                                                   call.cache_layout, false);
-            const at::Tensor own = cache.index_select(0, at::zeros_like(first));
-            cache.index_copy_(0, destination, at::where(RowMask(any, blocks.dim()), blocks, own));
+            const at::Tensor rows = buffer.select(0, kv).select(0, l).index_select(0, plan.entry);
+            ScatterRows(Bits(call.caches[kv][l]), plan,
+                        BlocksFromNd(call, BlocksToNd(call, rows, call.buffer_layout, true), call.cache_layout, false));
+        }
+    }
+}
+
+void TransferStateSlots(const StateTransferCall& call)
+{
+    const int64_t n = call.slot_ids.size(0);
+    if (n == 0 || call.states.empty() || call.states[0].size(0) == 0) {
+        return;
+    }
+    const at::Tensor ids = call.slot_ids.to(at::kLong);
+    const at::Tensor valid = (ids >= 0) & (ids < call.states[0].size(0));
+    const MaskedScatter plan = call.gather ? MaskedScatter{} : MaskedScatterOf(ids, valid);
+    const at::Tensor safe = at::where(valid, ids, at::zeros_like(ids));
+    for (size_t c = 0; c < call.states.size(); ++c) {
+        const at::Tensor state = Bits(call.states[c]);
+        const int64_t bytes = state.numel() / state.size(0) * state.element_size();
+        if (bytes == 0) {
+            continue;
+        }
+        at::Tensor row_bytes = call.buffer.narrow(1, call.offsets[c], bytes);  // [n, bytes] of this state
+        if (call.gather) {
+            const at::Tensor slots = state.index_select(0, safe).view(at::kByte).reshape({n, bytes});
+            row_bytes.copy_(at::where(RowMask(valid, 2), slots, row_bytes));
+            continue;
+        }
+        std::vector<int64_t> shape = state.sizes().vec();
+        shape[0] = n;
+        const at::Tensor rows = row_bytes.index_select(0, plan.entry).view(state.scalar_type()).reshape(shape);
+        ScatterRows(state, plan, rows);
+    }
+}
+
+void BatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes)
+{
+    const BatchCopies copies = PlanBatchMemcpy(src_ptrs, dst_ptrs, sizes);  // the one read back
+    const auto bytes = at::TensorOptions().dtype(at::kByte).device(src_ptrs.device());
+    for (size_t i = 0; i < copies.sizes.size(); ++i) {
+        if (copies.sizes[i] > 0) {
+            const auto from = reinterpret_cast<void*>(copies.src[i]), to = reinterpret_cast<void*>(copies.dst[i]);
+            at::from_blob(to, {copies.sizes[i]}, bytes).copy_(at::from_blob(from, {copies.sizes[i]}, bytes),
+                                                              /*non_blocking=*/true);
         }
     }
 }

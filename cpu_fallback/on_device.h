@@ -16,6 +16,7 @@
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/state_transfer.h"
 
 namespace ascend_kv::on_device {
 
@@ -30,6 +31,16 @@ void BlockCopy(const BlockCopyCall& call);
 /// relaid out through one temporary; out-of-range ids are masked (gather: the buffer's row keeps
 /// its bytes; scatter: nothing written for it).
 void TransferBlocks(const TransferCall& call);
+
+/// gather_state_slots or scatter_state_slots with the buffer on the states' device: per state, the
+/// n slots through one temporary of n slots; negative and out-of-range ids are skipped (gather: the
+/// buffer row keeps its bytes; scatter: nothing written for it).
+void TransferStateSlots(const StateTransferCall& call);
+
+/// batch_memcpy with its tables on a device: the tables read back (the one synchronisation: no ATen
+/// operation follows an address held in a tensor), checked as host tables are, then each range one
+/// asynchronous copy between views of the device's memory.
+void BatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
 
 /// zero_fill before the kernels: zero every output row a batch entry covers (the kernels then write
 /// the rows of valid blocks and skip the others, which stay zero).

@@ -78,6 +78,11 @@ std::vector<Schema> Writers()
          "str cache_layout='nd', int head_splits=1",
          "()"},
         {"swap_blocks.bytes", "Tensor src, Tensor(a!) dst, int block_size_in_bytes, Tensor block_mapping", "()"},
+        // Hybrid models' state caches (docs/semantics.md §14).
+        {"copy_state_slots", "Tensor(a!)[] states, Tensor src_indices, Tensor dst_indices, bool simultaneous=False",
+         "()"},
+        {"gather_state_slots", "Tensor[] states, Tensor slot_ids, Tensor(a!) out", "()"},
+        {"scatter_state_slots", "Tensor src, Tensor(a!)[] states, Tensor slot_ids", "()"},
     };
 }
 
@@ -193,6 +198,7 @@ TORCH_LIBRARY(ascend_kv, m)
     // Writes through the pointers it is given: no tensor argument is written.
     m.def("swap_blocks_batch(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes, bool is_src_access_order_any=False, "
           "int direction=-1) -> ()");
+    m.def("batch_memcpy(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes) -> ()");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("paged_cache_load.dequant(") + kLoadInputs + ", " + kLoadOptions + ", " + kDequantArgs +
            ") -> (Tensor, Tensor)").c_str());
@@ -238,6 +244,10 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("scatter_blocks", &ScatterBlocks);
     m.impl("swap_blocks.bytes", &SwapBlockBytes);
     m.impl("swap_blocks_batch", &SwapBlocksBatch);
+    m.impl("copy_state_slots", &CopyStateSlots);
+    m.impl("gather_state_slots", &GatherStateSlots);
+    m.impl("scatter_state_slots", &ScatterStateSlots);
+    m.impl("batch_memcpy", &BatchMemcpy);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -266,6 +276,10 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("scatter_blocks", &ScatterBlocksMeta);
     m.impl("swap_blocks.bytes", &SwapBlockBytesMeta);
     m.impl("swap_blocks_batch", &SwapBlocksBatchMeta);
+    m.impl("copy_state_slots", &CopyStateSlotsMeta);
+    m.impl("gather_state_slots", &GatherStateSlotsMeta);
+    m.impl("scatter_state_slots", &ScatterStateSlotsMeta);
+    m.impl("batch_memcpy", &BatchMemcpyMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
@@ -273,6 +287,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
     using namespace ascend_kv;
     m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
     m.impl("swap_blocks_batch", torch::CppFunction::makeFallthrough());
+    m.impl("batch_memcpy", torch::CppFunction::makeFallthrough());
     m.impl("paged_cache_load.dequant", torch::CppFunction::makeFallthrough());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFallthrough());

@@ -23,11 +23,15 @@ ROW_FIELDS = {
     "min_s", "gb_per_s", "copy_median_s", "copy_gb_per_s", "ratio_to_copy", "target_ratio_to_copy",
     "goal_ratio_to_copy", "single_median_s", "single_copy_median_s", "single_ratio_to_copy", "reference_median_s",
     "reference_repeats", "speedup_over_reference", "baseline_median_s", "speedup_over_baseline",
+    "alternative", "alternative_median_s", "ratio_to_alternative",
 }
 #: The issue's targets (and goals) as multiples of copy_, with torch's default thread count.
 BULK_TARGETS = {"prefill": (0.9, 1.0), "paged-nd": (0.9, 1.0), "paged-nz": (0.9, 1.0), "write-prefill": (0.9, 1.0),
                 "block-copy": (0.8, None), "copy-blocks": (0.8, None), "copy-blocks-simultaneous": (0.9, None),
-                "swap-bytes": (0.9, None), "gather-blocks": (0.9, 1.0), "scatter-blocks": (0.9, 1.0)}
+                "swap-bytes": (0.9, None), "gather-blocks": (0.9, 1.0), "scatter-blocks": (0.9, 1.0),
+                "state-slots": (None, None), "batch-memcpy": (None, None)}
+#: The workloads timed beside the callers' own route (issue 31), by kind.
+ALTERNATIVES = {"state-slots": "index_select + index_copy_", "batch-memcpy": "a loop of copy_"}
 
 
 @pytest.fixture
@@ -43,7 +47,8 @@ def test_workloads_cover_the_issue() -> None:
     names = [w.name for w in bench.workloads()]
     for kind in ("decode 64x1 h1024", "decode 256x1 h4096", "prefill 8x512 h4096", "prefill 1x4096 h1024",
                  "paged ND 8x2048 8x128", "paged ND 8x2048 MLA 512+64", "paged NZ 8x2048 8x128",
-                 "paged NZ 8x2048 MLA 512+64", "write decode 64x1 8x128", "write prefill 8x512 8x128"):
+                 "paged NZ 8x2048 MLA 512+64", "write decode 64x1 8x128", "write prefill 8x512 8x128",
+                 "copy_state_slots 64 pairs x 48 layers Qwen3-Next TP8", "batch_memcpy 1024 x 16 KiB"):
         assert kind in names
     assert [w.name for w in bench.workloads(tiny=True)] == names
 
@@ -93,6 +98,9 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.Capt
         expected = BULK_TARGETS.get(row["kind"], (None, None)) if row["threads"] == 2 else (None, None)
         assert (row["target_ratio_to_copy"], row["goal_ratio_to_copy"]) == expected
         assert row["baseline_median_s"] is None and row["speedup_over_baseline"] is None
+        assert row["alternative"] == ALTERNATIVES.get(row["kind"])
+        if row["alternative"] is not None:
+            assert row["ratio_to_alternative"] == pytest.approx(row["alternative_median_s"] / row["median_s"])
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (scale, labels), = plotted                # a log axis, so outliers of 100x do not squash the other bars,
     assert scale == "log"                     # and every bar labelled with its ratio
@@ -149,9 +157,9 @@ def test_baseline_puts_an_earlier_run_beside_each_row(tmp_path: Path, capsys: py
             assert row["baseline_median_s"] == before["median_s"]
             assert row["speedup_over_baseline"] == pytest.approx(before["median_s"] / row["median_s"])
         lines = capsys.readouterr().out.splitlines()
-        assert lines[1].split()[-2:] == ["x", "base"]
+        assert lines[1].split()[-4:] == ["x", "base", "x", "alt"]
         int8 = next(line for line in lines if line.startswith("decode 64x1 h1024") and " int8 " in line)
-        assert int8.split()[-1] == f"{rows[0]['speedup_over_baseline']:.2f}"
+        assert int8.split()[-2:] == [f"{rows[0]['speedup_over_baseline']:.2f}", "-"]  # no alternative route
 
 
 @pytest.mark.parametrize("backend, place", [("fallback", "host paths"), ("sim", "sim")])

@@ -126,6 +126,6 @@ def _launcher_parameters(kernel: str) -> list[str]:
 
 @pytest.mark.parametrize("kernel", ["kv_cache_kernel", "paged_cache_load_kernel", "reshape_and_cache_kernel",
                                     "block_copy_kernel", "transfer_blocks_kernel", "reshape_and_cache_quant_kernel",
-                                    "paged_cache_load_dequant_kernel"])
+                                    "paged_cache_load_dequant_kernel", "batch_memcpy_kernel"])
 def test_launcher_declarations_match_the_kernels(kernel: str) -> None:
     assert _launcher_parameters(kernel) == _kernel_parameters(kernel)

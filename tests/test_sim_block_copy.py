@@ -138,8 +138,10 @@ def test_tiling_names_every_field_and_skips_empty_calls() -> None:
     text = torch.ops.ascend_kv_host.block_copy_tiling(views, src, dst, cum_sum)
     fields = dict(item.split("=") for item in text.split())
     assert list(fields) == ["usedCores", "numCaches", "numBlocks", "pairs", "copies", "srcElemBytes", "dstElemBytes",
-                            "cumElemBytes", "items", "stageBytes", "chunkBytes", "simultaneous"]
+                            "cumElemBytes", "items", "stageBytes", "chunkBytes", "simultaneous", "transfer",
+                            "bufferRowStride", "bufferSpan"]
     assert (fields["numCaches"], fields["pairs"], fields["copies"], fields["cumElemBytes"]) == ("2", "1", "2", "4")
+    assert (fields["transfer"], fields["bufferRowStride"], fields["bufferSpan"]) == ("0", "0", "0")
     empty = torch.ops.ascend_kv_host.block_copy_tiling(views, src[:0], dst[:0], cum_sum[:0])
     assert "usedCores=0" in empty
 

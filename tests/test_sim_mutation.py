@@ -17,8 +17,11 @@ boundary), reshape_and_cache splitting its tokens over the cores instead of its 
 twice is then written by two cores), gather_blocks reading one block too far, block_copy writing one block too far (in both modes), block_copy letting an
 out-of-range destination through and block_copy making simultaneous copies one after another (a cycle
 then comes out wrong), the staged index window read without its MTE2_S flag, rows moved
-in DataCopyPad blocks longer than the documented 65,535 bytes, and a kernel that no longer declares
-itself vector-only. The unmutated library passes the same calls.
+in DataCopyPad blocks longer than the documented 65,535 bytes, a kernel that no longer declares
+itself vector-only, batch_memcpy moving a copy's tail as a whole UB buffer (past its range) and
+copying every chunk on every core (a race), and the state-slot gather writing a slot's rows at the
+state's stride instead of packed and letting an out-of-range slot id through. The unmutated
+library passes the same calls.
 """
 
 from __future__ import annotations
@@ -84,9 +87,25 @@ MUTANTS = {
           "                    uint64_t from = 0;\n"
           "                    uint64_t to = 0;\n"
           "                    if (Blocks(copy, from, to)) {\n"
-          "                        CopyChunk(from, to, item - first);\n"
+          "                        CopyChunk(copy, from, to, item - first);\n"
           "                    }\n"
           "                }\n")),
+    ],
+    "batch-memcpy-unclamped-tail": [  # every chunk a whole UB buffer, the last one too
+        ("kernels/batch_memcpy.cpp", "const uint64_t n = MinU64(t_.chunkBytes, bytes - at);",
+         "const uint64_t n = t_.chunkBytes;"),
+    ],
+    "batch-memcpy-every-core-every-chunk": [  # the chunks not shared out: each core copies all of them
+        ("kernels/batch_memcpy.cpp", "uint64_t k = (core + cores - i % cores) % cores;", "uint64_t k = 0;"),
+        ("kernels/batch_memcpy.cpp", "for (; k < chunks; k += cores) {", "for (; k < chunks; ++k) {"),
+    ],
+    "transfer-slots-row-pitch": [  # a gathered slot's rows written at the state's row stride, not packed
+        ("kernels/block_copy.cpp", "WriteRows(buffer_[rowAt], buffer, cache_.rowBytes,",
+         "WriteRows(buffer_[rowAt], buffer, cache_.rowStride,"),
+    ],
+    "transfer-slots-past-the-state": [  # an out-of-range slot id let through
+        ("kernels/block_copy.cpp", "if (b < 0 || static_cast<uint64_t>(b) >= t_.numBlocks) {",
+         "if (b < 0 || static_cast<uint64_t>(b) > t_.numBlocks) {"),
     ],
     "unsynchronised-staging": [
         ("kernels/copy_common.h", ("        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(after);\n"
@@ -150,7 +169,29 @@ def block_copy_cycle():
     got = [int(cache[b, 0, 0]) for b in range(4)]
     if got != [1, 0, 2, 2]:
         raise RuntimeError(f"simultaneous copies wrote {got}, not [1, 0, 2, 2]")
-CALLS = {"kv_dense": kv_dense, "gather_last": gather_last, "block_copy_cycle": block_copy_cycle,
+def batch_memcpy(size):
+    # one copy of `size` bytes between two host tensors 96 bytes longer (the kernel over host addresses)
+    src, dst = torch.ones(size + 96, dtype=torch.uint8), torch.zeros(size + 96, dtype=torch.uint8)
+    ptrs = lambda t, at: torch.tensor([t.data_ptr() + at])
+    ascend_kv.batch_memcpy(ptrs(src, 0), ptrs(dst, 16), torch.tensor([size], dtype=torch.int32))
+    if not bool(dst[16:16 + size].eq(1).all()) or bool(dst[:16].any()) or bool(dst[16 + size:].any()):
+        raise RuntimeError("batch_memcpy copied the wrong bytes")
+def gather_slot_strided():
+    # slot 3 of a state whose rows are the first 16 of 64 bytes (a column slice) into a packed buffer row
+    state = torch.ones(4, 2, 32, dtype=h)[:, :, :8]
+    ascend_kv.gather_state_slots([state], torch.tensor([3]), torch.zeros(1, 32, dtype=torch.uint8))
+def gather_slot_on_device(slot):
+    # slot `slot` of 4 (a device id nobody checked) on the fake NPU: 4 is out of range and skipped
+    sys.path.insert(0, tests)
+    import fake_npu
+    fake_npu.install()
+    state = torch.ones(4, 16, dtype=h, device="npu")
+    with ascend_kv.use_backend("npu"):
+        ascend_kv.gather_state_slots([state], torch.tensor([slot], device="npu"),
+                                     torch.zeros(1, 32, dtype=torch.uint8, device="npu"))
+CALLS = {"kv_dense": kv_dense, "batch_memcpy_small": lambda: batch_memcpy(70),
+         "batch_memcpy_large": lambda: batch_memcpy(200000), "gather_slot_strided": gather_slot_strided,
+         "gather_slot_last": lambda: gather_slot_on_device(3), "gather_slot_past": lambda: gather_slot_on_device(4), "gather_last": gather_last, "block_copy_cycle": block_copy_cycle,
          "block_copy_last_simultaneous": lambda: block_copy(3, simultaneous=True), "block_copy_last": lambda: block_copy(3), "block_copy_past": lambda: block_copy(4), "kv_strided": kv_strided, "paged_mla": paged_mla,
          "paged_nd": lambda: paged(1, (3, 16, 2, 16), (2, 16)), "paged_nz": lambda: paged(0, (3, 2, 16, 16), (32,)),
          "reshape_nd_unaligned": lambda: reshape("nd", (2, 16, 1, 7), 7),
@@ -329,8 +370,36 @@ def test_block_copy_made_sequential_breaks_a_cycle(libraries: dict[str, Path], c
         "simultaneous copies wrote [0, 0, 2, 2], not [1, 0, 2, 2]")
 
 
+def test_batch_memcpy_tail_as_a_whole_buffer_reads_past_the_source(libraries: dict[str, Path]) -> None:
+    """A copy of 70 bytes moved as one whole UB buffer: the read runs past the 70-byte source range."""
+    buffer, offset, count = overrun(run(libraries["batch-memcpy-unclamped-tail"], "batch_memcpy_small"), "read",
+                                    re.escape("src_ptrs[0]"))
+    assert (buffer, offset) == (70, 0) and count > buffer
+
+
+def test_batch_memcpy_chunks_copied_by_every_core_race(libraries: dict[str, Path]) -> None:
+    """Chunks not shared out: right on one core, a cross-core race on the destination with two."""
+    assert run(libraries["batch-memcpy-every-core-every-chunk"], "batch_memcpy_large", cores=1) == "ok"
+    message = run(libraries["batch-memcpy-every-core-every-chunk"], "batch_memcpy_large", cores=2)
+    assert "cross-core race on GM tensor 'dst_ptrs[0]'" in message
+
+
+def test_gathered_slot_rows_at_the_state_stride_overrun_the_buffer(libraries: dict[str, Path]) -> None:
+    """Two rows of 16 bytes packed into a 32-byte buffer row; at the state's 64-byte stride the second lands past it."""
+    message = run(libraries["transfer-slots-row-pitch"], "gather_slot_strided")
+    assert "out of bounds: tensor 'out'" in message or "overruns" in message, message
+
+
+def test_a_slot_id_past_the_state_is_stopped(libraries: dict[str, Path]) -> None:
+    """slot 4 of 4 (a device id nobody checked) must be skipped; let through, the read lands past the state."""
+    assert run(libraries["transfer-slots-past-the-state"], "gather_slot_last") == "ok"
+    message = run(libraries["transfer-slots-past-the-state"], "gather_slot_past")
+    assert overrun(message, "read", re.escape("caches[0]")) == (128, 128, 32)
+
+
 @pytest.mark.parametrize("cores", [1, 2])
-@pytest.mark.parametrize("call", ["gather_last", "block_copy_cycle", "block_copy_last_simultaneous", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
+@pytest.mark.parametrize("call", ["batch_memcpy_small", "batch_memcpy_large", "gather_slot_strided",
+                                  "gather_slot_last", "gather_slot_past", "gather_last", "block_copy_cycle", "block_copy_last_simultaneous", "block_copy_last", "block_copy_past", "kv_dense", "kv_strided", "paged_nd", "paged_nz",
                                   "paged_mla", "reshape_nd_unaligned", "reshape_nz", "reshape_nd_long_run",
                                   "reshape_nd_twice", "reshape_nd_distinct", "reshape_nd_long_rows"])
 def test_the_unmutated_kernels_pass_the_same_calls(libraries: dict[str, Path], call: str, cores: int) -> None:

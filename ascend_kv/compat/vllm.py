@@ -6,6 +6,9 @@ element type, ``k_scale``/``v_scale`` the fp8 dequantization scales (float32, on
 ``[num_heads]``). One ascend_kv call (:func:`ascend_kv.reshape_and_cache` with ``k_scale=``,
 ``v_scale=``), with its checks, strided views, device-index safety and ``torch.compile`` support.
 
+``batch_memcpy`` is vLLM's ``vllm.v1.worker.mamba_utils.batch_memcpy`` (mamba state copies from
+pointer tables on the device): :func:`ascend_kv.batch_memcpy` itself (docs/semantics.md §14.3).
+
 Examples
 --------
 >>> from ascend_kv.compat import vllm
@@ -23,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import reshape_and_cache
+from ..api.swap_batch import batch_memcpy
 
 #: vLLM's kv_cache_dtype strings of fp8 caches and the element type each names.
 _FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
@@ -77,4 +81,4 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
                       k_scale=k_scale, v_scale=v_scale)
 
 
-__all__ = ["reshape_and_cache_flash"]
+__all__ = ["batch_memcpy", "reshape_and_cache_flash"]

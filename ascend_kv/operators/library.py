@@ -74,8 +74,10 @@ def _register_python_parts() -> None:
         implementations.impl(name, function, "CompositeExplicitAutograd")
     _python_parts.append(implementations)
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load", _allocating_load_fake)
-    # swap_blocks_batch writes through raw addresses, not through a tensor argument: a compiled graph keeps it.
+    # swap_blocks_batch and batch_memcpy write through raw addresses, not through a tensor argument: a
+    # compiled graph keeps them.
     torch.fx.node.has_side_effect(torch.ops.ascend_kv.swap_blocks_batch.default)
+    torch.fx.node.has_side_effect(torch.ops.ascend_kv.batch_memcpy.default)
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.dequant", _allocating_dequant_fake)
 
 

@@ -45,6 +45,8 @@ from ..api.block_ops import block_copy, copy_blocks, swap_blocks
 from ..api.errors import BackendUnavailableError
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
+from ..api.state_ops import copy_state_slots
+from ..api.swap_batch import batch_memcpy
 from ..api.transfer_ops import gather_blocks, scatter_blocks
 from ..dispatch.policy import BACKEND_CHOICES, use_backend
 from . import overhead as host_cost
@@ -65,7 +67,7 @@ GOALS = {"prefill": 1.0, "paged-nd": 1.0, "paged-nz": 1.0, "write-prefill": 1.0,
          "scatter-blocks": 1.0}
 #: The workload kinds that move bulk data (the others are decode steps: a few rows per sequence).
 BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks", "copy-blocks-simultaneous",
-        "swap-bytes", "gather-blocks", "scatter-blocks")
+        "swap-bytes", "gather-blocks", "scatter-blocks", "state-slots", "batch-memcpy")
 #: ``--threads``' word for torch's default intra-op thread count (the count when the run starts).
 DEFAULT_THREADS = "default"
 
@@ -92,10 +94,13 @@ class Workload:
     head_size_v: int = 128
     block_size: int = 128
     layout: str = "nd"        #: gather-blocks: the buffer's layout; scatter-blocks: the caches' (the other side ND)
+    layers: int = 0           #: state-slots: layers of (conv, SSM) states, all in one call
 
     @property
     def op(self) -> str:
-        if self.kind in ("block-copy", "copy-blocks", "gather-blocks", "scatter-blocks"):
+        if self.kind == "state-slots":
+            return "copy_state_slots"
+        if self.kind in ("block-copy", "copy-blocks", "gather-blocks", "scatter-blocks", "batch-memcpy"):
             return self.kind.replace("-", "_")
         if self.kind == "copy-blocks-simultaneous":
             return "copy_blocks"
@@ -134,12 +139,18 @@ def workloads(tiny: bool = False) -> list[Workload]:
         Workload("scatter_blocks ND->ND 64 blocks x 32 layers 8x128", "scatter-blocks", 64, 1, 8, 128, 128),
         Workload("scatter_blocks ND->NZ 64 blocks x 32 layers 8x128", "scatter-blocks", 64, 1, 8, 128, 128,
                  layout="nz"),
+        # Qwen3-Next-80B's linear-attention states at TP 8 (4 value heads of 128 x 128, conv kernel 4): per layer a
+        # conv state [slots, 3, 1024] and an SSM state [slots, 4, 128, 128], views into vLLM's padded pages.
+        Workload("copy_state_slots 64 pairs x 48 layers Qwen3-Next TP8", "state-slots", 64, 1, 4, 128, 128,
+                 layers=48),
+        # 1,024 ranges of block_size * head_size_k = 16 KiB.
+        Workload("batch_memcpy 1024 x 16 KiB", "batch-memcpy", 1024, 1, 1, 128, 128),
     ]
     if not tiny:
         return full
     return [
         Workload(w.name, w.kind, min(w.batch, 4), max(1, w.tokens // 128), max(1, w.heads // 8),
-                 w.head_size_k // 2, w.head_size_v // 2, 16, w.layout)
+                 w.head_size_k // 2, w.head_size_v // 2, 16, w.layout, min(w.layers, 2))
         for w in full
     ]
 
@@ -153,6 +164,8 @@ class Call:
     single: Callable[[], object]     #: the public call on layer 0
     reference: Callable[[], object]  #: the literal reference on layer 0
     bytes_moved: int          #: bytes read + bytes written by one call
+    #: The callers' own route to the same result, timed beside it: (what it is, the loop done that way).
+    alternative: tuple[str, Callable[[], object]] | None = None
 
 
 def _payload(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -174,7 +187,8 @@ def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     g = torch.Generator().manual_seed(seed)
     builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call,
                 "block_copy": _block_call, "copy_blocks": _block_call, "swap_blocks": _swap_bytes_call,
-                "gather_blocks": _transfer_call, "scatter_blocks": _transfer_call}
+                "gather_blocks": _transfer_call, "scatter_blocks": _transfer_call,
+                "copy_state_slots": _state_slots_call, "batch_memcpy": _batch_memcpy_call}
     return builders[w.op](w, dtype, g)
 
 
@@ -389,6 +403,76 @@ def _transfer_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     )
 
 
+def _state_slots_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """``w.batch`` slot pairs over ``w.layers`` layers' conv states ``[slots, 3, H * (K + V)]`` and SSM
+    states ``[slots, H, K, V]`` (``H = w.heads``, ``K, V = w.head_size_k, w.head_size_v``), each layer's
+    two states views into one page per slot (vLLM's hybrid pages, 64 bytes of padding after each state),
+    in one call; the alternative is the temporary route, ``index_select`` then ``index_copy_`` per state."""
+    conv_shape = (3, w.heads * (w.head_size_k + w.head_size_v))
+    ssm_shape = (w.heads, w.head_size_k, w.head_size_v)
+    item = dtype.itemsize
+    conv_bytes, ssm_bytes = 3 * conv_shape[1] * item, w.heads * w.head_size_k * w.head_size_v * item
+    page = conv_bytes + 64 + ssm_bytes + 64
+    slots = 2 * w.batch + 1
+    layers = max(2, w.layers)
+    pages = [torch.zeros((slots, page), dtype=torch.uint8) for _ in range(layers)]   # written: no page faults
+    for p in pages:
+        p.copy_(torch.randint(0, 256, p.shape, generator=g, dtype=torch.uint8))
+    states = [view for p in pages for view in (
+        p[:, :conv_bytes].view(dtype).view(slots, *conv_shape),
+        p[:, conv_bytes + 64:conv_bytes + 64 + ssm_bytes].view(dtype).view(slots, *ssm_shape))]
+    order = torch.randperm(slots, generator=g)
+    src, dst = order[:w.batch], order[w.batch:2 * w.batch]
+
+    def temporaries() -> None:
+        for state in states:
+            state.index_copy_(0, dst, state.index_select(0, src))
+
+    return Call(
+        layers=layers,
+        loop=lambda: copy_state_slots(states, src, dst),
+        single=lambda: copy_state_slots(states[:2], src, dst),
+        reference=lambda: reference.copy_state_slots(states[:2], src, dst),
+        bytes_moved=2 * w.batch * (conv_bytes + ssm_bytes),              # per layer: read + write
+        alternative=("index_select + index_copy_", temporaries),
+    )
+
+
+def _batch_memcpy_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """``w.batch`` ranges of ``w.block_size * w.head_size_k`` bytes between two host buffers, the
+    destinations a permutation of the buffer's ranges, one call per set of buffers; the alternative
+    is vLLM's loop without the kernel, one ``copy_`` per range."""
+    size, n = w.block_size * w.head_size_k, w.batch
+    bytes_moved = 2 * n * size
+    layers = layers_for(bytes_moved, bytes_moved)
+    sets = []
+    for _ in range(layers):
+        src = torch.randint(0, 256, (n, size), generator=g, dtype=torch.uint8)
+        dst = torch.zeros((n, size), dtype=torch.uint8)                         # written: no page faults
+        targets = torch.randperm(n, generator=g)
+        tables = (torch.tensor([src[i].data_ptr() for i in range(n)]),
+                  torch.tensor([dst[int(t)].data_ptr() for t in targets]), torch.full((n,), size, dtype=torch.int32))
+        sets.append((tables, [(src[i], dst[int(t)]) for i, t in enumerate(targets)]))
+
+    def loop() -> None:
+        for tables, _ in sets:
+            batch_memcpy(*tables)
+
+    def copies() -> None:
+        for _, pairs in sets:
+            for source, target in pairs:
+                target.copy_(source)
+
+    return Call(
+        layers=layers,
+        loop=loop,
+        single=lambda: batch_memcpy(*sets[0][0]),
+        reference=lambda: reference.batch_memcpy(*sets[0][0]),
+        bytes_moved=bytes_moved,
+        alternative=("a loop of copy_", copies),
+    )
+
+
 def interleaved(
     fns: Mapping[str, Callable[[], object]], warmup: int, repeats: Mapping[str, int],
     sweep: Callable[[], object] | None = None,
@@ -450,6 +534,8 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
             del fns[name]
             continue
         fns[f"single {name}"] = _on_backend(name, call.single)
+    if call.alternative is not None:
+        fns["alternative"] = call.alternative[1]
     counts = {name: repeats for name in fns}
     if reference_repeats:
         fns["reference"] = call.reference
@@ -458,6 +544,7 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
     copy_s = statistics.median(times["copy_"]) / call.layers
     single_copy_s = statistics.median(times["single copy_"])
     ref_s = statistics.median(times["reference"]) if reference_repeats else None
+    alternative_s = statistics.median(times["alternative"]) / call.layers if call.alternative else None
     dtype_name = str(dtype).removeprefix("torch.")
     at_default = threads == (threads if default_threads is None else default_threads)
     rows: list[dict[str, Any]] = [
@@ -482,6 +569,8 @@ def measure(w: Workload, dtype: torch.dtype, backends: Sequence[str], warmup: in
             "reference_median_s": ref_s, "reference_repeats": reference_repeats,
             "speedup_over_reference": None if ref_s is None else ref_s / single,
             "baseline_median_s": base, "speedup_over_baseline": None if base is None else base / median,
+            "alternative": call.alternative[0] if call.alternative else None, "alternative_median_s": alternative_s,
+            "ratio_to_alternative": None if alternative_s is None else alternative_s / median,
         })
     return rows
 
@@ -518,14 +607,16 @@ def machine() -> dict[str, Any]:
 
 
 _HEAD = f"{'workload':28} {'dtype':8} {'backend':9} {'threads':>7} {'ran':15} {'layers':>6} {'ms/call':>8} " \
-        f"{'GB/s':>6} {'x copy_':>7} {'target':>6} {'single x copy_':>14} {'x ref':>7} {'x base':>6}"
+        f"{'GB/s':>6} {'x copy_':>7} {'target':>6} {'single x copy_':>14} {'x ref':>7} {'x base':>6} {'x alt':>6}"
 #: The table's header lines, printed before the first row is measured.
 TABLE_HEAD = [_HEAD, "-" * len(_HEAD)]
 TABLE_NOTE = ("threads: torch's intra-op threads, for the op and copy_ alike; ran: where the operators counted the "
               "calls (host paths, sim, kernels, device fallback); ms/call, GB/s, x copy_: per call in a loop over "
               "the layers, each layer's tensors its own, against copy_ of the same bytes in the same rounds; target: "
               "x copy_ at torch's default thread count (goal 1.0 in the JSON); single: one call on its own; x ref: "
-              "single, over the literal reference; x base: ms/call of --baseline's row over this one (> 1: faster)")
+              "single, over the literal reference; x base: ms/call of --baseline's row over this one (> 1: faster); x alt: "
+              "ms/call of the callers' own route (the JSON's alternative: index_select + index_copy_ for state slots, a "
+              "loop of copy_ for batch_memcpy), in the same rounds, over this one (> 1: faster)")
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -535,10 +626,11 @@ def format_row(r: dict[str, Any]) -> str:
     target = f"{r['target_ratio_to_copy']:.1f}" if r["target_ratio_to_copy"] else "-"
     speedup = f"{r['speedup_over_reference']:.1f}" if r["speedup_over_reference"] is not None else "-"
     base = f"{r['speedup_over_baseline']:.2f}" if r["speedup_over_baseline"] is not None else "-"
+    alternative = f"{r['ratio_to_alternative']:.2f}" if r["ratio_to_alternative"] is not None else "-"
     return (
         f"{r['workload']:28} {r['dtype']:8} {r['backend']:9} {r['threads']:7} {r['ran']:15} {r['layers']:6} "
         f"{r['median_s'] * 1e3:8.3f} {r['gb_per_s']:6.2f} {r['ratio_to_copy']:7.2f} {target:>6} "
-        f"{r['single_ratio_to_copy']:14.2f} {speedup:>7} {base:>6}"
+        f"{r['single_ratio_to_copy']:14.2f} {speedup:>7} {base:>6} {alternative:>6}"
     )
 
 

@@ -353,7 +353,7 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
-#: The do-nothing kernels: a kernel table (ascendc/host/kernel_library.h, version 1) whose entries
+#: The do-nothing kernels: a kernel table (ascendc/host/kernel_library.h, version 3) whose entries
 #: count their calls, and, for an older tree whose kernel library registered torch.ops operators, an
 #: operator namespace that replaces those operators' NPU kernels with one that counts its calls.
 DO_NOTHING_NAMESPACE = "ascend_kv_overhead_kernels"
@@ -383,6 +383,8 @@ void TransferBlocks(T, T, T, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRe
 void MemcpyBatch(T, T, T, int64_t) { ++launches; }
 void ReshapeAndCacheQuant(T, T, T, T, T, int64_t, T, T) { ++launches; }
 void PagedCacheLoadDequant(T, T, T, T, T, T, T, int64_t, bool, T, T) { ++launches; }
+void TransferSlots(T, T, T, T, bool) { ++launches; }
+void BatchMemcpy(T, T, T) { ++launches; }
 
 void BoxedNothing(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 {
@@ -404,11 +406,14 @@ struct AscendKvOverheadKernelTable {
     void (*memcpy_batch)(T, T, T, int64_t);
     void (*reshape_and_cache_quant)(T, T, T, T, T, int64_t, T, T);
     void (*paged_cache_load_dequant)(T, T, T, T, T, T, T, int64_t, bool, T, T);
+    void (*transfer_slots)(T, T, T, T, bool);
+    void (*batch_memcpy)(T, T, T);
 };
 
-static const AscendKvOverheadKernelTable kTable = {2, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
+static const AscendKvOverheadKernelTable kTable = {3, &KvCache, &PagedCacheLoad, &ReshapeAndCache, &BlockCopy,
                                                    &TransferBlocks, nullptr, &MemcpyBatch,
-                                                   &ReshapeAndCacheQuant, &PagedCacheLoadDequant};
+                                                   &ReshapeAndCacheQuant, &PagedCacheLoadDequant, &TransferSlots,
+                                                   &BatchMemcpy};
 
 extern "C" const AscendKvOverheadKernelTable* ascend_kv_kernel_library() { return &kTable; }
 

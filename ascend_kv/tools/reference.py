@@ -7,6 +7,7 @@ they pass the backends after those were accepted).
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -195,8 +196,6 @@ def swap_blocks_bytes(src: torch.Tensor, dst: torch.Tensor, block_size_in_bytes:
 
 def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor) -> None:
     """vLLM's ``swap_blocks_batch`` on host memory: ``memcpy(dst_ptrs[i], src_ptrs[i], sizes[i])`` for each ``i``."""
-    import ctypes
-
     for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
         ctypes.memmove(d, s, n)
 
@@ -278,6 +277,75 @@ def scatter_blocks(src: torch.Tensor, key_caches: list[torch.Tensor], value_cach
                     continue
                 nd = _to_nd(bits[kv, layer, j], src_layout, heads, head_size, head_splits)
                 _bits(cache)[b] = _from_nd(nd, cache_layout).to(cache.device)
+
+
+# Hybrid models' state caches (docs/semantics.md §14): slot by slot, byte ranges by memmove.
+
+
+def copy_state_slots(states: list[torch.Tensor], src_indices: torch.Tensor, dst_indices: torch.Tensor,
+                     simultaneous: bool = False) -> None:
+    """docs/semantics.md §14.1: slot ``src[i]`` to slot ``dst[i]`` of every state (identical views once); a
+    pair with an index outside ``[0, num_slots)`` (padding: negative) skipped; simultaneous: sources read first."""
+    pairs = list(zip(src_indices.tolist(), dst_indices.tolist()))
+    if simultaneous:
+        simultaneous_copy(states, pairs)
+        return
+    distinct: list[torch.Tensor] = []
+    for state in states:
+        if not any(_identical(state, kept) for kept in distinct):
+            distinct.append(state)
+    for state in distinct:
+        for s, d in pairs:
+            if 0 <= s < state.shape[0] and 0 <= d < state.shape[0]:
+                state[d] = state[s]
+
+
+def in_memory_order(state: torch.Tensor) -> torch.Tensor:
+    """``state`` with dims 1.. ordered by decreasing stride (a stable sort): a slot's elements by address."""
+    strides = state.stride()
+    order = [0, *sorted(range(1, state.dim()), key=lambda d: -strides[d])]
+    return state.permute(order)
+
+
+def _slot_bytes(state: torch.Tensor, slot: int) -> torch.Tensor:
+    """The bytes of one slot of ``state`` in the order of their addresses."""
+    return _bits(in_memory_order(state)[slot].contiguous()).reshape(-1).view(torch.uint8)
+
+
+def gather_state_slots(states: list[torch.Tensor], slot_ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """docs/semantics.md §14.2: row ``j`` of ``out`` the bytes of slot ``slot_ids[j]`` of each state in turn
+    (by address); an id outside ``[0, num_slots)`` leaves its row."""
+    for j, slot in enumerate(slot_ids.tolist()):
+        if not states or not 0 <= slot < states[0].shape[0]:
+            continue
+        at = 0
+        for state in states:
+            piece = _slot_bytes(state, slot)
+            out[j, at:at + piece.numel()] = piece.to(out.device)
+            at += piece.numel()
+    return out
+
+
+def scatter_state_slots(src: torch.Tensor, states: list[torch.Tensor], slot_ids: torch.Tensor) -> None:
+    """docs/semantics.md §14.2: the inverse of :func:`gather_state_slots`."""
+    for j, slot in enumerate(slot_ids.tolist()):
+        if not states or not 0 <= slot < states[0].shape[0]:
+            continue
+        at = 0
+        for state in states:
+            ordered = in_memory_order(state)
+            size = ordered[0].numel() * ordered.element_size()
+            piece = src[j, at:at + size].to(state.device).clone()
+            _bits(ordered)[slot] = piece.view(_bits(ordered).dtype).reshape(ordered.shape[1:])
+            at += size
+
+
+def batch_memcpy(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor) -> None:
+    """vLLM's ``batch_memcpy`` on host memory: ``memcpy(dst_ptrs[i], src_ptrs[i], sizes[i])`` for each
+    ``sizes[i] > 0``."""
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        if n > 0:
+            ctypes.memmove(d, s, n)
 
 
 # Quantized caches (docs/semantics.md §13): the pseudo-code, as plain torch on whole token tensors.

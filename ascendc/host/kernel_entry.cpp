@@ -161,8 +161,12 @@ PagedLoadDequantTiling PagedLoadDequantPlan(const at::Tensor& keyCache, const at
     return Tile("paged_cache_load", keyCache.device(), call, &ComputePagedLoadDequantTiling);
 }
 
+/// block_copy's tiling and cache table; `transfer` (with `buffer` and the caches' `offsets` in its
+/// rows) for the state-slot transfers, which have no dst and no cumSum.
 BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::Tensor& src, const at::Tensor& dst,
-                              const at::Tensor& cumSum, bool simultaneous, std::vector<uint64_t>* table)
+                              const at::Tensor& cumSum, bool simultaneous, std::vector<uint64_t>* table,
+                              uint64_t transfer = kBlockCopyWithin, const at::Tensor& buffer = at::Tensor(),
+                              c10::ArrayRef<int64_t> offsets = {})
 {
     BlockCopyGeometry call;
     call.simultaneous = simultaneous;
@@ -173,6 +177,11 @@ BlockCopyTiling BlockCopyPlan(const std::vector<at::Tensor>& caches, const at::T
     call.src = GeometryOf(src);
     call.dst = GeometryOf(dst);
     call.cumSum = GeometryOf(cumSum);
+    call.transfer = transfer;
+    call.buffer = GeometryOf(buffer);
+    for (const int64_t offset : offsets) {
+        call.bufferOffsets.push_back(static_cast<uint64_t>(offset));
+    }
     BlockCopyTiling tiling{};
     const int status = ComputeBlockCopyTiling(call, VectorCoreCount(caches[0].device()),
                                               UsableUbBytes(caches[0].device()), &tiling, table);
@@ -274,7 +283,35 @@ void BlockCopy(const std::vector<at::Tensor>& caches, const at::Tensor& src, con
     std::vector<uint64_t> table;
     const auto tiling = BlockCopyPlan(caches, src, dst, cumSum, simultaneous, &table);
     if (tiling.usedCores > 0) {
-        LaunchBlockCopy(caches, table, src, dst, cumSum, tiling);
+        LaunchBlockCopy(caches, table, src, dst, cumSum, at::Tensor(), tiling);
+    }
+}
+
+void TransferSlots(const std::vector<at::Tensor>& states, const std::vector<int64_t>& offsets, const at::Tensor& buffer,
+                   const at::Tensor& ids, bool gather)
+{
+    std::vector<uint64_t> table;
+    const auto tiling = BlockCopyPlan(states, ids, at::Tensor(), at::Tensor(), false, &table,
+                                      gather ? kBlockCopyGather : kBlockCopyScatter, buffer, offsets);
+    if (tiling.usedCores > 0) {
+        LaunchBlockCopy(states, table, ids, at::Tensor(), at::Tensor(), buffer, tiling);
+    }
+}
+
+BatchMemcpyTiling BatchMemcpyPlan(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes)
+{
+    BatchMemcpyGeometry call;
+    call.src = GeometryOf(src);
+    call.dst = GeometryOf(dst);
+    call.sizes = GeometryOf(sizes);
+    return Tile("batch_memcpy", src.device(), call, &ComputeBatchMemcpyTiling);
+}
+
+void BatchMemcpy(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes)
+{
+    const auto tiling = BatchMemcpyPlan(src, dst, sizes);
+    if (tiling.usedCores > 0) {
+        LaunchBatchMemcpyKernel(src, dst, sizes, tiling);
     }
 }
 
@@ -290,7 +327,8 @@ void TransferBlocks(const std::vector<at::Tensor>& caches, const at::Tensor& buf
 
 const KernelLibrary kTable = {kKernelLibraryVersion, &KvCache,           &PagedCacheLoad,       &ReshapeAndCache,
                               &BlockCopy,            &TransferBlocks,    &StorageFormat,        &LaunchMemcpyBatch,
-                              &ReshapeAndCacheQuant, &PagedCacheLoadDequant};
+                              &ReshapeAndCacheQuant, &PagedCacheLoadDequant, &TransferSlots,
+                              &BatchMemcpy};
 
 }  // namespace
 
@@ -356,6 +394,19 @@ std::string BlockCopyTilingText(at::TensorList caches, const at::Tensor& src, co
     return DescribeTiling(BlockCopyPlan(caches.vec(), src, dst, cumSum.value_or(at::Tensor()), simultaneous, &table));
 }
 
+std::string TransferSlotsTilingText(at::TensorList states, at::IntArrayRef offsets, const at::Tensor& buffer,
+                                   const at::Tensor& ids, bool gather)
+{
+    std::vector<uint64_t> table;
+    return DescribeTiling(BlockCopyPlan(states.vec(), ids, at::Tensor(), at::Tensor(), false, &table,
+                                        gather ? kBlockCopyGather : kBlockCopyScatter, buffer, offsets));
+}
+
+std::string BatchMemcpyTilingText(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes)
+{
+    return DescribeTiling(BatchMemcpyPlan(src, dst, sizes));
+}
+
 std::string TransferTilingText(at::TensorList caches, const at::Tensor& buffer, const at::Tensor& ids,
                                at::IntArrayRef frame, at::IntArrayRef cacheStrides, at::IntArrayRef bufferStrides,
                                bool gather)
@@ -386,6 +437,10 @@ TORCH_LIBRARY_FRAGMENT(ascend_kv_host, m)
           &ascend_kv::BlockCopyTilingText);
     m.def("transfer_blocks_tiling(Tensor[] caches, Tensor buffer, Tensor ids, int[] frame, int[] cache_strides, "
           "int[] buffer_strides, bool gather) -> str", &ascend_kv::TransferTilingText);
+    m.def("transfer_slots_tiling(Tensor[] states, int[] offsets, Tensor buffer, Tensor ids, bool gather) -> str",
+          &ascend_kv::TransferSlotsTilingText);
+    m.def("batch_memcpy_tiling(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes) -> str",
+          &ascend_kv::BatchMemcpyTilingText);
 }
 #endif
 

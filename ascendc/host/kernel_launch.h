@@ -81,9 +81,16 @@ void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueC
 
 /// Run block_copy_kernel on tiling.usedCores cores (> 0) over `caches` (written), whose geometry
 /// `table` holds (kBlockCopyCacheWords words each, host memory: the launcher puts it in GM);
-/// `cumSum` may be undefined.
+/// `cumSum` may be undefined; in a transfer mode (tiling.transfer) `dst` is undefined and `buffer`
+/// is the rows the caches' blocks go to (gather, the caches then only read) or come from.
 void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
-                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling);
+                     const at::Tensor& dst, const at::Tensor& cumSum, const at::Tensor& buffer,
+                     const BlockCopyTiling& tiling);
+
+/// Run batch_memcpy_kernel on tiling.usedCores cores (> 0) over the tables (device memory) and the
+/// ranges they name.
+void LaunchBatchMemcpyKernel(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes,
+                             const BatchMemcpyTiling& tiling);
 
 /// Run transfer_blocks_kernel on tiling.usedCores cores (> 0) between `caches` (each cache's address
 /// and span in `table`, kTransferCacheWords words each, host memory: the launcher puts it in GM)

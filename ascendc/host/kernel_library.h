@@ -24,7 +24,7 @@
 namespace ascend_kv {
 
 /// Raised when the table's layout changes, so a stale library is refused rather than misread.
-constexpr uint32_t kKernelLibraryVersion = 2;
+constexpr uint32_t kKernelLibraryVersion = 3;
 
 /// block_copy's simultaneous mode holds a chunk of every copy's source in UB at once: the operator
 /// library gives it calls of at most this many destinations (each UB slot then has >= 32 bytes).
@@ -94,6 +94,16 @@ struct KernelLibrary {
                                      const at::Tensor& seq_starts, const at::Tensor& key, const at::Tensor& value,
                                      int64_t layout, bool cumsum, const KernelQuantSide& key_quant,
                                      const KernelQuantSide& value_quant);
+    /// gather_state_slots / scatter_state_slots: states as [num_slots, rows, row] views with contiguous
+    /// rows, buffer [n, row bytes] uint8 (rows contiguous, any row stride), ids [n]: slot ids[j] of
+    /// state c and the bytes of buffer row j from offsets[c] (the slot's bytes, dense) exchange
+    /// (gather: state to buffer); ids outside [0, num_slots) are skipped.
+    void (*transfer_slots)(const std::vector<at::Tensor>& states, const std::vector<int64_t>& offsets,
+                           const at::Tensor& buffer, const at::Tensor& ids, bool gather);
+    /// batch_memcpy: src_ptrs and dst_ptrs [n] int64, sizes [n] int32/int64, contiguous, in the
+    /// device's memory: copy i moves sizes[i] bytes (none when <= 0) from address src_ptrs[i] to
+    /// dst_ptrs[i], the tables read by the kernel only.
+    void (*batch_memcpy)(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
 };
 
 }  // namespace ascend_kv

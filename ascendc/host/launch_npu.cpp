@@ -56,9 +56,12 @@ uint32_t aclrtlaunch_paged_cache_load_dequant_kernel(uint32_t blockDim, aclrtStr
                                                      void* seqStarts, void* key, void* value, void* keyScale,
                                                      void* keyOffset, void* keyScaleCache, void* valueScale,
                                                      void* valueOffset, void* valueScaleCache, void* tiling);
-/// kernels/block_copy.cpp: block_copy_kernel(cacheTable, src, dst, cumSum, tiling).
+/// kernels/block_copy.cpp: block_copy_kernel(cacheTable, src, dst, cumSum, buffer, tiling).
 uint32_t aclrtlaunch_block_copy_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* src, void* dst,
-                                       void* cumSum, void* tiling);
+                                       void* cumSum, void* buffer, void* tiling);
+/// kernels/batch_memcpy.cpp: batch_memcpy_kernel(srcPtrs, dstPtrs, sizes, tiling).
+uint32_t aclrtlaunch_batch_memcpy_kernel(uint32_t blockDim, aclrtStream stream, void* srcPtrs, void* dstPtrs,
+                                         void* sizes, void* tiling);
 /// kernels/transfer_blocks.cpp: transfer_blocks_kernel(cacheTable, buffer, ids, tiling).
 uint32_t aclrtlaunch_transfer_blocks_kernel(uint32_t blockDim, aclrtStream stream, void* cacheTable, void* buffer,
                                             void* ids, void* tiling);
@@ -287,7 +290,8 @@ void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueC
 }
 
 void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
-                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling)
+                     const at::Tensor& dst, const at::Tensor& cumSum, const at::Tensor& buffer,
+                     const BlockCopyTiling& tiling)
 {
     // The cache table (addresses and geometry) goes to the device like a tiling: one persistent copy
     // per distinct table, so a step over the same caches uploads nothing after the first.
@@ -300,7 +304,15 @@ void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<ui
     Queue("block_copy", device, tiling, [=, kept = caches](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
         static_cast<void>(kept);  // the caches stay allocated until the queued launch runs
         return aclrtlaunch_block_copy_kernel(blockDim, stream, onDevice->device.data_ptr(), Address(src), Address(dst),
-                                             Address(cumSum), tilingGm);
+                                             Address(cumSum), Address(buffer), tilingGm);
+    });
+}
+
+void LaunchBatchMemcpyKernel(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes,
+                             const BatchMemcpyTiling& tiling)
+{
+    Queue("batch_memcpy", src.device(), tiling, [=](uint32_t blockDim, aclrtStream stream, void* tilingGm) {
+        return aclrtlaunch_batch_memcpy_kernel(blockDim, stream, Address(src), Address(dst), Address(sizes), tilingGm);
     });
 }
 

@@ -388,19 +388,26 @@ int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, ui
     if (coreCount == 0) {
         return kTilingNoCores;
     }
-    if (!IndexOk(call.src) || !IndexOk(call.dst) || (call.cumSum.present && !IndexOk(call.cumSum)) ||
-        call.addresses.size() != call.caches.size()) {
+    const bool transfer = call.transfer != kBlockCopyWithin;
+    if (!IndexOk(call.src) || (!transfer && !IndexOk(call.dst)) || (call.cumSum.present && !IndexOk(call.cumSum)) ||
+        call.addresses.size() != call.caches.size() || call.transfer > kBlockCopyScatter ||
+        (transfer && (!call.buffer.present || call.bufferOffsets.size() != call.caches.size() || call.simultaneous))) {
         return kTilingBadShape;
     }
     BlockCopyTiling t{};
     t.numCaches = call.caches.size();
     t.numBlocks = call.caches.empty() ? 0 : Size(call.caches[0], 0);
     t.pairs = Size(call.src, 0);
-    t.copies = Size(call.dst, 0);
+    t.copies = transfer ? t.pairs : Size(call.dst, 0);  // a transfer's copy j is buffer row j
     t.srcElemBytes = call.src.elemBytes;
-    t.dstElemBytes = call.dst.elemBytes;
+    t.dstElemBytes = transfer ? 0 : call.dst.elemBytes;
     t.cumElemBytes = call.cumSum.present ? call.cumSum.elemBytes : 0;
-    constexpr uint64_t windows = 3;
+    t.transfer = call.transfer;
+    if (transfer) {
+        t.bufferRowStride = Stride(call.buffer, 0);
+        t.bufferSpan = SpanBytes(call.buffer);
+    }
+    const uint64_t windows = transfer ? 1 : 3;
     const uint64_t needed = Max(Max(t.pairs * t.srcElemBytes, t.copies * t.dstElemBytes), t.pairs * t.cumElemBytes);
     t.stageBytes = StageBytes(needed, windows, ubBytes);
     // Segments below 64 KB: the range of DataCopyPad's blockLen that every checker accepts.
@@ -432,13 +439,38 @@ int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, ui
         const uint64_t segments = ubRow <= t.chunkBytes ? 1 : CeilDiv(rowBytes, t.chunkBytes);
         const uint64_t chunks = rowBytes == 0 ? 0 : segments > 1 ? rows * segments : CeilDiv(rows, rowsPerChunk);
         const uint64_t entry[kBlockCopyCacheWords] = {call.addresses[c], Stride(cache, 0), rowStride, rows, rowBytes,
-                                                      SpanBytes(cache), rowsPerChunk, segments, chunks};
+                                                      SpanBytes(cache), rowsPerChunk, segments, chunks,
+                                                      transfer ? call.bufferOffsets[c] : 0};
         words.insert(words.end(), entry, entry + kBlockCopyCacheWords);
         t.items += (t.simultaneous ? 1 : t.copies) * chunks;  // simultaneous: a core owns a chunk of every copy
     }
     t.usedCores = t.numBlocks == 0 || t.pairs == 0 || t.copies == 0 ? 0 : Min(coreCount, t.items);
     *tiling = t;
     *table = std::move(words);
+    return kTilingOk;
+}
+
+int ComputeBatchMemcpyTiling(const BatchMemcpyGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                             BatchMemcpyTiling* tiling)
+{
+    if (coreCount == 0) {
+        return kTilingNoCores;
+    }
+    if (call.src.elemBytes != 8 || call.dst.elemBytes != 8 || !IndexOk(call.sizes) || Size(call.dst, 0) != Size(call.src, 0) ||
+        Size(call.sizes, 0) != Size(call.src, 0)) {
+        return kTilingBadShape;
+    }
+    BatchMemcpyTiling t{};
+    t.copies = Size(call.src, 0);
+    t.sizeElemBytes = call.sizes.elemBytes;
+    constexpr uint64_t windows = 3;
+    t.stageBytes = StageBytes(t.copies * 8, windows, ubBytes);
+    t.chunkBytes = Min(ChunkBytes(ubBytes, windows * t.stageBytes), kMaxBlockCopyChunkBytes);
+    if (t.chunkBytes < kBlockBytes) {
+        return kTilingUbTooSmall;
+    }
+    t.usedCores = t.copies == 0 ? 0 : coreCount;  // the sizes are the kernel's to read: every core takes a share
+    *tiling = t;
     return kTilingOk;
 }
 
@@ -612,6 +644,15 @@ std::string DescribeTiling(const TransferTiling& tiling)
 #define ASCEND_KV_DESCRIBE_TRANSFER_FIELD(name, doc) Field(out, #name, tiling.name);
     ASCEND_KV_TRANSFER_TILING_FIELDS(ASCEND_KV_DESCRIBE_TRANSFER_FIELD)
 #undef ASCEND_KV_DESCRIBE_TRANSFER_FIELD
+    return out.str();
+}
+
+std::string DescribeTiling(const BatchMemcpyTiling& tiling)
+{
+    std::ostringstream out;
+#define ASCEND_KV_DESCRIBE_BATCH_MEMCPY_FIELD(name, doc) Field(out, #name, tiling.name);
+    ASCEND_KV_BATCH_MEMCPY_TILING_FIELDS(ASCEND_KV_DESCRIBE_BATCH_MEMCPY_FIELD)
+#undef ASCEND_KV_DESCRIBE_BATCH_MEMCPY_FIELD
     return out.str();
 }
 

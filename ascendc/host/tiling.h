@@ -88,6 +88,16 @@ struct BlockCopyGeometry {
     std::vector<uint64_t> addresses;
     TensorGeom src, dst, cumSum;
     bool simultaneous = false;  ///< every source read before any destination is written
+    /// kBlockCopyGather / kBlockCopyScatter: block src[j] of each cache to or from row j of `buffer`
+    /// [n, row bytes], from bufferOffsets[c] (dst and cumSum absent).
+    uint64_t transfer = kBlockCopyWithin;
+    TensorGeom buffer;
+    std::vector<uint64_t> bufferOffsets;
+};
+
+/// batch_memcpy: the tables src [n] and dst [n] int64, sizes [n] int32/int64, contiguous.
+struct BatchMemcpyGeometry {
+    TensorGeom src, dst, sizes;
 };
 
 /// transfer_blocks: a block as a frame of kTransferFrameDims dims (sizes, and element strides in a
@@ -146,6 +156,10 @@ int ComputePagedLoadDequantTiling(const PagedLoadDequantGeometry& call, uint64_t
 int ComputeBlockCopyTiling(const BlockCopyGeometry& call, uint64_t coreCount, uint64_t ubBytes, BlockCopyTiling* tiling,
                            std::vector<uint64_t>* table);
 
+/// Tiling of batch_memcpy_kernel; as ComputeKvCacheTiling.
+int ComputeBatchMemcpyTiling(const BatchMemcpyGeometry& call, uint64_t coreCount, uint64_t ubBytes,
+                             BatchMemcpyTiling* tiling);
+
 /// Tiling of transfer_blocks_kernel and its cache table (kTransferCacheWords words per cache); as
 /// ComputeKvCacheTiling; kTilingBadShape when a block takes more than three outer loops.
 int ComputeTransferTiling(const TransferGeometry& call, uint64_t coreCount, uint64_t ubBytes, TransferTiling* tiling,
@@ -157,6 +171,7 @@ std::string DescribeTiling(const PagedLoadTiling& tiling);
 std::string DescribeTiling(const ReshapeTiling& tiling);
 std::string DescribeTiling(const BlockCopyTiling& tiling);
 std::string DescribeTiling(const TransferTiling& tiling);
+std::string DescribeTiling(const BatchMemcpyTiling& tiling);
 
 }  // namespace ascend_kv
 

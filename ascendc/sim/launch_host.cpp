@@ -5,10 +5,12 @@
 // the kernel; the model's message becomes the RuntimeError.
 // Settings, read on every call: ASCEND_KV_SIM_CORES (default 40) and ASCEND_KV_SIM_UB_BYTES
 // (default 192 KB - 256 B - 8 KB, the usable UB of an A2/A3 vector core).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +37,9 @@ extern "C" void paged_cache_load_dequant_kernel(GM_ADDR keyCache, GM_ADDR valueC
                                                 GM_ADDR keyScale, GM_ADDR keyOffset, GM_ADDR keyScaleCache,
                                                 GM_ADDR valueScale, GM_ADDR valueOffset, GM_ADDR valueScaleCache,
                                                 GM_ADDR tiling);
-extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR tiling);
+extern "C" void block_copy_kernel(GM_ADDR cacheTable, GM_ADDR src, GM_ADDR dst, GM_ADDR cumSum, GM_ADDR buffer,
+                                  GM_ADDR tiling);
+extern "C" void batch_memcpy_kernel(GM_ADDR srcPtrs, GM_ADDR dstPtrs, GM_ADDR sizes, GM_ADDR tiling);
 extern "C" void transfer_blocks_kernel(GM_ADDR cacheTable, GM_ADDR buffer, GM_ADDR ids, GM_ADDR tiling);
 
 namespace ascend_kv {
@@ -258,32 +262,85 @@ void LaunchPagedLoadDequant(const at::Tensor& keyCache, const at::Tensor& valueC
 }
 
 void LaunchBlockCopy(const std::vector<at::Tensor>& caches, const std::vector<uint64_t>& table, const at::Tensor& src,
-                     const at::Tensor& dst, const at::Tensor& cumSum, const BlockCopyTiling& tiling)
+                     const at::Tensor& dst, const at::Tensor& cumSum, const at::Tensor& buffer,
+                     const BlockCopyTiling& tiling)
 {
     BlockCopyTiling t = tiling;
     std::vector<uint64_t> words = table;
     const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
     const at::Tensor tableBytes = at::from_blob(words.data(), {static_cast<int64_t>(words.size() * 8)}, at::kByte);
+    const bool gather = t.transfer == kBlockCopyGather;
     std::vector<std::string> names;
     for (size_t c = 0; c < caches.size(); ++c) {
         names.push_back("caches[" + std::to_string(c) + "]");
     }
     std::vector<std::unique_ptr<Region>> regions;
     for (size_t c = 0; c < caches.size(); ++c) {
-        regions.push_back(std::make_unique<Region>(caches[c], names[c].c_str(), true));
+        regions.push_back(std::make_unique<Region>(caches[c], names[c].c_str(), !gather));
     }
     regions.push_back(std::make_unique<Region>(tableBytes, "cache_table", false));
-    regions.push_back(std::make_unique<Region>(src, "src", false));
+    regions.push_back(std::make_unique<Region>(src, t.transfer == kBlockCopyWithin ? "src" : "slot_ids", false));
     regions.push_back(std::make_unique<Region>(dst, "dst", false));
     regions.push_back(std::make_unique<Region>(cumSum, "cum_sum", false));
+    regions.push_back(std::make_unique<Region>(buffer, gather ? "out" : "src", gather));
     regions.push_back(std::make_unique<Region>(tilingBytes, "tiling", false));
     std::vector<GmRegion> list;
     for (const auto& region : regions) {
         list.push_back(region->Get());
     }
     RunOn("block_copy", t.usedCores, list, [&]() {
-        block_copy_kernel(Gm(tableBytes), Gm(src), Gm(dst), Gm(cumSum), Gm(tilingBytes));
+        block_copy_kernel(Gm(tableBytes), Gm(src), Gm(dst), Gm(cumSum), Gm(buffer), Gm(tilingBytes));
     });
+}
+
+void LaunchBatchMemcpyKernel(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& sizes,
+                             const BatchMemcpyTiling& tiling)
+{
+    BatchMemcpyTiling t = tiling;
+    const at::Tensor tilingBytes = at::from_blob(&t, {static_cast<int64_t>(sizeof(t))}, at::kByte);
+    // The ranges the tables name are GM regions too (the model's bookkeeping reads the tables, which
+    // are host memory here; the kernel reads them in GM): sources read-only, one region per start
+    // (the longest range from it), destinations written.
+    const at::Tensor sizes64 = sizes.to(at::kLong);
+    const int64_t* from = src.const_data_ptr<int64_t>();
+    const int64_t* to = dst.const_data_ptr<int64_t>();
+    const int64_t* bytes = sizes64.const_data_ptr<int64_t>();
+    std::map<int64_t, std::pair<int64_t, int64_t>> sources;  // start -> (longest length, first copy)
+    for (int64_t i = 0; i < src.numel(); ++i) {
+        if (bytes[i] > 0) {
+            const auto [at, added] = sources.emplace(from[i], std::pair<int64_t, int64_t>{bytes[i], i});
+            at->second.first = std::max(at->second.first, bytes[i]);
+        }
+    }
+    std::vector<std::string> names;
+    std::vector<GmRegion> list;
+    const auto range = [&](int64_t address, int64_t length, bool writable) {
+        GmRegion region{};
+        region.base = reinterpret_cast<void*>(address);
+        region.bytes = static_cast<uint64_t>(length);
+        region.writable = writable;
+        list.push_back(region);
+    };
+    for (const auto& [address, source] : sources) {
+        names.push_back("src_ptrs[" + std::to_string(source.second) + "]");
+        range(address, source.first, false);
+    }
+    for (int64_t i = 0; i < dst.numel(); ++i) {
+        if (bytes[i] > 0) {
+            names.push_back("dst_ptrs[" + std::to_string(i) + "]");
+            range(to[i], bytes[i], true);
+        }
+    }
+    for (size_t r = 0; r < list.size(); ++r) {
+        list[r].name = names[r].c_str();
+    }
+    const Region tables[] = {{src, "src_ptrs", false}, {dst, "dst_ptrs", false}, {sizes, "sizes", false},
+                             {tilingBytes, "tiling", false}};
+    for (const Region& table : tables) {
+        list.push_back(table.Get());
+    }
+    RunOn("batch_memcpy", t.usedCores, list,
+          [&]() { batch_memcpy_kernel(Gm(src), Gm(dst), Gm(sizes), Gm(tilingBytes)); });
 }
 
 /// `t` with its dims merged where one steps over the next whole (dims of size 1 dropped): the same

@@ -14,12 +14,14 @@
 namespace ascend_kv {
 namespace {
 
-/// Each non-empty cache as the [num_blocks, rows, row] view the kernel copies (in its domain).
+/// Each non-empty cache as the [num_blocks, rows, row] view the kernel copies (in its domain), its
+/// block's dims in memory order (the same bytes).
 std::vector<at::Tensor> BlockViews(const std::vector<at::Tensor>& caches)
 {
     std::vector<at::Tensor> views;
-    for (const at::Tensor& cache : caches) {
-        if (cache.numel()) {
+    for (const at::Tensor& given : caches) {
+        if (given.numel()) {
+            const at::Tensor cache = InMemoryOrder(given);
             const BlockRows rows = *BlockRowsOf(cache);
             views.push_back(cache.as_strided({cache.size(0), rows.rows, rows.row}, {rows.block_stride, rows.row_stride, 1}));
         }
@@ -45,12 +47,12 @@ void Run(BlockCopyCall& call)
     const at::Device device = call.caches[0].device();
     if (device.is_cpu()) {
         const BlockCopyPlan plan = PlanBlockCopy(call);
-        const bool fits = BlockCopyOutsideReason({}, call.simultaneous, call.dst.size(0)).empty();
+        const bool fits = BlockCopyOutsideReason({}, call.simultaneous, call.dst.size(0), call.noun).empty();
         if (HostBackend(Operation::kBlockCopy) == Backend::kSim && fits) {
             Count(Ran::kSim);
             std::vector<at::Tensor> copies;
             for (const at::Tensor& cache : call.caches) {  // outside the kernel's domain: on a contiguous copy
-                copies.push_back(cache.numel() && !BlockRowsOf(cache) ? cache.contiguous() : cache);
+                copies.push_back(cache.numel() && !BlockRowsOf(InMemoryOrder(cache)) ? cache.contiguous() : cache);
             }
             Launch(Kernels(Backend::kSim), copies, OnDevice(call.IndexTensors(), device), call.simultaneous);
             for (size_t i = 0; i < copies.size(); ++i) {
@@ -67,7 +69,8 @@ void Run(BlockCopyCall& call)
     }
     const IndexTensors index = OnDevice(call.IndexTensors(), device);
     const Backend backend = DeviceBackend(Operation::kBlockCopy, device,
-                                          BlockCopyOutsideReason(call.caches, call.simultaneous, call.dst.size(0)));
+                                          BlockCopyOutsideReason(call.caches, call.simultaneous, call.dst.size(0),
+                                                                 call.noun));
     if (backend == Backend::kNpu) {
         Count(Ran::kKernels);
         Launch(Kernels(backend), call.caches, index, call.simultaneous);
@@ -137,6 +140,24 @@ void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, cons
 {
     NoteTracing();
     CheckCopyBlocks(key_caches, value_caches, block_mapping, simultaneous, Check::kShapes);
+}
+
+void CopyStateSlots(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                    bool simultaneous)
+{
+    BelowAutograd guard;
+    BlockCopyCall call = CheckCopyStateSlots(states, src_indices, dst_indices, simultaneous, Check::kCall);
+    if (!call.caches.empty() && !call.caches[0].is_cpu()) {
+        RequireBaseFormats(NamedCaches(call));
+    }
+    Run(call);
+}
+
+void CopyStateSlotsMeta(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                        bool simultaneous)
+{
+    NoteTracing();
+    CheckCopyStateSlots(states, src_indices, dst_indices, simultaneous, Check::kShapes);
 }
 
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping)

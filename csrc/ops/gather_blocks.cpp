@@ -1,7 +1,5 @@
 #include <string>
 
-#include <ATen/ops/empty.h>
-
 #include "cpu_fallback/copy.h"
 #include "cpu_fallback/host.h"
 #include "cpu_fallback/on_device.h"
@@ -106,12 +104,7 @@ void RunTransfer(TransferCall& call)
     // A host buffer goes through one device staging buffer of its size and one async copy (a
     // gather with unchecked ids first uploads it, so skipped rows keep their bytes).
     const at::Tensor given = call.buffer;
-    const bool staged = given.device() != device;
-    const bool pinned = staged && given.is_pinned();
-    if (staged) {
-        call.buffer = call.gather && checked ? at::empty(given.sizes(), given.options().device(device))
-                                             : given.to(device, /*non_blocking=*/pinned);
-    }
+    call.buffer = BufferOnDevice(given, device, !call.gather || !checked);
     const Backend backend = DeviceBackend(Operation::kBlockCopy, device, TransferOutsideReason(call));
     if (backend == Backend::kNpu) {
         Count(Ran::kKernels);
@@ -120,8 +113,8 @@ void RunTransfer(TransferCall& call)
         Count(Ran::kDeviceFallback);
         on_device::TransferBlocks(call);
     }
-    if (staged && call.gather) {
-        given.copy_(call.buffer, /*non_blocking=*/pinned);
+    if (call.gather) {
+        BufferBack(given, call.buffer);
     }
 }
 

@@ -115,12 +115,20 @@ void CopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at
                 bool simultaneous);
 void CopyBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
                     bool simultaneous);
+/// copy_state_slots (docs/semantics.md §14): block_copy's route over a list of states.
+void CopyStateSlots(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                    bool simultaneous);
+void CopyStateSlotsMeta(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                        bool simultaneous);
 void SwapBlocks(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksMeta(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& block_mapping);
 void SwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
                      bool is_src_access_order_any, int64_t direction);
 void SwapBlocksBatchMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
                          bool is_src_access_order_any, int64_t direction);
+/// batch_memcpy (docs/semantics.md §14.3): the tables on the host (checked) or on a device (read there).
+void BatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
+void BatchMemcpyMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
 void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
                     const at::Tensor& block_mapping);
 void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
@@ -135,6 +143,11 @@ void GatherBlocksMeta(at::TensorList key_caches, at::TensorList value_caches, co
 void ScatterBlocks(const at::Tensor& src, at::TensorList key_caches, at::TensorList value_caches,
                    const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
                    int64_t head_splits);
+/// gather_state_slots / scatter_state_slots (docs/semantics.md §14.2).
+void GatherStateSlots(at::TensorList states, const at::Tensor& slot_ids, const at::Tensor& out);
+void GatherStateSlotsMeta(at::TensorList states, const at::Tensor& slot_ids, const at::Tensor& out);
+void ScatterStateSlots(const at::Tensor& src, at::TensorList states, const at::Tensor& slot_ids);
+void ScatterStateSlotsMeta(const at::Tensor& src, at::TensorList states, const at::Tensor& slot_ids);
 void ScatterBlocksMeta(const at::Tensor& src, at::TensorList key_caches, at::TensorList value_caches,
                        const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
                        int64_t head_splits);

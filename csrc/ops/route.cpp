@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
 
 #include "csrc/rules/index_values.h"
 #include "csrc/rules/kernel_domain.h"
@@ -29,6 +30,22 @@ void WriteBack(const at::Tensor& given, const at::Tensor& ran)
 {
     if (given.defined() && !ran.is_same(given)) {
         given.copy_(ran);
+    }
+}
+
+at::Tensor BufferOnDevice(const at::Tensor& given, const at::Device& device, bool upload)
+{
+    if (given.device() == device) {
+        return given;
+    }
+    return upload ? given.to(device, /*non_blocking=*/given.is_pinned())
+                  : at::empty(given.sizes(), given.options().device(device));
+}
+
+void BufferBack(const at::Tensor& given, const at::Tensor& ran)
+{
+    if (!ran.is_same(given)) {
+        given.copy_(ran, /*non_blocking=*/given.is_pinned());
     }
 }
 

@@ -28,6 +28,15 @@ at::Tensor InDomain(const at::Tensor& t, int64_t first_dim);
 /// Copy what a kernel wrote into `ran` back into `given`, when it ran on a copy.
 void WriteBack(const at::Tensor& given, const at::Tensor& ran);
 
+/// A transfer's buffer on the data's `device`: `given` itself when it is there, else one device
+/// buffer of its size, filled from `given` (non-blocking from pinned memory) when `upload` (a
+/// scatter's source, or a gather's buffer whose rows a skipped id must leave as they are).
+at::Tensor BufferOnDevice(const at::Tensor& given, const at::Device& device, bool upload);
+
+/// After a gather into BufferOnDevice's `ran`: its bytes back into `given` (non-blocking to pinned
+/// memory), when they are two tensors.
+void BufferBack(const at::Tensor& given, const at::Tensor& ran);
+
 /// Where calls ran: the host paths, the sim, the NPU kernels, the device fallback.
 enum class Ran { kHostPaths, kSim, kKernels, kDeviceFallback };
 /// Count a call that ran on `ran` (the counts: torch.ops.ascend_kv._runs(), for tools and tests).

@@ -7,6 +7,7 @@
 
 #include "csrc/rules/index_values.h"
 #include "csrc/rules/memory.h"
+#include "csrc/rules/states.h"
 #include "csrc/rules/tensors.h"
 #include "csrc/rules/text.h"
 
@@ -97,34 +98,41 @@ void RequireCachesApart(const BlockCopyCall& call)
     RequireOutputsApart(caches);
 }
 
-/// Every value in [0, num_blocks), or a ValueError: "<entry> = <value> is out of range: <holder> hold(s) <n> blocks<unit>".
-void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t num_blocks, const char* holder,
-                    const std::string& unit = "")
+/// What the indices of a call name, in messages: "block" or "slot", held by "the caches" or "the states".
+struct Terms {
+    const char* unit = "block";
+    const char* holder = "the caches";
+};
+
+/// Every value in [0, count), or a ValueError: "<entry> = <value> is out of range: <holder> hold(s) <n> <unit>s<suffix>".
+void RequireInRange(const Namer& name, const std::vector<int64_t>& values, int64_t count, const std::string& holder,
+                    const char* unit, const std::string& suffix = "")
 {
     for (size_t i = 0; i < values.size(); ++i) {
-        TORCH_CHECK_VALUE(values[i] >= 0 && values[i] < num_blocks, name(i), " = ", values[i], " is out of range: ",
-                          holder, " ", num_blocks, " blocks", unit);
+        TORCH_CHECK_VALUE(values[i] >= 0 && values[i] < count, name(i), " = ", values[i], " is out of range: ",
+                          holder, " ", count, " ", unit, "s", suffix);
     }
 }
 
-void RequireDistinct(const Namer& name, const std::vector<int64_t>& values)
+void RequireDistinct(const Namer& name, const std::vector<int64_t>& values, const char* unit = "block")
 {
     std::unordered_map<int64_t, int64_t> first;
     first.reserve(values.size());
     for (size_t j = 0; j < values.size(); ++j) {
         const auto [at, inserted] = first.emplace(values[j], j);
-        TORCH_CHECK_VALUE(inserted, name(j), " = ", values[j], " repeats ", name(at->second),
-                          ": a block can be the destination of one copy only");
+        TORCH_CHECK_VALUE(inserted, name(j), " = ", values[j], " repeats ", name(at->second), ": a ", unit,
+                          " can be the destination of one copy only");
     }
 }
 
-/// Blocks in range, destinations distinct and, unless `simultaneous`, no block both a source and a destination.
+/// Indices in range, destinations distinct and, unless `simultaneous`, none both a source and a destination.
 void PairRules(const Namer& src_name, const Namer& dst_name, const std::vector<int64_t>& listed_sources,
-               const std::vector<int64_t>& destinations, int64_t num_blocks, bool simultaneous)
+               const std::vector<int64_t>& destinations, int64_t count, bool simultaneous, const Terms& terms)
 {
-    RequireInRange(src_name, listed_sources, num_blocks, "the caches hold");
-    RequireInRange(dst_name, destinations, num_blocks, "the caches hold");
-    RequireDistinct(dst_name, destinations);
+    const std::string holds = std::string(terms.holder) + " hold";
+    RequireInRange(src_name, listed_sources, count, holds, terms.unit);
+    RequireInRange(dst_name, destinations, count, holds, terms.unit);
+    RequireDistinct(dst_name, destinations, terms.unit);
     if (simultaneous) {
         return;  // every source is read before any destination is written
     }
@@ -132,8 +140,8 @@ void PairRules(const Namer& src_name, const Namer& dst_name, const std::vector<i
     for (size_t j = 0; j < destinations.size(); ++j) {
         if (source_set.count(destinations[j])) {
             const auto i = std::find(listed_sources.begin(), listed_sources.end(), destinations[j]) - listed_sources.begin();
-            TORCH_CHECK_VALUE(false, dst_name(j), " = ", destinations[j], " is also a source (", src_name(i),
-                              "): a block cannot be both a source and a destination, or the result would depend on "
+            TORCH_CHECK_VALUE(false, dst_name(j), " = ", destinations[j], " is also a source (", src_name(i), "): a ",
+                              terms.unit, " cannot be both a source and a destination, or the result would depend on "
                               "the order of the copies (simultaneous=True reads every source first)");
         }
     }
@@ -210,8 +218,8 @@ BlockCopyPlan SwapPairs(const at::Tensor& src, const at::Tensor& dst, const at::
         plan.sources.push_back(mapping.At(i, 0));
         plan.destinations.push_back(mapping.At(i, 1));
     }
-    RequireInRange(Pair(0), plan.sources, src_blocks, "src holds", unit);
-    RequireInRange(Pair(1), plan.destinations, dst_blocks, "dst holds", unit);
+    RequireInRange(Pair(0), plan.sources, src_blocks, "src holds", "block", unit);
+    RequireInRange(Pair(1), plan.destinations, dst_blocks, "dst holds", "block", unit);
     RequireDistinct(Pair(1), plan.destinations);
     return plan;
 }
@@ -279,22 +287,72 @@ BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_ca
     return call;
 }
 
+BlockCopyCall CheckCopyStateSlots(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                                  bool simultaneous, Check check)
+{
+    BlockCopyCall call;
+    call.padding = true;
+    call.simultaneous = simultaneous;
+    call.src_name = "src_indices";
+    call.dst_name = "dst_indices";
+    call.unit = "slot";
+    call.holder = "the states";
+    call.noun = "state";
+    call.caches = states.vec();
+    call.names = StateNames("states", states.size());
+    const bool meta = !call.caches.empty() && AllowsMeta(check, call.caches[0]);
+    RequireStates(call.caches, call.names, /*written=*/true, meta);
+    RequireIndexTensor("src_indices", src_indices, 1, meta);
+    RequireIndexTensor("dst_indices", dst_indices, 1, meta);
+    RequireEntries("dst_indices", dst_indices, src_indices.sym_size(0), "one destination per source, len(src_indices)");
+    if (!call.caches.empty()) {
+        RequireIndexDevices(call.caches[0].device(), {{"src_indices", src_indices}, {"dst_indices", dst_indices}});
+    }
+    if (check == Check::kCall) {
+        DropDuplicateViews(call);
+        RequireCachesApart(call);
+    }
+    call.src = src_indices;
+    call.dst = dst_indices;
+    return call;
+}
+
 BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
 {
     const IndexTensors host = OnHost(call.IndexTensors());
     BlockCopyPlan plan;
     const std::vector<int64_t> listed = Values(host[0]);
     plan.destinations = Values(host[1]);
+    const Terms terms{call.unit, call.holder};
+    if (call.padding) {  // the pairs without a negative entry, named by their place in the call
+        std::vector<int64_t> kept;
+        BlockCopyPlan pairs;
+        for (size_t i = 0; i < listed.size(); ++i) {
+            if (listed[i] >= 0 && plan.destinations[i] >= 0) {
+                kept.push_back(static_cast<int64_t>(i));
+                pairs.sources.push_back(listed[i]);
+                pairs.destinations.push_back(plan.destinations[i]);
+            }
+        }
+        const auto named = [&kept](const std::string& name) {
+            return [&kept, name](int64_t k) { return name + "[" + std::to_string(kept[k]) + "]"; };
+        };
+        if (!call.caches.empty()) {
+            PairRules(named(call.src_name), named(call.dst_name), pairs.sources, pairs.destinations,
+                      call.caches[0].size(0), call.simultaneous, terms);
+        }
+        return pairs;
+    }
     if (call.mapping) {
         plan.sources = listed;
         if (!call.caches.empty()) {
-            PairRules(Pair(0), Pair(1), listed, plan.destinations, call.caches[0].size(0), call.simultaneous);
+            PairRules(Pair(0), Pair(1), listed, plan.destinations, call.caches[0].size(0), call.simultaneous, terms);
         }
         return plan;
     }
     plan.sources = ExpandedSources(listed, Values(host[2]), static_cast<int64_t>(plan.destinations.size()));
-    PairRules(Entry("src_block_indices"), Entry("dst_block_indices"), listed, plan.destinations, call.caches[0].size(0),
-              call.simultaneous);
+    PairRules(Entry(call.src_name), Entry(call.dst_name), listed, plan.destinations, call.caches[0].size(0),
+              call.simultaneous, terms);
     return plan;
 }
 

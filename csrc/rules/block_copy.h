@@ -1,5 +1,6 @@
-// The rules of block_copy, copy_blocks and swap_blocks (docs/semantics.md, "block_copy"): the
-// structure of a call, then its index values (always for swap_blocks, whose mapping is on the host).
+// The rules of block_copy, copy_blocks, swap_blocks (docs/semantics.md, "block_copy") and
+// copy_state_slots (§14, a state slot copied as a block): the structure of a call, then its index
+// values (always for swap_blocks, whose mapping is on the host).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,11 @@ struct BlockCopyCall {
     at::Tensor cum_sum;               ///< [pairs] running ends of each source's destinations, or undefined
     bool mapping = false;             ///< copy_blocks: the index values come from block_mapping
     bool simultaneous = false;        ///< every source read before any destination is written
+    bool padding = false;             ///< copy_state_slots: a pair with a negative index is padding, skipped
+    std::string src_name = "src_block_indices", dst_name = "dst_block_indices";  ///< the index tensors' names
+    const char* unit = "block";       ///< what an index names, in messages ("slot" for states)
+    const char* holder = "the caches";  ///< what holds them, in messages
+    const char* noun = "cache";       ///< one tensor of `caches`, in messages
 
     ascend_kv::IndexTensors IndexTensors() const { return {src, dst, cum_sum}; }
 };
@@ -36,9 +42,16 @@ BlockCopyCall CheckBlockCopy(const at::Tensor& key_cache, const at::Tensor& valu
 BlockCopyCall CheckCopyBlocks(at::TensorList key_caches, at::TensorList value_caches, const at::Tensor& block_mapping,
                               bool simultaneous, Check check);
 
+/// The rules of copy_state_slots (docs/semantics.md §14): states [num_slots, ...] (any inner shapes,
+/// strides and element types of 1 to 8 bytes, one device and num_slots, written apart), src_indices
+/// and dst_indices [n] int32/int64 (pair i copies slot src[i] to slot dst[i]; a negative entry
+/// makes its pair padding). Identical views are kept once, as in CheckCopyBlocks.
+BlockCopyCall CheckCopyStateSlots(at::TensorList states, const at::Tensor& src_indices, const at::Tensor& dst_indices,
+                                  bool simultaneous, Check check);
+
 /// A block copy with its index values checked, one entry per destination: block sources[j] of
 /// every cache goes to block destinations[j]; all in range, destinations distinct, and (unless
-/// the call is simultaneous) none a source.
+/// the call is simultaneous) none a source. Padding pairs (call.padding) are left out.
 struct BlockCopyPlan {
     std::vector<int64_t> sources, destinations;
 };

@@ -1,5 +1,8 @@
 #include "csrc/rules/kernel_domain.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "ascendc/host/kernel_library.h"
 #include "csrc/rules/text.h"
 
@@ -28,6 +31,15 @@ bool Mergeable(const at::Tensor& t, int64_t begin, int64_t end, int64_t* stride)
 
 }  // namespace
 
+at::Tensor InMemoryOrder(const at::Tensor& t)
+{
+    std::vector<int64_t> order(t.dim());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin() + std::min<int64_t>(1, t.dim()), order.end(),
+                     [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+    return std::is_sorted(order.begin(), order.end()) ? t : t.permute(order);
+}
+
 bool DenseFrom(const at::Tensor& t, int64_t first_dim)
 {
     if (t.numel() == 0) {
@@ -45,6 +57,9 @@ bool DenseFrom(const at::Tensor& t, int64_t first_dim)
 
 std::optional<BlockRows> BlockRowsOf(const at::Tensor& t)
 {
+    if (t.dim() == 1) {  // a block (a state slot) of one element
+        return BlockRows{1, 1, 1, t.stride(0)};
+    }
     for (int64_t first = 1; first < t.dim(); ++first) {
         int64_t row = 1, rows = 1, row_stride = 1, inner = 1;
         for (int64_t d = first; d < t.dim(); ++d) {
@@ -74,15 +89,16 @@ std::string OutsideReason(const std::vector<Rows>& rows)
     return "";
 }
 
-std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches, bool simultaneous, int64_t copies)
+std::string BlockCopyOutsideReason(const std::vector<at::Tensor>& caches, bool simultaneous, int64_t copies,
+                                   const char* noun)
 {
     if (simultaneous && copies > kMaxSimultaneousCopies) {
         return "a simultaneous copy of " + std::to_string(copies) + " destinations: the kernel holds a chunk of at most " +
                std::to_string(kMaxSimultaneousCopies) + " sources in its UB at once";
     }
     for (size_t i = 0; i < caches.size(); ++i) {
-        if (caches[i].numel() && !BlockRowsOf(caches[i])) {
-            return "cache " + std::to_string(i) + " has sizes " + Tuple(caches[i].sizes()) + " and strides " +
+        if (caches[i].numel() && !BlockRowsOf(InMemoryOrder(caches[i]))) {
+            return std::string(noun) + " " + std::to_string(i) + " has sizes " + Tuple(caches[i].sizes()) + " and strides " +
                    Tuple(caches[i].strides()) + ": the kernel needs each block to be rows of contiguous elements, "
                    "evenly spaced";
         }

@@ -5,21 +5,40 @@
 #include <iterator>
 #include <string>
 
+#include "csrc/rules/index_values.h"
 #include "csrc/rules/tensors.h"
 #include "csrc/rules/text.h"
 
 namespace ascend_kv {
 namespace {
 
-std::vector<int64_t> Table(std::string_view name, const at::Tensor& t)
+/// The structure of one table: dense, one of `dtypes`, 1-D.
+void RequireTable(std::string_view name, const at::Tensor& t, c10::ArrayRef<at::ScalarType> dtypes, bool meta)
 {
-    RequireData(name, t, /*allow_meta=*/false);
-    RequireDtype(name, t, {at::kLong});
+    RequireData(name, t, meta);
+    RequireDtype(name, t, dtypes);
     TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", ShapeOf(t));
-    TORCH_CHECK_VALUE(t.is_cpu(), name, " must be on the host (cpu): its values are read there, got ", t.device());
-    const at::Tensor dense = t.contiguous();
-    const int64_t* values = dense.const_data_ptr<int64_t>();
-    return std::vector<int64_t>(values, values + dense.numel());
+}
+
+/// The lengths of the three tables: dst_ptrs and sizes as long as src_ptrs.
+void RequireLengths(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes)
+{
+    const c10::SymInt n = src_ptrs.sym_size(0);
+    TORCH_CHECK_VALUE(dst_ptrs.sym_size(0) == n, "dst_ptrs must have one entry per copy (", n, ", as src_ptrs), got ",
+                      dst_ptrs.sym_size(0));
+    TORCH_CHECK_VALUE(sizes.sym_size(0) == n, "sizes must have one entry per copy (", n, ", as src_ptrs), got ",
+                      sizes.sym_size(0));
+}
+
+/// A host table's entries as int64.
+std::vector<int64_t> Values(const at::Tensor& host)
+{
+    const IndexReader reader(host);
+    std::vector<int64_t> values(reader.Rows());
+    for (int64_t i = 0; i < reader.Rows(); ++i) {
+        values[i] = reader(i);
+    }
+    return values;
 }
 
 std::string Hex(int64_t address)
@@ -50,25 +69,10 @@ std::vector<Range> Ranges(const std::vector<int64_t>& starts, const std::vector<
     return ranges;
 }
 
-}  // namespace
-
-BatchCopies CheckSwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
-                                 int64_t direction)
+/// Sizes >= 0; destination ranges that meet neither each other nor any source range.
+void RequireRangesApart(const BatchCopies& copies)
 {
-    BatchCopies copies;
-    copies.src = Table("src_ptrs", src_ptrs);
-    copies.dst = Table("dst_ptrs", dst_ptrs);
-    copies.sizes = Table("sizes", sizes);
-    const size_t n = copies.src.size();
-    TORCH_CHECK_VALUE(copies.dst.size() == n, "dst_ptrs must have one entry per copy (", n,
-                      ", as src_ptrs), got ", copies.dst.size());
-    TORCH_CHECK_VALUE(copies.sizes.size() == n, "sizes must have one entry per copy (", n,
-                      ", as src_ptrs), got ", copies.sizes.size());
-    TORCH_CHECK_VALUE(direction >= -1 && direction <= 2,
-                      "direction must be None, 0 (host to device), 1 (device to host) or 2 (device to device), got ",
-                      direction);
-    copies.direction = direction;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < copies.sizes.size(); ++i) {
         TORCH_CHECK_VALUE(copies.sizes[i] >= 0, "sizes[", i, "] = ", copies.sizes[i], " must be >= 0 bytes");
     }
     // Destinations sorted by address meet only a neighbour; each source meets a destination only
@@ -94,6 +98,46 @@ BatchCopies CheckSwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& d
                               ", ", copies.sizes[i], " bytes): the result would depend on the order of the copies");
         }
     }
+}
+
+constexpr at::ScalarType kAddressDtypes[] = {at::kLong};
+constexpr at::ScalarType kSizeDtypes[] = {at::kInt, at::kLong};
+
+}  // namespace
+
+BatchCopies CheckSwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes,
+                                 int64_t direction)
+{
+    for (const auto& [name, table] : {std::pair{"src_ptrs", &src_ptrs}, std::pair{"dst_ptrs", &dst_ptrs},
+                                      std::pair{"sizes", &sizes}}) {
+        RequireTable(name, *table, kAddressDtypes, /*meta=*/false);
+        TORCH_CHECK_VALUE(table->is_cpu(), name, " must be on the host (cpu): its values are read there, got ",
+                          table->device());
+    }
+    RequireLengths(src_ptrs, dst_ptrs, sizes);
+    TORCH_CHECK_VALUE(direction >= -1 && direction <= 2,
+                      "direction must be None, 0 (host to device), 1 (device to host) or 2 (device to device), got ",
+                      direction);
+    BatchCopies copies{Values(src_ptrs), Values(dst_ptrs), Values(sizes), direction};
+    RequireRangesApart(copies);
+    return copies;
+}
+
+void CheckBatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes, Check check)
+{
+    const bool meta = AllowsMeta(check, src_ptrs);
+    RequireTable("src_ptrs", src_ptrs, kAddressDtypes, meta);
+    RequireTable("dst_ptrs", dst_ptrs, kAddressDtypes, meta);
+    RequireTable("sizes", sizes, kSizeDtypes, meta);
+    RequireLengths(src_ptrs, dst_ptrs, sizes);
+    RequireSameDevice({{"src_ptrs", src_ptrs}, {"dst_ptrs", dst_ptrs}, {"sizes", sizes}});
+}
+
+BatchCopies PlanBatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes)
+{
+    const IndexTensors host = OnHost({src_ptrs, dst_ptrs, sizes});
+    BatchCopies copies{Values(host[0]), Values(host[1]), Values(host[2]), -1};
+    RequireRangesApart(copies);
     return copies;
 }
 

@@ -23,7 +23,9 @@ For tests that look closer: ``same_layout()`` puts host tensors on the device wi
 memory layout (the bytes between a view's elements included) and copies the device memory back
 afterwards; ``recording()`` keeps host copies of the arguments of chosen ops as the device runs
 them (e.g. ``aten::_index_put_impl_``, or ``aten::_copy_from`` with its ``non_blocking`` flag);
-``memory_capacity()`` limits the device memory, so an allocation beyond it fails as on a device.
+``memory_capacity()`` limits the device memory, so an allocation beyond it fails as on a device;
+``largest_allocations()`` measures the largest single allocation of host and of device memory a
+block makes (a call's temporaries).
 
 ``install()`` builds the C++ extension once (cached under ``$ASCEND_KV_CACHE_DIR`` or
 ``~/.cache/ascend_kv``, keyed by a hash of the sources and the torch version) and installs it for
@@ -239,6 +241,26 @@ def memory_capacity(nbytes: int) -> Iterator[None]:
         yield
     finally:
         _installed().set_memory_capacity(previous)
+
+
+@dataclass
+class Largest:
+    """The largest single allocation inside a ``largest_allocations()`` block, in bytes (final once it ends)."""
+
+    host: int = 0
+    device: int = 0
+
+
+@contextlib.contextmanager
+def largest_allocations() -> Iterator[Largest]:
+    """Measure the largest single allocation of host memory (torch's CPU allocator, wrapped for the
+    block) and of device memory the block makes: ``with largest_allocations() as seen: ...; seen.host``."""
+    seen = Largest()
+    _installed().start_measuring()
+    try:
+        yield seen
+    finally:
+        seen.host, seen.device = _installed().stop_measuring()
 
 
 def memory_in_use() -> int:

@@ -39,6 +39,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("memory_capacity", &memory_capacity);
   module.def("set_memory_capacity", &set_memory_capacity);
   module.def("memory_in_use", &memory_in_use);
+  module.def("start_measuring", &start_measuring);
+  module.def("stop_measuring", &stop_measuring);
   module.def("start_recording", &start_recording);
   module.def("stop_recording", [] {
     py::list calls;

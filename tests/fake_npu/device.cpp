@@ -28,6 +28,19 @@ std::atomic<c10::DeviceIndex> configured_device_count{2};
 std::atomic<int64_t> capacity{std::numeric_limits<int64_t>::max()};
 std::atomic<int64_t> in_use{0};
 
+std::atomic<bool> measuring{false};
+std::atomic<int64_t> largest_host{0};
+std::atomic<int64_t> largest_device{0};
+
+// While measuring, `largest` becomes at least `nbytes`.
+void note(std::atomic<int64_t>& largest, size_t nbytes) {
+  if (!measuring.load()) return;
+  const auto bytes = static_cast<int64_t>(nbytes);
+  int64_t seen = largest.load();
+  while (seen < bytes && !largest.compare_exchange_weak(seen, bytes)) {
+  }
+}
+
 std::mutex recording_mutex;
 std::unordered_set<std::string> recorded_names;
 std::atomic<bool> recording_any{false};
@@ -81,6 +94,7 @@ Allocation* allocation_of(const at::Tensor& tensor) {
 class DeviceAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
+    note(largest_device, nbytes);
     const int64_t reserved = reserve(nbytes);
     void* memory = nullptr;
     try {
@@ -128,8 +142,24 @@ class PinnedAllocator final : public c10::Allocator {
   std::map<uintptr_t, size_t> ranges_;
 };
 
+// Host memory while measuring: torch's CPU allocator, each allocation's size noted.
+class MeasuredCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    note(largest_host, nbytes);
+    return base->allocate(nbytes);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { base->copy_data(dest, src, count); }
+
+  c10::Allocator* base = nullptr;
+};
+
 DeviceAllocator the_device_allocator;
 PinnedAllocator the_pinned_allocator;
+MeasuredCpuAllocator the_measured_cpu_allocator;
+// Above the priority torch registers its CPU allocator with (0).
+constexpr uint8_t kMeasuredPriority = 1;
 
 void PinnedAllocator::release(void* memory) {
   {
@@ -248,6 +278,22 @@ void set_storage_format(const at::Tensor& tensor, int format) {
   Allocation* allocation = allocation_of(tensor);
   TORCH_CHECK(allocation != nullptr, "fake NPU: cannot set the storage format of a tensor without memory");
   allocation->format = format;
+}
+
+void start_measuring() {
+  largest_host = 0;
+  largest_device = 0;
+  if (the_measured_cpu_allocator.base == nullptr) {
+    the_measured_cpu_allocator.base = c10::GetCPUAllocator();
+  }
+  c10::SetCPUAllocator(&the_measured_cpu_allocator, kMeasuredPriority);
+  measuring = true;
+}
+
+std::pair<int64_t, int64_t> stop_measuring() {
+  measuring = false;
+  c10::SetCPUAllocator(the_measured_cpu_allocator.base, kMeasuredPriority);
+  return {largest_host.load(), largest_device.load()};
 }
 
 int64_t memory_capacity() { return capacity.load(); }

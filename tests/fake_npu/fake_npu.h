@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fake_npu {
@@ -34,6 +35,12 @@ int64_t memory_capacity();
 void set_memory_capacity(int64_t bytes);
 int64_t memory_in_use();
 bool is_pinned_host_pointer(const void* data);
+
+// Measuring: between start_measuring() and stop_measuring() the largest single allocation of host
+// memory (through a CPU allocator that forwards to torch's, installed for the while) and of device
+// memory, for tests that bound the temporaries of a call. stop_measuring returns (host, device).
+void start_measuring();
+std::pair<int64_t, int64_t> stop_measuring();
 
 c10::DeviceIndex device_count();
 void set_device_count(c10::DeviceIndex count);
