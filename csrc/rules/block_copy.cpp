@@ -147,16 +147,6 @@ void PairRules(const Namer& src_name, const Namer& dst_name, const std::vector<i
     }
 }
 
-std::vector<int64_t> Values(const at::Tensor& host)
-{
-    const IndexReader reader(host);
-    std::vector<int64_t> values(reader.Rows());
-    for (int64_t i = 0; i < reader.Rows(); ++i) {
-        values[i] = reader(i);
-    }
-    return values;
-}
-
 /// [copies]: the source of each destination, after cum_sum's rules (running ends, the last = copies).
 std::vector<int64_t> ExpandedSources(const std::vector<int64_t>& sources, const std::vector<int64_t>& cum_sum,
                                      int64_t copies)
@@ -321,8 +311,8 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
 {
     const IndexTensors host = OnHost(call.IndexTensors());
     BlockCopyPlan plan;
-    const std::vector<int64_t> listed = Values(host[0]);
-    plan.destinations = Values(host[1]);
+    const std::vector<int64_t> listed = HostValues(host[0]);
+    plan.destinations = HostValues(host[1]);
     const Terms terms{call.unit, call.holder};
     if (call.padding) {  // the pairs without a negative entry, named by their place in the call
         std::vector<int64_t> kept;
@@ -350,7 +340,7 @@ BlockCopyPlan PlanBlockCopy(const BlockCopyCall& call)
         }
         return plan;
     }
-    plan.sources = ExpandedSources(listed, Values(host[2]), static_cast<int64_t>(plan.destinations.size()));
+    plan.sources = ExpandedSources(listed, HostValues(host[2]), static_cast<int64_t>(plan.destinations.size()));
     PairRules(Entry(call.src_name), Entry(call.dst_name), listed, plan.destinations, call.caches[0].size(0),
               call.simultaneous, terms);
     return plan;

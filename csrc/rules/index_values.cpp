@@ -67,4 +67,14 @@ std::string WideText(__int128 value)
     return digits;
 }
 
+std::vector<int64_t> HostValues(const at::Tensor& host)
+{
+    const IndexReader reader(host);
+    std::vector<int64_t> values(reader.Rows());
+    for (int64_t i = 0; i < reader.Rows(); ++i) {
+        values[i] = reader(i);
+    }
+    return values;
+}
+
 }  // namespace ascend_kv

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
@@ -42,6 +43,9 @@ private:
 /// The index tensors as host tensors: host ones as they are, undefined ones undefined, the
 /// device-resident ones gathered on their device as int64 and read back in one transfer.
 IndexTensors OnHost(c10::ArrayRef<at::Tensor> tensors);
+
+/// The entries of a 1-D host index tensor (column 0 of a 2-D one), as int64.
+std::vector<int64_t> HostValues(const at::Tensor& host);
 
 /// Whether every defined index tensor is on the host.
 bool AllOnHost(c10::ArrayRef<at::Tensor> tensors);

@@ -30,17 +30,6 @@ void RequireLengths(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, cons
                       sizes.sym_size(0));
 }
 
-/// A host table's entries as int64.
-std::vector<int64_t> Values(const at::Tensor& host)
-{
-    const IndexReader reader(host);
-    std::vector<int64_t> values(reader.Rows());
-    for (int64_t i = 0; i < reader.Rows(); ++i) {
-        values[i] = reader(i);
-    }
-    return values;
-}
-
 std::string Hex(int64_t address)
 {
     char text[24];
@@ -118,7 +107,7 @@ BatchCopies CheckSwapBlocksBatch(const at::Tensor& src_ptrs, const at::Tensor& d
     TORCH_CHECK_VALUE(direction >= -1 && direction <= 2,
                       "direction must be None, 0 (host to device), 1 (device to host) or 2 (device to device), got ",
                       direction);
-    BatchCopies copies{Values(src_ptrs), Values(dst_ptrs), Values(sizes), direction};
+    BatchCopies copies{HostValues(src_ptrs), HostValues(dst_ptrs), HostValues(sizes), direction};
     RequireRangesApart(copies);
     return copies;
 }
@@ -136,7 +125,7 @@ void CheckBatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, co
 BatchCopies PlanBatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes)
 {
     const IndexTensors host = OnHost({src_ptrs, dst_ptrs, sizes});
-    BatchCopies copies{Values(host[0]), Values(host[1]), Values(host[2]), -1};
+    BatchCopies copies{HostValues(host[0]), HostValues(host[1]), HostValues(host[2]), -1};
     RequireRangesApart(copies);
     return copies;
 }
