@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The "torch_npu installed, CANN missing" case (docs/hardware.md), checked for real.
 #
-# Builds (once, then cached) a separate venv with torch==2.13.0 and the matching torch_npu wheel
-# but no CANN, installs this checkout into it (not editable: the real install layout), and checks
-# that `import ascend_kv` and every `ascend-kv` command work there, fall back, and name the
+# Builds (once, then cached) a separate venv with the newest torch_npu wheel (2.14.0) and the torch
+# it pins (2.14.0, PyPI's CUDA build, about 4 GB: it runs on the CPU) but no CANN, installs this
+# checkout into it (not editable: the real install layout), and checks that `import ascend_kv` and every `ascend-kv` command work there, fall back, and name the
 # missing library. Without our guard, a plain `import torch` fails in such a venv.
 #
-# The venv lives in ${ASCEND_KV_NOCANN_VENV:-${XDG_CACHE_HOME:-~/.cache}/ascend_kv/venv-npu-nocann}
+# The venv lives in ${ASCEND_KV_NOCANN_VENV:-${ASCEND_KV_CACHE_DIR:-~/.cache/ascend_kv}/venv-npu-nocann}
 # so that runs from fresh clones (CI) reuse it. Exit status 0 means every check passed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${ASCEND_KV_NOCANN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ascend_kv/venv-npu-nocann}
-torch_version=2.13.0
+venv=${ASCEND_KV_NOCANN_VENV:-${ASCEND_KV_CACHE_DIR:-$HOME/.cache/ascend_kv}/venv-npu-nocann}
+torch_version=2.14.0
 
 if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
@@ -19,8 +19,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.torch-$torch_version-torch_npu-$torch_version"
 if [ ! -f "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q -c "$root/scripts/constraints-cpu.txt" \
-    "torch==$torch_version" "torch_npu==$torch_version"
+  : > "$venv/no-constraints.txt"  # not the CPU build's pin, nor a machine's cap on torch
+  PIP_CONSTRAINT="$venv/no-constraints.txt" "$venv/bin/python" -m pip install -q \
+    "torch==$torch_version" "torch_npu==$torch_version" \
+    2> >(grep -v "^WARNING: Location '" >&2)  # pip's notes on local mirror folders lacking a package
   touch "$stamp"
 fi
 # This checkout, freshly: no dependencies to resolve (torch is there), no editable shortcut.

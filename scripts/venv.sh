@@ -20,8 +20,9 @@ spec="$root"
 [ -n "$extras" ] && spec="$root[$extras]"
 stamp="$venv/.ascend_kv-installed-$extras"
 pip_install() {
+  # Our constraints replace the machine's (a pip config may cap torch below the one asked for).
   # pip warns about every local mirror folder that lacks a package: keep only real messages.
-  "$venv/bin/python" -m pip install -q -c "$constraints" "$@" \
+  PIP_CONSTRAINT="$constraints" "$venv/bin/python" -m pip install -q "$@" \
     2> >(grep -v "^WARNING: Location '" >&2)
 }
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then

@@ -1,8 +1,10 @@
 """The NPU build's host code compiles against torch's and torch_npu's own headers (no CANN here).
 
-torch_npu's wheel ships its headers and the ACL headers. The wheel matching the installed torch
-is downloaded once (``pip download --no-deps``, never installed) and its ``include`` folder is
-unpacked into ``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then the kernel entries
+torch_npu's wheel ships its headers and the ACL headers. The newest torch_npu wheel of the
+installed torch's minor version or older (torch_npu releases carry torch's version; the newest
+torch may have none yet, then the newest torch_npu stands in) is downloaded once (``pip download
+--no-deps``, never installed) and its ``include`` folder is unpacked into
+``$ASCEND_KV_CACHE_DIR`` (default ``~/.cache/ascend_kv``). Then the kernel entries
 (``ascendc/host/kernel_entry.cpp``, as ``ascend_kv_npu``) and the NPU launcher
 (``ascendc/host/launch_npu.cpp``: device queries, storage format, tiling upload, launches) must
 pass ``g++ -fsyntax-only`` with the flags the NPU build takes from torch, and our declarations of
@@ -32,7 +34,8 @@ pytestmark = pytest.mark.slow  # g++ parses the binding against the torch and to
 ROOT = Path(__file__).resolve().parents[1]
 HOST = ROOT / "ascendc" / "host"
 KERNELS = ROOT / "ascendc" / "kernels"
-TORCH_VERSION = torch.__version__.split("+")[0]  # torch_npu releases carry torch's version
+TORCH_MAJOR, TORCH_MINOR = (int(part) for part in torch.__version__.split(".")[:2])
+TORCH_NPU = f"torch_npu<{TORCH_MAJOR}.{TORCH_MINOR + 1}"  # the newest release not ahead of torch
 
 
 def _cache_dir() -> Path:
@@ -41,14 +44,14 @@ def _cache_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def torch_npu_include() -> Path:
-    """``torch_npu/include`` of the torch_npu wheel matching torch, unpacked once into the cache."""
-    target = _cache_dir() / f"torch_npu-{TORCH_VERSION}"
+    """``torch_npu/include`` of the torch_npu wheel for this torch, unpacked once into the cache."""
+    target = _cache_dir() / f"torch_npu-for-torch{TORCH_MAJOR}.{TORCH_MINOR}"
     include = target / "torch_npu" / "include"
     if not (include / "torch_npu" / "csrc" / "core" / "npu" / "NPUStream.h").is_file():
         with tempfile.TemporaryDirectory() as download:
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                 f"torch_npu=={TORCH_VERSION}", "-d", download],
+                 TORCH_NPU, "-d", download],
                 check=True,
             )
             (wheel,) = Path(download).glob("torch_npu-*.whl")

@@ -1,7 +1,7 @@
 """torch_npu installed, CANN missing (docs/hardware.md): checked for real in its own cached venv.
 
-Runs ``scripts/check_torch_npu_without_cann.sh``, which builds (once) a venv with torch 2.13.0
-and the matching torch_npu wheel but no CANN, installs this checkout into it, and checks that
+Runs ``scripts/check_torch_npu_without_cann.sh``, which builds (once) a venv with the newest
+torch_npu (2.14.0) and the torch it pins but no CANN, installs this checkout into it, and checks that
 plain ``import torch`` fails there while ``import ascend_kv``, ``ascend-kv info`` (naming the
 missing library), ``ascend-kv support-matrix`` and the demo all work on the fallback.
 """
