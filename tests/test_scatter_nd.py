@@ -23,6 +23,7 @@ from scatter_cases import ScatterCase, scatter_cases
 import ascend_kv
 from ascend_kv.api import sparse_ops
 from ascend_kv.compat import torch_npu
+from ascend_kv.dispatch import policy
 from ascend_kv.tools import reference
 
 OPS = torch.ops.ascend_kv
@@ -72,7 +73,7 @@ def test_a_destination_named_twice_takes_the_last_row(backend: str) -> None:
     rows = torch.arange(12.0).reshape(4, 3)
     ascend_kv.scatter_nd_update(cache, torch.tensor([[1, 2], [0, 0], [1, 2], [-1, 2]]), rows)
     assert cache[1, 2].tolist() == rows[2].tolist() and cache[0, 0].tolist() == rows[1].tolist()
-    assert cache.count_nonzero() == 5  # rows 1 (one zero) and 2; row 3 is padding
+    assert cache.count_nonzero() == 6  # rows 1 and 2 only: row 0 is replaced, row 3 is padding
 
 
 def test_many_rows_spread_over_threads_keep_the_last_writer() -> None:
@@ -115,18 +116,23 @@ def test_on_the_npu_one_launch_and_nothing_read_back(soc: str, index_on: str, ca
     assert seen.launches == (1 if soc == SUPPORTED and writes else 0)
 
 
-def test_rows_outside_the_kernels_domain_run_on_the_device_fallback(kernel_library: None) -> None:
-    """Transposed rows on an A2: the device fallback, with a FallbackWarning naming var."""
+def test_rows_outside_the_kernels_domain_run_on_the_device_fallback(kernel_library: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transposed rows on an A2: the device fallback, with one FallbackWarning, nothing read back."""
+    monkeypatch.setenv("ASCEND_KV_SOC", SUPPORTED)
+    policy.forget()
     base = torch.randn(4, 3, 5)
     want = base.clone()
     rows = torch.randn(2, 5, 3)
     reference.scatter_nd_update(want.transpose(1, 2), torch.tensor([2, 0]), rows)
     on_npu = base.to(NPU)
-    with pytest.warns(ascend_kv.FallbackWarning, match="var"):
-        seen = run(lambda: ascend_kv.scatter_nd_update(on_npu.transpose(1, 2), torch.tensor([2, 0], device=NPU),
-                                                       rows.to(NPU)))
-    assert seen.transfers == 0
+    before = OPS._runs()[npu_fixtures.DEVICE_FALLBACK]
+    seen = run(lambda: ascend_kv.scatter_nd_update(on_npu.transpose(1, 2), torch.tensor([2, 0], device=NPU),
+                                                   rows.to(NPU)))
+    assert OPS._runs()[npu_fixtures.DEVICE_FALLBACK] == before + 1
+    assert seen.transfers == 0 and seen.launches == 0 and seen.warnings == 1
     assert bits_equal(on_npu.cpu(), want)
+    policy.forget()
 
 
 @st.composite
