@@ -9,7 +9,6 @@ the cache (page padding, other columns) must not change.
 from __future__ import annotations
 
 import doctest
-from collections.abc import Iterator
 
 import npu_fixtures
 import pytest
@@ -270,12 +269,6 @@ def _step(pages: torch.Tensor, scales: torch.Tensor, pairs: torch.Tensor, rows: 
         ascend_kv.scatter_nd_update(cache, pairs, rows[layer])
     torch_npu.npu_scatter_nd_update_(scales.view(-1, 1), (pairs[:, 0] * 4 + pairs[:, 1]).view(-1, 1), row_scales)
 
-
-@pytest.fixture
-def fresh_compile() -> Iterator[None]:
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
 
 
 @pytest.mark.parametrize("dynamic", [None, True])

@@ -6,8 +6,6 @@ launches written with plain torch ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import npu_fixtures
 import pytest
 import torch
@@ -197,12 +195,6 @@ def _step(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor,
           pairs: torch.Tensor) -> None:
     ascend_kv.reshape_and_cache(key, value, key_cache, value_cache, pairs)
 
-
-@pytest.fixture
-def fresh_compile() -> Iterator[None]:
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
 
 
 @pytest.mark.parametrize("dynamic", [None, True])

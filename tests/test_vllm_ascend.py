@@ -6,8 +6,6 @@ when vllm-ascend's own library is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from cases import bits_equal, random_bits
@@ -76,12 +74,6 @@ def test_rules_name_the_argument_and_write_nothing() -> None:
         C_ASCEND.npu_scatter_nd_update_v2(cache, torch.tensor([[0, 0], [3, 0]]), torch.ones(2, 8))
     assert cache.count_nonzero() == 0
 
-
-@pytest.fixture
-def fresh_compile() -> Iterator[None]:
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
 
 
 def _write(cache: torch.Tensor, pairs: torch.Tensor, rows: torch.Tensor) -> None:
