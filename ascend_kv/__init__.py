@@ -23,6 +23,7 @@ from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blo
 from .api.transfer_ops import gather_blocks, scatter_blocks
 from .api.swap_batch import batch_memcpy, swap_blocks_batch
 from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
+from .api.sparse_ops import scatter_nd_update
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -52,6 +53,7 @@ __all__ = [
     "paged_cache_load",
     "reshape_and_cache",
     "scatter_blocks",
+    "scatter_nd_update",
     "scatter_state_slots",
     "state_slot_bytes",
     "swap_blocks",

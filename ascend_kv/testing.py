@@ -45,7 +45,8 @@ from .compat import torch_npu as facade
 
 #: The functions :func:`install_cache_ops` sets on a module (besides ``atb.npu_paged_cache_load``).
 CACHE_OPS = ("_npu_reshape_and_cache", "_npu_reshape_and_cache_siso", "npu_scatter_pa_kv_cache",
-             "npu_gather_pa_kv_cache", "npu_format_cast", "get_npu_format", "empty_with_format", "npu_dynamic_quant")
+             "npu_gather_pa_kv_cache", "npu_format_cast", "get_npu_format", "empty_with_format", "npu_dynamic_quant",
+             "npu_scatter_nd_update_", "npu_scatter_nd_update")
 
 _Module = TypeVar("_Module")
 

@@ -9,6 +9,7 @@
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/scatter_nd.h"
 #include "csrc/rules/state_transfer.h"
 #include "csrc/rules/swap_batch.h"
 
@@ -40,6 +41,10 @@ bool TransferBlocks(const TransferCall& call, const std::vector<int64_t>& ids);
 /// buffer row, over torch's threads; a slot of more strided loops than a piece holds goes through
 /// one slot of temporary memory.
 void TransferStateSlots(const StateTransferCall& call, const std::vector<int64_t>& ids);
+
+/// scatter_nd_update on host tensors, `slots` its checked flat slots over call.grid (-1: padding):
+/// a destination named twice takes the last row naming it (scatter_nd.cpp).
+void ScatterNdUpdate(const ScatterNdCall& call, const at::Tensor& slots);
 
 /// swap_blocks_batch in host memory: one memcpy per copy, over torch's threads when the batch is large.
 void MemcpyBatch(const BatchCopies& copies);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include <ATen/ATen.h>
 
@@ -124,6 +125,22 @@ void Scatter(bool nd, const at::Tensor& cache, const at::Tensor& tokens, const a
     }
     const at::Tensor rows = Bits(tokens).narrow(0, 0, n).reshape(shape);
     AddDifference(target, Index({block, position}), rows, last);
+}
+
+/// The writes of n rows to flat slots: which rows write (the last naming each slot in [0, capacity);
+/// others, padding and out of range, write nothing), and their blocks and positions (0 where none).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> LastWrites(const at::Tensor& slot_index, int64_t capacity,
+                                                          int64_t block_size)
+{
+    const int64_t n = slot_index.size(0);
+    const at::Tensor slots = slot_index.to(at::kLong);
+    const at::Tensor written = (slots >= 0) & (slots < capacity);
+    const at::Tensor ranked = at::where(written, slots, at::full_like(slots, -1));  // skipped rows sort first
+    const auto [ordered, order] = at::sort(ranked, /*stable=*/true, 0, false);
+    const at::Tensor source = order.index_select(0, at::searchsorted(ordered, ranked, false, /*right=*/true) - 1);
+    const at::Tensor last = written & (source == at::arange(n, slots.options()));
+    const at::Tensor slot = at::where(written, slots, at::zeros_like(slots));  // skipped: add zero at slot 0
+    return {last, at::div(slot, block_size, "floor"), slot.remainder(block_size)};
 }
 
 /// The pairs' positions sorted by destination (stable).
@@ -269,15 +286,7 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call)
     if (n == 0 || capacity == 0) {
         return;
     }
-    const at::Tensor slots = call.slot_mapping.to(at::kLong);
-    const at::Tensor written = (slots >= 0) & (slots < capacity);
-    const at::Tensor ranked = at::where(written, slots, at::full_like(slots, -1));  // skipped tokens sort first
-    const auto [ordered, order] = at::sort(ranked, /*stable=*/true, 0, false);
-    const at::Tensor source = order.index_select(0, at::searchsorted(ordered, ranked, false, /*right=*/true) - 1);
-    // The token each written slot takes: the last naming it.
-    const at::Tensor last = written & (source == at::arange(n, slots.options()));
-    const at::Tensor slot = at::where(written, slots, at::zeros_like(slots));  // skipped: add zero at slot 0
-    const at::Tensor block = at::div(slot, block_size, "floor"), position = slot.remainder(block_size);
+    const auto [last, block, position] = LastWrites(call.slot_mapping, capacity, block_size);
     const auto write = [&](const at::Tensor& cache, const at::Tensor& tokens, const QuantSide& quant) {
         if (!quant.Quantized()) {
             Scatter(nd, cache, tokens, block, position, last);
@@ -293,6 +302,16 @@ void ReshapeAndCache(const ReshapeAndCacheCall& call)
     if (!call.KeyOnly()) {
         write(call.value_cache, call.value, call.quant.value);
     }
+}
+
+void ScatterNdUpdate(const ScatterNdCall& call, const at::Tensor& slots)
+{
+    const int64_t n = slots.size(0), capacity = call.grid.size(0) * call.grid.size(1);
+    if (n == 0 || call.grid.numel() == 0) {
+        return;
+    }
+    const auto [last, block, position] = LastWrites(slots, capacity, call.grid.size(1));
+    Scatter(true, call.grid, call.updates, block, position, last);
 }
 
 void BlockCopy(const BlockCopyCall& call)

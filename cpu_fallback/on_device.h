@@ -16,6 +16,7 @@
 #include "csrc/rules/kv_cache.h"
 #include "csrc/rules/paged_cache_load.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/scatter_nd.h"
 #include "csrc/rules/state_transfer.h"
 
 namespace ascend_kv::on_device {
@@ -26,6 +27,9 @@ void KvCache(const KvCacheCall& call);
 void PagedLoad(const PagedLoadCall& call);
 /// A side with call.quant writes codes (and a dynamic side its row scales) at the slots.
 void ReshapeAndCache(const ReshapeAndCacheCall& call);
+/// scatter_nd_update with `slots` its flat slots over call.grid on the device (DeviceSlots: -1 skipped):
+/// a slot named twice takes the last row naming it.
+void ScatterNdUpdate(const ScatterNdCall& call, const at::Tensor& slots);
 void BlockCopy(const BlockCopyCall& call);
 /// gather_blocks or scatter_blocks with the buffer on the caches' device: per cache, the n blocks
 /// relaid out through one temporary; out-of-range ids are masked (gather: the buffer's row keeps

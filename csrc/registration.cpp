@@ -83,6 +83,8 @@ std::vector<Schema> Writers()
          "()"},
         {"gather_state_slots", "Tensor[] states, Tensor slot_ids, Tensor(a!) out", "()"},
         {"scatter_state_slots", "Tensor src, Tensor(a!)[] states, Tensor slot_ids", "()"},
+        // Sparse-attention caches (docs/semantics.md §15).
+        {"scatter_nd_update", "Tensor(a!) var, Tensor indices, Tensor updates", "()"},
     };
 }
 
@@ -247,6 +249,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("copy_state_slots", &CopyStateSlots);
     m.impl("gather_state_slots", &GatherStateSlots);
     m.impl("scatter_state_slots", &ScatterStateSlots);
+    m.impl("scatter_nd_update", &ScatterNdUpdate);
     m.impl("batch_memcpy", &BatchMemcpy);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
@@ -279,6 +282,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("copy_state_slots", &CopyStateSlotsMeta);
     m.impl("gather_state_slots", &GatherStateSlotsMeta);
     m.impl("scatter_state_slots", &ScatterStateSlotsMeta);
+    m.impl("scatter_nd_update", &ScatterNdUpdateMeta);
     m.impl("batch_memcpy", &BatchMemcpyMeta);
 }
 

@@ -27,6 +27,16 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
 
 
+@pytest.fixture
+def fresh_compile() -> Iterator[None]:
+    """torch.compile from scratch: Dynamo reset, no FX graph or autograd cache (each test compiles its own step)."""
+    import torch
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def backend_environment_read_per_test() -> Iterator[None]:
     """``ASCEND_KV_BACKEND`` is read once per process; each test reads the environment it sets up."""

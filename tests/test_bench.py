@@ -29,9 +29,10 @@ ROW_FIELDS = {
 BULK_TARGETS = {"prefill": (0.9, 1.0), "paged-nd": (0.9, 1.0), "paged-nz": (0.9, 1.0), "write-prefill": (0.9, 1.0),
                 "block-copy": (0.8, None), "copy-blocks": (0.8, None), "copy-blocks-simultaneous": (0.9, None),
                 "swap-bytes": (0.9, None), "gather-blocks": (0.9, 1.0), "scatter-blocks": (0.9, 1.0),
-                "state-slots": (None, None), "batch-memcpy": (None, None)}
+                "state-slots": (None, None), "batch-memcpy": (None, None), "scatter-nd-prefill": (None, None)}
 #: The workloads timed beside the callers' own route (issue 31), by kind.
-ALTERNATIVES = {"state-slots": "index_select + index_copy_", "batch-memcpy": "a loop of copy_"}
+ALTERNATIVES = {"state-slots": "index_select + index_copy_", "batch-memcpy": "a loop of copy_",
+                "scatter-nd-decode": "index_copy_", "scatter-nd-prefill": "index_copy_"}
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def test_workloads_cover_the_issue() -> None:
     for kind in ("decode 64x1 h1024", "decode 256x1 h4096", "prefill 8x512 h4096", "prefill 1x4096 h1024",
                  "paged ND 8x2048 8x128", "paged ND 8x2048 MLA 512+64", "paged NZ 8x2048 8x128",
                  "paged NZ 8x2048 MLA 512+64", "write decode 64x1 8x128", "write prefill 8x512 8x128",
-                 "copy_state_slots 64 pairs x 48 layers Qwen3-Next TP8", "batch_memcpy 1024 x 16 KiB"):
+                 "copy_state_slots 64 pairs x 48 layers Qwen3-Next TP8", "batch_memcpy 1024 x 16 KiB",
+                 "scatter_nd_update prefill 8x512 pairs DSA 512 of 576"):
         assert kind in names
     assert [w.name for w in bench.workloads(tiny=True)] == names
 

@@ -467,9 +467,10 @@ def test_direct_operator_calls_refuse_shared_elements_and_index_tensors_of_anoth
         with pytest.raises(ValueError, match="key_cache is written in place"):
             call(torch.ones(2, 1, 16, dtype=h), None, shared_blocks, None, torch.tensor([0, 17]))
         assert not shared_blocks.any()
-    with pytest.raises(ValueError, match=re.escape("slot_mapping must be a 1-D tensor [batch], got shape (1, 2)")):
+    with pytest.raises(ValueError, match=re.escape("slot_mapping must be [n] flat slots or [n, 2] (block, offset) "
+                                                   "pairs, got shape (1, 3)")):
         ops.reshape_and_cache(torch.ones(2, 1, 16, dtype=h), None, torch.zeros(2, 16, 1, 16, dtype=h), None,
-                              torch.tensor([[0, 17]]))
+                              torch.tensor([[0, 1, 17]]))
     with pytest.raises(ValueError, match="past is written in place"):
         ops.kv_cache(torch.ones(2, 16, dtype=h), 0, torch.zeros(1, 1, 4, 16, dtype=h).expand(1, 2, 4, 16),
                      torch.tensor([1, 1]), torch.tensor([1, 1]))

@@ -355,7 +355,8 @@ def _public(call: dict[str, Any]) -> None:
         ({"value": random_bits((2, 2, 5), torch.float16, 8), "slot_mapping": torch.tensor([1, 2, 3])}, ValueError,
          "value.shape[0] (num_tokens) = 2 must equal key.shape[0] = 3"),
         ({"slot_mapping": torch.tensor([1.0, 2.0])}, TypeError, "slot_mapping must have dtype int32 or int64, got float32"),
-        ({"slot_mapping": torch.tensor([[1, 2]])}, ValueError, "slot_mapping must be a 1-D tensor [batch], got shape (1, 2)"),
+        ({"slot_mapping": torch.tensor([[1, 2, 0]])}, ValueError,
+         "slot_mapping must be [n] flat slots or [n, 2] (block, offset) pairs, got shape (1, 3)"),
         ({"key_cache": torch.zeros((1, 8, 2, 7), dtype=torch.float16).expand(4, 8, 2, 7)}, ValueError,
          ("key_cache is written in place, so each element needs its own memory, but shape (4, 8, 2, 7) with strides "
           "(0, 14, 7, 1)")),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import doctest
 import types
-from collections.abc import Iterator
 
 import fake_npu
 import npu_fixtures
@@ -256,12 +255,6 @@ def _step(buf: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
     ascend_kv.copy_state_slots(states, src, dst)
     ascend_kv.copy_state_slots(states[::2], dst, src, simultaneous=True)
 
-
-@pytest.fixture(autouse=False)
-def fresh_compile() -> Iterator[None]:
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
 
 
 @pytest.mark.parametrize("dynamic", [None, True])

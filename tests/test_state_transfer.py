@@ -5,8 +5,6 @@ rules at their boundaries, the temporaries, compiled and eager.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import fake_npu
 import npu_fixtures
 import pytest
@@ -227,12 +225,6 @@ def _step(buf: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, back: torch.T
     ascend_kv.gather_state_slots(states, ids, out)
     ascend_kv.scatter_state_slots(out, [back[layer] for layer in range(back.shape[0])], ids.flip(0))
 
-
-@pytest.fixture
-def fresh_compile() -> Iterator[None]:
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
 
 
 @pytest.mark.parametrize("dynamic", [None, True])

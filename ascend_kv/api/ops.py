@@ -266,7 +266,10 @@ def reshape_and_cache(
         Written in place; strided views (column slices, blocks of one K/V buffer) are fine.
     slot_mapping : torch.Tensor
         ``[n]`` int32 or int64, ``n <= num_tokens``. Every non-negative slot is below
-        ``num_blocks * block_size`` and appears once.
+        ``num_blocks * block_size`` and appears once. Or ``[n, 2]`` ``(block, offset)`` pairs
+        (DeepSeek's sparse-attention caches on A2/A3): token ``i`` goes to block
+        ``slot_mapping[i, 0]``, position ``slot_mapping[i, 1]``; a pair with a negative component
+        is padding, any other inside ``(num_blocks, block_size)`` (docs/semantics.md §15.2).
     kv_cache_cfg : str or ReshapeAndCacheParam.KvCacheCfg, optional
         ``"nd"`` (default), ``"nz"``, or a ``ReshapeAndCacheParam.KvCacheCfg`` member. A bare int
         is a ``TypeError``: ATB numbers that enum unlike :class:`KvCacheCfg`.

@@ -39,7 +39,7 @@ import types
 
 import torch
 
-from .. import KvCacheCfg, paged_cache_load, reshape_and_cache
+from .. import KvCacheCfg, paged_cache_load, reshape_and_cache, scatter_nd_update
 from ..api import arguments as common
 from ..api.swap_batch import swap_blocks_batch as _swap_blocks_batch
 from .formats import cache_layout, empty_with_format, get_npu_format, npu_format_cast
@@ -416,6 +416,51 @@ def npu_dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = N
     return y.reshape(x.shape), scale.reshape(x.shape[:-1])
 
 
+# ----------------------------------------------------------------------------- ScatterNdUpdate
+
+
+def _nd_rows(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch_npu's batched index tuples ``[..., k]`` and updates ``[..., *input.shape[k:]]`` as
+    :func:`ascend_kv.scatter_nd_update`'s ``[n, k]`` and ``[n, *input.shape[k:]]``."""
+    common.tensor_argument("input", input)
+    common.tensor_argument("indices", indices)
+    common.tensor_argument("updates", updates)
+    if indices.dim() < 2:
+        raise ValueError(f"indices must have at least 2 dims [..., k], got shape {tuple(indices.shape)}")
+    k = indices.shape[-1]
+    expected = (*indices.shape[:-1], *input.shape[k:])
+    if tuple(updates.shape) != expected:
+        raise ValueError(f"updates must have shape indices.shape[:-1] + input.shape[{k}:] = {expected}, "
+                         f"got {tuple(updates.shape)}")
+    return indices.reshape(-1, k), updates.reshape(-1, *input.shape[k:])
+
+
+def npu_scatter_nd_update_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """torch_npu's in-place ScatterNdUpdate: ``input[tuple(indices[j])] = updates[j]`` for every ``j``
+    of ``indices.shape[:-1]``, and ``input`` returned.
+
+    ``indices`` is ``[..., k]`` with k = 1 or 2 (int32/int64); an index with a negative component
+    is padding (vllm-ascend's "unique valid destinations or -1"). The rules and the run are
+    :func:`ascend_kv.scatter_nd_update`'s (docs/semantics.md §15.1).
+
+    Examples
+    --------
+    >>> cache = torch.zeros(4, 2, 3)
+    >>> _ = npu_scatter_nd_update_(cache.view(-1, 3), torch.tensor([[5], [-1]]), torch.ones(2, 3))
+    >>> cache[2, 1].tolist()
+    [1.0, 1.0, 1.0]
+    """
+    flat_indices, rows = _nd_rows(input, indices, updates)
+    return scatter_nd_update(input, flat_indices, rows)
+
+
+def npu_scatter_nd_update(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """torch_npu's out-of-place ScatterNdUpdate: :func:`npu_scatter_nd_update_` on a copy of ``input``,
+    which is returned (``input`` unchanged)."""
+    flat_indices, rows = _nd_rows(input, indices, updates)
+    return scatter_nd_update(input.clone(), flat_indices, rows)
+
+
 #: ``torch_npu.atb``: the ATB operations torch_npu exposes (here: the paged load).
 atb = types.ModuleType(f"{__name__}.atb", "torch_npu.atb's npu_paged_cache_load, run by ascend_kv.")
 atb.npu_paged_cache_load = _atb_paged_cache_load  # type: ignore[attr-defined]
@@ -429,6 +474,8 @@ __all__ = [
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_gather_pa_kv_cache",
+    "npu_scatter_nd_update",
+    "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",
     "swap_blocks_batch",
 ]

@@ -44,12 +44,14 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
              # Not ATB operations: their kernels (block_copy's, batch_memcpy's) run where block_copy's does,
              # so BlockCopyOperation's decision is theirs (docs/semantics.md §14.4).
              "copy_state_slots": "BlockCopyOperation", "gather_state_slots": "BlockCopyOperation",
-             "scatter_state_slots": "BlockCopyOperation", "batch_memcpy": "BlockCopyOperation"}
+             "scatter_state_slots": "BlockCopyOperation", "batch_memcpy": "BlockCopyOperation",
+             # reshape_and_cache's kernel, key-only ND (docs/semantics.md §15.1).
+             "scatter_nd_update": "ReshapeAndCacheOperation"}
 #: Every public operation, by its function's name (``ascend-kv --help`` lists them); the ones
 #: :func:`explain` knows are those above, the others move bytes with no backend choice.
 FUNCTIONS = ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy", "copy_blocks", "swap_blocks",
              "swap_blocks_batch", "gather_blocks", "scatter_blocks", "copy_state_slots", "gather_state_slots",
-             "scatter_state_slots", "batch_memcpy")
+             "scatter_state_slots", "batch_memcpy", "scatter_nd_update")
 
 #: The reasons a FallbackWarning was given for (once each).
 _warned: set[str] = set()

@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -45,6 +45,7 @@ from ..api.block_ops import block_copy, copy_blocks, swap_blocks
 from ..api.errors import BackendUnavailableError
 from ..api.ops import kv_cache, paged_cache_load, reshape_and_cache
 from ..api.params import KvCacheCfg
+from ..api.sparse_ops import scatter_nd_update
 from ..api.state_ops import copy_state_slots
 from ..api.swap_batch import batch_memcpy
 from ..api.transfer_ops import gather_blocks, scatter_blocks
@@ -67,7 +68,7 @@ GOALS = {"prefill": 1.0, "paged-nd": 1.0, "paged-nz": 1.0, "write-prefill": 1.0,
          "scatter-blocks": 1.0}
 #: The workload kinds that move bulk data (the others are decode steps: a few rows per sequence).
 BULK = ("prefill", "paged-nd", "paged-nz", "write-prefill", "block-copy", "copy-blocks", "copy-blocks-simultaneous",
-        "swap-bytes", "gather-blocks", "scatter-blocks", "state-slots", "batch-memcpy")
+        "swap-bytes", "gather-blocks", "scatter-blocks", "state-slots", "batch-memcpy", "scatter-nd-prefill")
 #: ``--threads``' word for torch's default intra-op thread count (the count when the run starts).
 DEFAULT_THREADS = "default"
 
@@ -100,6 +101,8 @@ class Workload:
     def op(self) -> str:
         if self.kind == "state-slots":
             return "copy_state_slots"
+        if self.kind.startswith("scatter-nd"):
+            return "scatter_nd_update"
         if self.kind in ("block-copy", "copy-blocks", "gather-blocks", "scatter-blocks", "batch-memcpy"):
             return self.kind.replace("-", "_")
         if self.kind == "copy-blocks-simultaneous":
@@ -145,6 +148,9 @@ def workloads(tiny: bool = False) -> list[Workload]:
                  layers=48),
         # 1,024 ranges of block_size * head_size_k = 16 KiB.
         Workload("batch_memcpy 1024 x 16 KiB", "batch-memcpy", 1024, 1, 1, 128, 128),
+        # DeepSeek's compressed KV (512 latent + 64 rope, bfloat16): the latent column of each row, by pairs.
+        Workload("scatter_nd_update decode 64 pairs DSA 512 of 576", "scatter-nd-decode", 64, 1, 1, 512, 64),
+        Workload("scatter_nd_update prefill 8x512 pairs DSA 512 of 576", "scatter-nd-prefill", 8, 512, 1, 512, 64),
     ]
     if not tiny:
         return full
@@ -188,7 +194,8 @@ def build(w: Workload, dtype: torch.dtype, seed: int = 0) -> Call:
     builders = {"kv_cache": _kv_call, "paged_cache_load": _paged_call, "reshape_and_cache": _write_call,
                 "block_copy": _block_call, "copy_blocks": _block_call, "swap_blocks": _swap_bytes_call,
                 "gather_blocks": _transfer_call, "scatter_blocks": _transfer_call,
-                "copy_state_slots": _state_slots_call, "batch_memcpy": _batch_memcpy_call}
+                "copy_state_slots": _state_slots_call, "batch_memcpy": _batch_memcpy_call,
+                "scatter_nd_update": _scatter_nd_call}
     return builders[w.op](w, dtype, g)
 
 
@@ -438,6 +445,42 @@ def _state_slots_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Ca
     )
 
 
+def _scatter_nd_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
+    """DSA's compressed-KV write: per layer a cache ``[num_blocks, block_size, 1, K + V]`` of which rows
+    ``[..., :K]`` (``K, V = w.head_size_k, w.head_size_v``; a column slice, strided) take ``w.batch *
+    w.tokens`` rows at ``(block, offset)`` pairs (each sequence in its own blocks, as reshape_and_cache's
+    workloads); the alternative is ``index_copy_`` of the same rows into the flat ``[slots, 1, K]`` view."""
+    num_blocks, slots = _write_slots(replace(w, kind="write-decode" if w.tokens == 1 else "write"), g)
+    rows = slots.numel()
+    pairs = torch.stack([slots // w.block_size, slots % w.block_size], dim=1)
+    row_bytes = w.head_size_k * dtype.itemsize
+    bytes_moved = 2 * rows * row_bytes
+    layer_bytes = num_blocks * w.block_size * (w.head_size_k + w.head_size_v) * dtype.itemsize + rows * row_bytes
+    layers = layers_for(bytes_moved, layer_bytes)
+    sets = []                                                   # per layer: (cache view, rows)
+    for _ in range(layers):
+        both = torch.zeros((num_blocks, w.block_size, 1, w.head_size_k + w.head_size_v), dtype=dtype)  # written
+        sets.append((both[..., :w.head_size_k], _payload((rows, 1, w.head_size_k), dtype, g)))
+    flat = slots.to(torch.int64)
+
+    def loop() -> None:
+        for cache, new in sets:
+            scatter_nd_update(cache, pairs, new)
+
+    def index_copies() -> None:
+        for cache, new in sets:
+            cache.view(-1, 1, w.head_size_k).index_copy_(0, flat, new)
+
+    return Call(
+        layers=layers,
+        loop=loop,
+        single=lambda: scatter_nd_update(sets[0][0], pairs, sets[0][1]),
+        reference=lambda: reference.scatter_nd_update(sets[0][0], pairs, sets[0][1]),
+        bytes_moved=bytes_moved,
+        alternative=("index_copy_", index_copies),
+    )
+
+
 def _batch_memcpy_call(w: Workload, dtype: torch.dtype, g: torch.Generator) -> Call:
     """``w.batch`` ranges of ``w.block_size * w.head_size_k`` bytes between two host buffers, the
     destinations a permutation of the buffer's ranges, one call per set of buffers; the alternative
@@ -616,7 +659,7 @@ TABLE_NOTE = ("threads: torch's intra-op threads, for the op and copy_ alike; ra
               "x copy_ at torch's default thread count (goal 1.0 in the JSON); single: one call on its own; x ref: "
               "single, over the literal reference; x base: ms/call of --baseline's row over this one (> 1: faster); x alt: "
               "ms/call of the callers' own route (the JSON's alternative: index_select + index_copy_ for state slots, a "
-              "loop of copy_ for batch_memcpy), in the same rounds, over this one (> 1: faster)")
+              "loop of copy_ for batch_memcpy, index_copy_ for scatter_nd_update), in the same rounds, over this one (> 1: faster)")
 
 
 def format_row(r: dict[str, Any]) -> str:

@@ -348,6 +348,19 @@ def batch_memcpy(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Te
             ctypes.memmove(d, s, n)
 
 
+# Sparse-attention caches (docs/semantics.md §15): row by row, in order.
+
+
+def scatter_nd_update(var: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> None:
+    """docs/semantics.md §15.1: row ``i`` of ``updates`` to ``var[tuple(indices[i])]``, in order (the last
+    naming a place wins); an index tuple with a component outside ``[0, var.shape[d])`` (padding:
+    negative) writes nothing."""
+    tuples = (indices.reshape(-1, 1) if indices.dim() == 1 else indices).tolist()
+    for i, index in enumerate(tuples):
+        if all(0 <= v < var.shape[d] for d, v in enumerate(index)):
+            _bits(var)[tuple(index)] = _bits(updates[i]).to(var.device)
+
+
 # Quantized caches (docs/semantics.md §13): the pseudo-code, as plain torch on whole token tensors.
 
 

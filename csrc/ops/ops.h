@@ -148,6 +148,9 @@ void GatherStateSlots(at::TensorList states, const at::Tensor& slot_ids, const a
 void GatherStateSlotsMeta(at::TensorList states, const at::Tensor& slot_ids, const at::Tensor& out);
 void ScatterStateSlots(const at::Tensor& src, at::TensorList states, const at::Tensor& slot_ids);
 void ScatterStateSlotsMeta(const at::Tensor& src, at::TensorList states, const at::Tensor& slot_ids);
+/// scatter_nd_update (docs/semantics.md §15.1): rows of updates into var at flat rows or (block, offset) pairs.
+void ScatterNdUpdate(const at::Tensor& var, const at::Tensor& indices, const at::Tensor& updates);
+void ScatterNdUpdateMeta(const at::Tensor& var, const at::Tensor& indices, const at::Tensor& updates);
 void ScatterBlocksMeta(const at::Tensor& src, at::TensorList key_caches, at::TensorList value_caches,
                        const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
                        int64_t head_splits);

@@ -85,6 +85,9 @@ void Run(const at::Tensor& key, const c10::optional<at::Tensor>& value, const at
         CheckSlots(call);
     }
     call.slot_mapping = OnDevice(call.IndexTensors(), key_cache.device())[0];
+    if (HoldsSlotPairs(call.slot_mapping)) {  // flat slots for every backend, masked on the device
+        call.slot_mapping = DeviceSlots(call.slot_mapping, call.Grid());
+    }
     std::string outside = QuantWriteOutsideReason(call.quant);
     if (outside.empty()) {
         outside = OutsideReason(call.DataRows());

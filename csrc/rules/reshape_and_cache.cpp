@@ -71,7 +71,7 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     }
     ReshapeAndCacheCall call;
     call.geometry = WriteGeometry(layout, key, key_cache, value, value_cache);
-    RequireIndexTensor("slot_mapping", slot_mapping, 1, meta);
+    RequireSlotIndex("slot_mapping", slot_mapping, meta);
     TORCH_CHECK_VALUE(slot_mapping.sym_sizes()[0] <= key.sym_sizes()[0], "slot_mapping has ", slot_mapping.sym_sizes()[0],
                       " entries, more than num_tokens = ", key.sym_sizes()[0],
                       " (key.shape[0]): at most one slot per token");
@@ -118,9 +118,17 @@ ReshapeAndCacheCall CheckReshapeAndCache(const at::Tensor& key, const at::Tensor
     return call;
 }
 
+SlotGrid ReshapeAndCacheCall::Grid() const
+{
+    return {geometry.num_blocks.expect_int(), geometry.block_size.expect_int(), "(num_blocks, block_size)", ""};
+}
+
 at::Tensor CheckSlots(const ReshapeAndCacheCall& call)
 {
     const at::Tensor host = OnHost({call.slot_mapping})[0];
+    if (HoldsSlotPairs(host)) {
+        return HostSlots("slot_mapping", host, call.Grid());
+    }
     const IndexReader slots(host);
     const int64_t num_blocks = call.geometry.num_blocks.expect_int(), block_size = call.geometry.block_size.expect_int();
     const int64_t capacity = num_blocks * block_size;
