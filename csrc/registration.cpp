@@ -38,6 +38,9 @@ constexpr const char* kDequantArgs = "Tensor? k_scale=None, Tensor? k_offset=Non
                                      "Tensor? v_scale=None, Tensor? v_offset=None, Tensor? v_scale_cache=None, "
                                      "ScalarType? out_dtype=None";
 
+constexpr const char* kVllmWrite = "Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping, "
+                                   "str kv_cache_dtype, Tensor k_scale, Tensor v_scale";
+
 /// The writing operators: (name, overload, schema without the name).
 struct Schema {
     const char* name;
@@ -83,6 +86,14 @@ std::vector<Schema> Writers()
          "()"},
         {"gather_state_slots", "Tensor[] states, Tensor slot_ids, Tensor(a!) out", "()"},
         {"scatter_state_slots", "Tensor src, Tensor(a!)[] states, Tensor slot_ids", "()"},
+        // vLLM's cache ops under its schemas (docs/semantics.md §16).
+        {"vllm_reshape_and_cache_flash", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
+        {"vllm_reshape_and_cache", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
+        {"convert_fp8", "Tensor(a!) dst_cache, Tensor src_cache, float scale, str kv_cache_dtype", "()"},
+        {"gather_cache",
+         "Tensor src_cache, Tensor(a!) dst, Tensor block_table, Tensor cu_seq_lens, Tensor? seq_starts=None, "
+         "str kv_cache_dtype='auto', Tensor? scale=None",
+         "()"},
     };
 }
 
@@ -248,6 +259,10 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("gather_state_slots", &GatherStateSlots);
     m.impl("scatter_state_slots", &ScatterStateSlots);
     m.impl("batch_memcpy", &BatchMemcpy);
+    m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlash);
+    m.impl("vllm_reshape_and_cache", &VllmReshapeAndCache);
+    m.impl("convert_fp8", &ConvertFp8Op);
+    m.impl("gather_cache", &GatherCache);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -280,6 +295,10 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("gather_state_slots", &GatherStateSlotsMeta);
     m.impl("scatter_state_slots", &ScatterStateSlotsMeta);
     m.impl("batch_memcpy", &BatchMemcpyMeta);
+    m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlashMeta);
+    m.impl("vllm_reshape_and_cache", &VllmReshapeAndCacheMeta);
+    m.impl("convert_fp8", &ConvertFp8Meta);
+    m.impl("gather_cache", &GatherCacheMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)

@@ -1,0 +1,30 @@
+// The CPU path and the device fallback of gather_cache, and convert_fp8's arithmetic (docs/semantics.md §16).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/rules/vllm_cache.h"
+
+namespace ascend_kv {
+
+/// fp8 codes to floats: float(code) * scale in float32, rounded once to `out`'s dtype and written
+/// into `out` (any device; `scale` a double or a one-element float32 tensor on `codes`' device).
+void DequantizeInto(const at::Tensor& out, const at::Tensor& codes, const at::Tensor& scale);
+
+/// convert_fp8 on any device (ATen, elementwise): codes = fp8(clamp(x / scale, -max, max)) in float32,
+/// or floats = float(code) * scale.
+void ConvertFp8(const ConvertFp8Call& call, double scale);
+
+namespace host {
+/// gather_cache on host tensors, its plan checked: rows over torch's threads, each row's bytes one
+/// piece copy; a dequantizing gather copies the codes into one temporary of its rows, then decodes them.
+void GatherCache(const GatherCacheCall& call, const GatherCachePlan& plan);
+}  // namespace host
+
+namespace on_device {
+/// gather_cache with its index tensors on the data's device, their values unchecked: a row whose
+/// batch entry, table column or block id is out of range keeps its bytes; nothing is read back.
+void GatherCache(const GatherCacheCall& call);
+}  // namespace on_device
+
+}  // namespace ascend_kv
