@@ -501,3 +501,58 @@ def paged_cache_load_dequant(
         out[:rows][covered] = y.reshape(q.shape)[covered]
         results.append(out)
     return results[0], results[1]
+
+
+# ----------------------------------------------------------------------------- vLLM's cache ops (§16)
+
+#: vLLM's kv_cache_dtype strings of fp8 caches and the code type each names.
+VLLM_FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def _as_codes(cache: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    return cache.view(dt) if cache.dtype == torch.uint8 else cache
+
+
+def vllm_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                           v_scale: torch.Tensor) -> None:
+    """vLLM's paged-attention write: key ``[nb, H, D // x, bs, x]``, value ``[nb, H, D, bs]``, one token at a time."""
+    dt = VLLM_FP8.get(kv_cache_dtype)
+    kc, vc = (key_cache, value_cache) if dt is None else (_as_codes(key_cache, dt), _as_codes(value_cache, dt))
+    heads, head_size, bs, x = key.shape[1], key.shape[2], key_cache.shape[3], key_cache.shape[4]
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        k, v = key[t], value[t]
+        if dt is not None:
+            k = codes(k.float() / per(k_scale.float(), heads, head_size), dt)
+            v = codes(v.float() / per(v_scale.float(), heads, head_size), dt)
+        kc[s // bs, :, :, s % bs, :] = k.reshape(heads, head_size // x, x)
+        vc[s // bs, :, :, s % bs] = v
+
+
+def convert_fp8(output: torch.Tensor, input: torch.Tensor, scale: float, kv_dtype: str) -> None:
+    """vLLM's convert_fp8: floats to fp8 codes ``Q(x / scale)``, or codes to ``float(code) * scale``."""
+    dt = VLLM_FP8[kv_dtype]
+    if input.dtype.is_floating_point and input.dtype.itemsize > 1:
+        _as_codes(output, dt).copy_(codes(input.float() / scale, dt))
+    else:
+        output.copy_((_as_codes(input, dt).float() * scale).to(output.dtype))
+
+
+def gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+                 seq_starts: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
+                 scale: torch.Tensor | None = None) -> torch.Tensor:
+    """vLLM's gather: row ``cu_seq_lens[b] + j`` takes token ``seq_starts[b] + j`` of sequence ``b``."""
+    dt = VLLM_FP8.get(kv_cache_dtype)
+    bs = src_cache.shape[1]
+    for b in range(block_table.shape[0]):
+        first = 0 if seq_starts is None else int(seq_starts[b])
+        for j in range(int(cu_seq_lens[b + 1]) - int(cu_seq_lens[b])):
+            p = first + j
+            row = src_cache[int(block_table[b, p // bs]), p % bs]
+            if dt is not None:
+                row = (_as_codes(row, dt).float() * scale).to(dst.dtype)
+            dst[int(cu_seq_lens[b]) + j] = row
+    return dst
