@@ -50,6 +50,21 @@ void ConvertFp8(const ConvertFp8Call& call, double scale)
     call.dst.copy_(at::clamp(at::div(call.src.to(at::kFloat), s), -m, m).to(call.codes));
 }
 
+at::Tensor DsMlaRows(const ConcatMlaCall& call, int64_t n)
+{
+    const at::Tensor x = call.kv_c.narrow(0, 0, n).to(at::kFloat).reshape({n, kDsMlaRank / kDsMlaTile, kDsMlaTile});
+    const at::Tensor amax = std::get<0>(at::abs(x).nan_to_num(0.0).max(-1, /*keepdim=*/true));
+    const float m = CodeMax(at::kFloat8_e4m3fn);
+    const at::Tensor scale = at::exp2(at::ceil(at::log2(at::clamp_min(amax / m, 1e-4))));
+    const at::Tensor codes = at::clamp(x / scale, -m, m).to(at::kFloat8_e4m3fn).view(at::kByte).reshape({n, kDsMlaRank});
+    std::vector<at::Tensor> parts = {codes, scale.reshape({n, kDsMlaRank / kDsMlaTile}).contiguous().view(at::kByte)};
+    if (call.rope_tail) {
+        parts.push_back(call.k_pe.size(1) == 0 ? at::zeros({n, 2 * kDsMlaRope}, codes.options())
+                                               : call.k_pe.narrow(0, 0, n).contiguous().view(at::kByte));
+    }
+    return at::cat(parts, 1);
+}
+
 namespace host {
 
 void GatherCache(const GatherCacheCall& call, const GatherCachePlan& plan)

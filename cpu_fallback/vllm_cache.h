@@ -15,6 +15,10 @@ void DequantizeInto(const at::Tensor& out, const at::Tensor& codes, const at::Te
 /// or floats = float(code) * scale.
 void ConvertFp8(const ConvertFp8Call& call, double scale);
 
+/// fp8_ds_mla rows [n, 656] (or [n, 528]) uint8 of the first n tokens of a checked call (any device, ATen):
+/// per 128-element tile s = 2^ceil(log2(max(amax / 448, 1e-4))) (amax ignoring NaN), codes fp8_e4m3(x / s).
+at::Tensor DsMlaRows(const ConcatMlaCall& call, int64_t n);
+
 namespace host {
 /// gather_cache on host tensors, its plan checked: rows over torch's threads, each row's bytes one
 /// piece copy; a dequantizing gather copies the codes into one temporary of its rows, then decodes them.

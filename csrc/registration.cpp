@@ -89,6 +89,11 @@ std::vector<Schema> Writers()
         // vLLM's cache ops under its schemas (docs/semantics.md §16).
         {"vllm_reshape_and_cache_flash", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
         {"vllm_reshape_and_cache", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
+        {"vllm_concat_and_cache_mla",
+         "Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor scale, "
+         "bool skip_scale=False",
+         "()"},
+        {"concat_mla_q", "Tensor ql_nope, Tensor q_pe, Tensor(a!) q_out", "()"},
         {"convert_fp8", "Tensor(a!) dst_cache, Tensor src_cache, float scale, str kv_cache_dtype", "()"},
         {"gather_cache",
          "Tensor src_cache, Tensor(a!) dst, Tensor block_table, Tensor cu_seq_lens, Tensor? seq_starts=None, "
@@ -261,6 +266,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("batch_memcpy", &BatchMemcpy);
     m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlash);
     m.impl("vllm_reshape_and_cache", &VllmReshapeAndCache);
+    m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMla);
+    m.impl("concat_mla_q", &ConcatMlaQ);
     m.impl("convert_fp8", &ConvertFp8Op);
     m.impl("gather_cache", &GatherCache);
     for (const Schema& s : Writers()) {
@@ -297,6 +304,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("batch_memcpy", &BatchMemcpyMeta);
     m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlashMeta);
     m.impl("vllm_reshape_and_cache", &VllmReshapeAndCacheMeta);
+    m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMlaMeta);
+    m.impl("concat_mla_q", &ConcatMlaQMeta);
     m.impl("convert_fp8", &ConvertFp8Meta);
     m.impl("gather_cache", &GatherCacheMeta);
 }

@@ -10,6 +10,7 @@ them as they are and view them as their codes inside, so ``torch.library.opcheck
 - :func:`reshape_and_cache_flash`: flash layout ``[num_blocks, block_size, num_heads, head_size]``.
 - :func:`reshape_and_cache`: vLLM's paged-attention layout, key ``[num_blocks, num_heads,
   head_size // x, block_size, x]``, value ``[num_blocks, num_heads, head_size, block_size]``.
+- :func:`concat_and_cache_mla` (``"auto"``, fp8 and ``"fp8_ds_mla"``), :func:`concat_mla_q`: MLA.
 - :func:`convert_fp8`: a cache to or from fp8 codes.
 - :func:`gather_and_maybe_dequant_cache`, :func:`cp_gather_cache`: :func:`ascend_kv.gather_cache`
   (one cache, cumulative lengths, ``seq_starts`` a token offset).
@@ -100,6 +101,26 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
     _OPS.vllm_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
 
 
+def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         kv_cache_dtype: str, scale: torch.Tensor, skip_scale: bool = False) -> None:
+    """Write MLA tokens, latent ``kv_c`` ``[T, kv_lora_rank]`` and rope ``k_pe`` ``[T, pe_dim]``, into one
+    cache row each of ``kv_cache`` ``[num_blocks, block_size, entry]`` (one operator call).
+
+    ``kv_cache_dtype``: ``"auto"`` (rows ``[kv_c | k_pe]``, the tokens' dtype), ``"fp8"``/``"fp8_e4m3"``/
+    ``"fp8_e5m2"`` (codes ``fp8(clamp(x / scale, -max, max))``, ``scale`` one float32 element, 1.0 with
+    ``skip_scale``; the cache uint8 or the fp8 type), or ``"fp8_ds_mla"`` (DeepSeek's 656-byte rows, 528
+    without the rope tail: 512 e4m3 codes of ``kv_c`` with one power-of-two float32 scale per 128 elements,
+    then ``k_pe``'s 64 16-bit values; ``scale`` unused). Negative slots are padding; host slots are checked.
+    """
+    _OPS.vllm_concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, skip_scale)
+
+
+def concat_mla_q(ql_nope: torch.Tensor, q_pe: torch.Tensor, q_out: torch.Tensor) -> None:
+    """``q_out = cat([ql_nope, q_pe], -1)``: ``[T, H, nope]`` and ``[T, H, rope]`` of one dtype into
+    ``[T, H, nope + rope]`` in place (any dims; vLLM's kernel asks nope % 512 == 0 and rope == 64)."""
+    _OPS.concat_mla_q(ql_nope, q_pe, q_out)
+
+
 def convert_fp8(output: torch.Tensor, input: torch.Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
     """Convert a cache to fp8 codes (``input`` float16/bfloat16/float32, ``output`` uint8 or the fp8
     type: ``fp8(clamp(x / scale, -max, max))`` in float32) or back (``float(code) * scale``, rounded
@@ -133,5 +154,5 @@ def cp_gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: tor
     gather_cache(src_cache, dst, block_table, cu_seq_lens, seq_starts)
 
 
-__all__ = ["batch_memcpy", "convert_fp8", "cp_gather_cache", "gather_and_maybe_dequant_cache", "reshape_and_cache",
+__all__ = ["batch_memcpy", "concat_and_cache_mla", "concat_mla_q", "convert_fp8", "cp_gather_cache", "gather_and_maybe_dequant_cache", "reshape_and_cache",
            "reshape_and_cache_flash"]

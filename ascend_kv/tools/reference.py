@@ -556,3 +556,29 @@ def gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.
                 row = (_as_codes(row, dt).float() * scale).to(dst.dtype)
             dst[int(cu_seq_lens[b]) + j] = row
     return dst
+
+
+def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         kv_cache_dtype: str, scale: torch.Tensor) -> None:
+    """vLLM's MLA write, one token at a time; ``"fp8_ds_mla"`` builds DeepSeek's 656/528-byte row."""
+    bs = kv_cache.shape[1]
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        row = kv_cache[s // bs, s % bs]
+        if kv_cache_dtype == "fp8_ds_mla":
+            x = kv_c[t].float().reshape(4, 128)
+            amax = x.abs().nan_to_num(0.0).amax(-1, keepdim=True)
+            tile = torch.exp2(torch.ceil(torch.log2((amax / 448.0).clamp_min(1e-4))))
+            row[:512] = codes(x / tile, torch.float8_e4m3fn).view(torch.uint8).flatten()
+            row[512:528] = tile.flatten().view(torch.uint8)
+            if row.shape[0] == 656:
+                row[528:] = k_pe[t].view(torch.uint8) if k_pe.shape[1] else 0
+            continue
+        dt = VLLM_FP8.get(kv_cache_dtype)
+        whole = torch.cat([kv_c[t], k_pe[t]])
+        if dt is None:
+            row.copy_(whole)
+        else:
+            _as_codes(row, dt).copy_(codes(whole.float() / scale.float(), dt))

@@ -166,6 +166,14 @@ void VllmReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const a
 void VllmReshapeAndCacheMeta(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                              const at::Tensor& value_cache, const at::Tensor& slot_mapping,
                              c10::string_view kv_cache_dtype, const at::Tensor& k_scale, const at::Tensor& v_scale);
+void VllmConcatAndCacheMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                           const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype, const at::Tensor& scale,
+                           bool skip_scale);
+void VllmConcatAndCacheMlaMeta(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                               const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype,
+                               const at::Tensor& scale, bool skip_scale);
+void ConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
+void ConcatMlaQMeta(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
 void ConvertFp8Op(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,
                   c10::string_view kv_cache_dtype);
 void ConvertFp8Meta(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,

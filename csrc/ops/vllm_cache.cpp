@@ -1,7 +1,10 @@
 // vLLM's cache ops under its schemas (docs/semantics.md §16): reshape_and_cache_flash and the paged-attention
 // reshape_and_cache (uint8 fp8 caches taken as they are: viewed as their codes here, below the dispatcher,
 // then written by reshape_and_cache's own implementation), convert_fp8, and gather_cache.
+#include <algorithm>
 #include <string>
+
+#include <ATen/ATen.h>
 
 #include "cpu_fallback/vllm_cache.h"
 #include "csrc/ops/ops.h"
@@ -64,6 +67,43 @@ void Write(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key
     side(value, none, vcache, none, v_scale, at::Tensor());
 }
 
+/// concat_and_cache_mla: kv_c and k_pe as reshape_and_cache's key and value, written into the two column
+/// slices of each row (one call; a key-only one for pe_dim 0); fp8_ds_mla's rows built first, then
+/// written whole as a key-only write of bytes.
+void ConcatMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+               const at::Tensor& slot_mapping, const std::string& kv_cache_dtype, const at::Tensor& scale,
+               bool skip_scale, bool meta)
+{
+    const ConcatMlaCall call = CheckConcatMla(kv_c, k_pe, kv_cache, kv_cache_dtype, meta ? Check::kShapes : Check::kCall);
+    TORCH_CHECK_VALUE(slot_mapping.dim() != 1 || slot_mapping.sym_size(0) <= kv_c.sym_size(0), "slot_mapping must "
+                      "have at most kv_c's ", kv_c.sym_size(0), " tokens, got ", slot_mapping.sym_size(0));
+    const c10::optional<at::Tensor> none;
+    if (call.ds_mla) {
+        const auto n = slot_mapping.sym_size(0);
+        const at::Tensor rows = meta ? at::empty_symint({n, kv_cache.sym_size(2)}, kv_cache.options())
+                                     : DsMlaRows(call, slot_mapping.dim() == 1 ? slot_mapping.size(0) : 0);
+        (meta ? ReshapeAndCacheMeta : ReshapeAndCache)(rows.unsqueeze(1), none, kv_cache.unsqueeze(2), none,
+                                                       slot_mapping, "nd");
+        return;
+    }
+    const auto rank = kv_c.sym_size(1);
+    const at::Tensor key_cache = call.kv_cache.narrow_symint(2, 0, rank).unsqueeze(2);
+    const bool rope = k_pe.sym_size(1) != 0;
+    const c10::optional<at::Tensor> value = rope ? c10::optional<at::Tensor>(k_pe.unsqueeze(1)) : none;
+    const c10::optional<at::Tensor> value_cache =
+        rope ? c10::optional<at::Tensor>(call.kv_cache.narrow_symint(2, rank, k_pe.sym_size(1)).unsqueeze(2)) : none;
+    if (!call.codes) {
+        (meta ? ReshapeAndCacheMeta : ReshapeAndCache)(kv_c.unsqueeze(1), value, key_cache, value_cache, slot_mapping,
+                                                       "nd");
+        return;
+    }
+    const at::Tensor s = skip_scale ? at::ones({}, scale.options()) : scale;
+    const c10::optional<at::Tensor> vs = rope ? c10::optional<at::Tensor>(s) : none;
+    (meta ? ReshapeAndCacheQuantMeta : ReshapeAndCacheQuant)(kv_c.unsqueeze(1), value, key_cache, value_cache,
+                                                             slot_mapping, "nd", s, none, none, none, vs, none, none,
+                                                             none);
+}
+
 GatherCacheCall CheckedGather(const at::Tensor& src_cache, const at::Tensor& dst, const at::Tensor& block_table,
                               const at::Tensor& cu_seq_lens, const c10::optional<at::Tensor>& seq_starts,
                               c10::string_view kv_cache_dtype, const c10::optional<at::Tensor>& scale, Check check)
@@ -102,6 +142,36 @@ void VllmReshapeAndCacheMeta(const at::Tensor& key, const at::Tensor& value, con
                              c10::string_view kv_cache_dtype, const at::Tensor& k_scale, const at::Tensor& v_scale)
 {
     Write(key, value, key_cache, value_cache, slot_mapping, std::string(kv_cache_dtype), k_scale, v_scale, true, true);
+}
+
+void VllmConcatAndCacheMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                           const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype, const at::Tensor& scale,
+                           bool skip_scale)
+{
+    ConcatMla(kv_c, k_pe, kv_cache, slot_mapping, std::string(kv_cache_dtype), scale, skip_scale, false);
+}
+
+void VllmConcatAndCacheMlaMeta(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                               const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype,
+                               const at::Tensor& scale, bool skip_scale)
+{
+    ConcatMla(kv_c, k_pe, kv_cache, slot_mapping, std::string(kv_cache_dtype), scale, skip_scale, true);
+}
+
+void ConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out)
+{
+    BelowAutograd guard;
+    CheckConcatMlaQ(ql_nope, q_pe, q_out, Check::kCall);
+    Count(q_out.is_cpu() ? Ran::kHostPaths : Ran::kDeviceFallback);
+    const int64_t nope = ql_nope.size(2);
+    q_out.narrow(2, 0, nope).copy_(ql_nope);
+    q_out.narrow(2, nope, q_pe.size(2)).copy_(q_pe);
+}
+
+void ConcatMlaQMeta(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out)
+{
+    NoteTracing();
+    CheckConcatMlaQ(ql_nope, q_pe, q_out, Check::kShapes);
 }
 
 void ConvertFp8Op(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,

@@ -87,6 +87,65 @@ PagedViews CheckPagedLayout(const at::Tensor& key, const at::Tensor& value, cons
     return views;
 }
 
+ConcatMlaCall CheckConcatMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                             const std::string& kv_cache_dtype, Check check)
+{
+    const bool meta = AllowsMeta(check, kv_cache);
+    for (const Named& t : {Named{"kv_c", kv_c}, Named{"k_pe", k_pe}, Named{"kv_cache", kv_cache}}) {
+        RequireData(t.name, t.tensor, meta);
+    }
+    RequireNdim("kv_c", kv_c, {2}, "[num_tokens, kv_lora_rank]");
+    RequireNdim("k_pe", k_pe, {2}, "[num_tokens, pe_dim]");
+    RequireNdim("kv_cache", kv_cache, {3}, "[num_blocks, block_size, entry]");
+    TORCH_CHECK_VALUE(k_pe.sym_size(0) == kv_c.sym_size(0), "k_pe must have kv_c's ", kv_c.sym_size(0),
+                      " tokens, got shape ", ShapeOf(k_pe));
+    ConcatMlaCall call{kv_c, k_pe, kv_cache, std::nullopt, kv_cache_dtype == "fp8_ds_mla", false};
+    if (!call.ds_mla) {
+        call.codes = Fp8CacheType("kv_cache_dtype", kv_cache_dtype);
+        if (call.codes) {
+            call.kv_cache = CacheCodes("kv_cache", kv_cache, *call.codes, kv_cache_dtype);
+        }
+        TORCH_CHECK_VALUE(kv_cache.sym_size(2) == kv_c.sym_size(1) + k_pe.sym_size(1), "kv_cache must have rows of "
+                          "kv_lora_rank + pe_dim = ", kv_c.sym_size(1) + k_pe.sym_size(1), " elements, got shape ",
+                          ShapeOf(kv_cache));
+        return call;
+    }
+    TORCH_CHECK_VALUE(kv_c.sym_size(1) == kDsMlaRank, "kv_c must have kv_lora_rank = 512 for kv_cache_dtype = "
+                      "'fp8_ds_mla', got shape ", ShapeOf(kv_c));
+    TORCH_CHECK_VALUE(k_pe.sym_size(1) == kDsMlaRope || k_pe.sym_size(1) == 0, "k_pe must have pe_dim = 64 or 0 for "
+                      "kv_cache_dtype = 'fp8_ds_mla', got shape ", ShapeOf(k_pe));
+    RequireDtype("kv_c", kv_c, {at::kBFloat16, at::kHalf});
+    RequireDtype("kv_cache", kv_cache, {at::kByte});
+    RequireSameDtype("k_pe", k_pe, "kv_c", kv_c);
+    call.rope_tail = kv_cache.sym_size(2) == kDsMlaRow;
+    TORCH_CHECK_VALUE(call.rope_tail || (k_pe.sym_size(1) == 0 && kv_cache.sym_size(2) == kDsMlaShortRow),
+                      "kv_cache must have 656-byte rows (or 528 with pe_dim = 0) for kv_cache_dtype = 'fp8_ds_mla', "
+                      "got shape ", ShapeOf(kv_cache));
+    return call;
+}
+
+void CheckConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out, Check check)
+{
+    const bool meta = AllowsMeta(check, q_out);
+    for (const Named& t : {Named{"ql_nope", ql_nope}, Named{"q_pe", q_pe}, Named{"q_out", q_out}}) {
+        RequireData(t.name, t.tensor, meta);
+        RequireNdim(t.name, t.tensor, {3}, "[num_tokens, num_heads, dim]");
+    }
+    RequireSameDtype("q_pe", q_pe, "ql_nope", ql_nope);
+    RequireSameDtype("q_out", q_out, "ql_nope", ql_nope);
+    const std::vector<c10::SymInt> want = {ql_nope.sym_size(0), ql_nope.sym_size(1),
+                                           ql_nope.sym_size(2) + q_pe.sym_size(2)};
+    TORCH_CHECK_VALUE(q_pe.sym_size(0) == want[0] && q_pe.sym_size(1) == want[1], "q_pe must have ql_nope's tokens "
+                      "and heads ", Tuple(ql_nope.sym_sizes().slice(0, 2)), ", got shape ", ShapeOf(q_pe));
+    TORCH_CHECK_VALUE(q_out.sym_sizes() == c10::SymIntArrayRef(want), "q_out must have shape ", Tuple(want),
+                      ", got ", ShapeOf(q_out));
+    RequireSameDevice({{"q_out", q_out}, {"ql_nope", ql_nope}, {"q_pe", q_pe}});
+    if (check == Check::kCall) {
+        RequireWritable("q_out", q_out);
+        RequireApart("q_out", q_out, {{"ql_nope", ql_nope}, {"q_pe", q_pe}});
+    }
+}
+
 ConvertFp8Call CheckConvertFp8(const at::Tensor& dst, const at::Tensor& src, double scale,
                                const std::string& kv_cache_dtype, Check check)
 {

@@ -35,6 +35,23 @@ struct PagedViews {
 PagedViews CheckPagedLayout(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& k_scale, Check check);
 
+/// A concat_and_cache_mla call: tokens' latent kv_c [T, R] and rope k_pe [T, P] into one cache row
+/// each; `ds_mla` is DeepSeek's fp8_ds_mla row (below), else the row is [R + P] elements.
+struct ConcatMlaCall {
+    at::Tensor kv_c, k_pe, kv_cache;  ///< kv_cache as its codes (fp8 forms) or as given
+    std::optional<at::ScalarType> codes;
+    bool ds_mla = false;
+    bool rope_tail = false;           ///< fp8_ds_mla: the row holds the 128-byte rope tail (656 bytes)
+};
+/// fp8_ds_mla rows: 512 fp8 e4m3 codes, 4 float32 tile scales (one per 128 elements), then the rope's
+/// 64 16-bit values as they are (zeros for pe_dim 0); 528 bytes without the rope tail.
+constexpr int64_t kDsMlaRank = 512, kDsMlaTile = 128, kDsMlaRope = 64, kDsMlaRow = 656, kDsMlaShortRow = 528;
+ConcatMlaCall CheckConcatMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                             const std::string& kv_cache_dtype, Check check);
+
+/// concat_mla_q: ql_nope [T, H, R] and q_pe [T, H, P] of one dtype into q_out [T, H, R + P].
+void CheckConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out, Check check);
+
 /// A convert_fp8 call: `dst` and `src` of one shape, one of them fp8 codes (uint8 or the fp8 type),
 /// the other float16/bfloat16/float32.
 struct ConvertFp8Call {
