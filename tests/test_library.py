@@ -213,7 +213,8 @@ def test_every_operator_and_overload_has_an_opcheck_test() -> None:
               "swap_blocks.bytes", "swap_blocks_batch.default", "gather_blocks.default", "scatter_blocks.default",
               "copy_state_slots.default", "gather_state_slots.default", "scatter_state_slots.default",
               "batch_memcpy.default", "vllm_reshape_and_cache.default", "vllm_reshape_and_cache_flash.default",
-              "convert_fp8.default", "gather_cache.default"}
+              "convert_fp8.default", "gather_cache.default", "vllm_concat_and_cache_mla.default",
+              "concat_mla_q.default"}
     public = {f"{name}.{overload}" for name in dir(OPS) if not name.startswith(("_", "functional_"))
               and isinstance(getattr(OPS, name), torch._ops.OpOverloadPacket)
               for overload in getattr(OPS, name).overloads()}

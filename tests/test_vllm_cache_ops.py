@@ -366,3 +366,106 @@ def test_every_operator_passes_opcheck() -> None:
     torch.library.opcheck(OPS.gather_cache.default,
                           (codes, torch.zeros(9, 24, dtype=torch.bfloat16), table, cu, None, "fp8_e5m2",
                            torch.tensor(2.0)))
+
+
+# ----------------------------------------------------------------------------- MLA
+
+
+@st.composite
+def mla_writes(draw: st.DrawFn) -> dict[str, object]:
+    form = draw(st.sampled_from(["auto", "fp8", "fp8_e5m2", "fp8_ds_mla"]))
+    ds = form == "fp8_ds_mla"
+    rank, pe = (512, draw(st.sampled_from([64, 0]))) if ds else (draw(st.sampled_from([16, 64])),
+                                                                 draw(st.sampled_from([0, 8])))
+    nb, bs = draw(st.integers(1, 3)), draw(st.sampled_from([1, 4]))
+    n = draw(st.integers(0, min(5, nb * bs)))
+    slots = draw(st.lists(st.integers(0, nb * bs - 1), min_size=n, max_size=n, unique=True))
+    return {"form": form, "rank": rank, "pe": pe, "nb": nb, "bs": bs,
+            "slots": [s if draw(st.integers(0, 3)) else -1 for s in slots], "extra": draw(st.integers(0, 2)),
+            "entry": (656 if pe or draw(st.booleans()) else 528) if ds else rank + pe,
+            "dtype": torch.bfloat16 if ds else draw(st.sampled_from([torch.bfloat16, torch.float32]))}
+
+
+def mla_tensors(case: dict[str, object], device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+    """kv_c and k_pe with padding tokens past the slots, and a cache that is layer 1 of a 2-layer buffer."""
+    t = len(case["slots"]) + case["extra"]
+    kv_c = (torch.randn(t, case["rank"]) * 3).to(case["dtype"])
+    kv_c[:, :3] = torch.tensor([0.0, 1e-9, -500.0])  # a zero, a tiny and a large value in the first tile
+    k_pe = torch.randn(t, case["pe"]).to(case["dtype"])
+    cache_dtype = case["dtype"] if case["form"] == "auto" else torch.uint8
+    buffer = random_bits((2, case["nb"], case["bs"], case["entry"]), cache_dtype, 8)
+    return tuple(x.to(device) for x in (kv_c, k_pe, buffer, torch.tensor(case["slots"], dtype=torch.int64),
+                                        torch.tensor(0.5)))
+
+
+@given(case=mla_writes())
+def test_concat_and_cache_mla_matches_the_reference(case: dict[str, object]) -> None:
+    for device in ("cpu", NPU):
+        kv_c, k_pe, buffer, slots, scale = mla_tensors(case, device)
+        want = buffer.cpu().clone()
+        reference.concat_and_cache_mla(kv_c.cpu(), k_pe.cpu(), want[1], slots.cpu(), case["form"], scale.cpu())
+        assert transfers(lambda: vllm.concat_and_cache_mla(kv_c, k_pe, buffer[1], slots, case["form"], scale)) == 0
+        assert bits_equal(buffer.cpu(), want), device
+
+
+def test_concat_and_cache_mla_rules_write_nothing() -> None:
+    kv_c, k_pe = torch.randn(3, 512, dtype=torch.bfloat16), torch.randn(3, 64, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 4, 656, dtype=torch.uint8)
+    one = torch.tensor(1.0)
+    for call, message, error in (
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([7, 8]), "fp8_ds_mla", one),
+         r"slot_mapping\[1\] = 8", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c[:, :256], k_pe, cache, torch.tensor([0]), "fp8_ds_mla", one),
+         r"kv_c must have kv_lora_rank = 512", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe[:, :32], cache, torch.tensor([0]), "fp8_ds_mla", one),
+         r"k_pe must have pe_dim = 64 or 0", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe, cache[..., :528], torch.tensor([0]), "fp8_ds_mla", one),
+         r"kv_cache must have 656-byte rows \(or 528 with pe_dim = 0\)", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c.float(), k_pe.float(), cache, torch.tensor([0]), "fp8_ds_mla", one),
+         r"kv_c must have dtype", TypeError),
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([0, 1, 2, 3]), "fp8_ds_mla", one),
+         r"slot_mapping must have at most kv_c's 3 tokens, got 4", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([0]), "fp8", one),
+         r"kv_cache must have rows of kv_lora_rank \+ pe_dim = 576 elements", ValueError),
+        (lambda: vllm.concat_and_cache_mla(kv_c, k_pe[:2], cache, torch.tensor([0]), "auto", one),
+         r"k_pe must have kv_c's 3 tokens", ValueError),
+    ):
+        judge(call, cache, message, error)
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([7]), "fp8_ds_mla", one)  # the last slot
+    assert cache[1, 3].any()
+
+
+def test_concat_mla_q_and_its_rules() -> None:
+    nope, pe = torch.randn(3, 2, 16, dtype=torch.bfloat16), torch.randn(3, 2, 4, dtype=torch.bfloat16)
+    out = torch.zeros(3, 2, 20, dtype=torch.bfloat16)
+    for device in ("cpu", NPU):
+        got = out.to(device)
+        vllm.concat_mla_q(nope.to(device), pe.to(device), got)
+        assert bits_equal(got.cpu(), torch.cat([nope, pe], -1))
+    for call, message, error in (
+        (lambda: vllm.concat_mla_q(nope, pe, out[..., :19]), r"q_out must have shape \(3, 2, 20\)", ValueError),
+        (lambda: vllm.concat_mla_q(nope, pe[:2], out), r"q_pe must have ql_nope's tokens and heads \(3, 2\)",
+         ValueError),
+        (lambda: vllm.concat_mla_q(nope, pe.float(), out), r"q_pe", TypeError),
+    ):
+        judge(call, out, message, error)
+    torch.library.opcheck(OPS.concat_mla_q.default, (nope, pe, out))
+
+
+def test_mla_operators_pass_opcheck_and_compile_equal_eager() -> None:
+    kv_c, k_pe = torch.randn(3, 512, dtype=torch.bfloat16), torch.randn(3, 64, dtype=torch.bfloat16)
+    for form, entry in (("fp8_ds_mla", 656), ("fp8", 576), ("auto", 576)):
+        cache = torch.zeros(2, 4, entry, dtype=torch.bfloat16 if form == "auto" else torch.uint8)
+        torch.library.opcheck(OPS.vllm_concat_and_cache_mla.default,
+                              (kv_c, k_pe, cache, torch.tensor([5, -1, 0]), form, torch.tensor(0.5)))
+    results = []
+    for compiled in (False, True):
+        cache = torch.zeros(2, 4, 656, dtype=torch.uint8)
+
+        def step(c: torch.Tensor) -> None:
+            vllm.concat_and_cache_mla(kv_c, k_pe, c, torch.tensor([5, -1, 0]), "fp8_ds_mla", torch.tensor(1.0))
+
+        torch._dynamo.reset()
+        (torch.compile(step, fullgraph=True) if compiled else step)(cache)
+        results.append(cache)
+    assert bits_equal(results[0], results[1]) and results[1].any()
