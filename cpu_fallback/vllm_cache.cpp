@@ -65,6 +65,26 @@ at::Tensor DsMlaRows(const ConcatMlaCall& call, int64_t n)
     return at::cat(parts, 1);
 }
 
+std::pair<at::Tensor, at::Tensor> IndexerRows(const at::Tensor& k, bool ue8m0, bool mx)
+{
+    const int64_t n = k.size(0), groups = k.size(1) / kIndexerBlock;
+    const at::Tensor x = k.to(at::kFloat).reshape({n, groups, kIndexerBlock});
+    const at::Tensor amax = std::get<0>(at::abs(x).nan_to_num(0.0).max(-1, /*keepdim=*/true));
+    const float m = CodeMax(at::kFloat8_e4m3fn);
+    at::Tensor scale = at::clamp_min(amax, 1e-4) / m;
+    if (ue8m0) {
+        scale = at::exp2(at::ceil(at::log2(scale)));
+    }
+    const at::Tensor codes = at::clamp(x / scale, -m, m).to(at::kFloat8_e4m3fn).view(at::kByte).reshape({n, -1});
+    at::Tensor bytes = scale.reshape({n, groups}).contiguous().view(at::kByte);  // float32, little-endian
+    if (mx) {  // the exponent byte (the float32's bits 23..30) four times
+        bytes = bytes.reshape({n, groups, 4}).select(2, 3).bitwise_left_shift(1)
+                    .bitwise_or(bytes.reshape({n, groups, 4}).select(2, 2).bitwise_right_shift(7))
+                    .unsqueeze(2).expand({n, groups, 4}).reshape({n, 4 * groups});
+    }
+    return {codes, bytes};
+}
+
 namespace host {
 
 void GatherCache(const GatherCacheCall& call, const GatherCachePlan& plan)

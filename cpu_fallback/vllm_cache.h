@@ -1,6 +1,8 @@
 // The CPU path and the device fallback of gather_cache, and convert_fp8's arithmetic (docs/semantics.md §16).
 #pragma once
 
+#include <utility>
+
 #include <ATen/core/Tensor.h>
 
 #include "csrc/rules/vllm_cache.h"
@@ -18,6 +20,12 @@ void ConvertFp8(const ConvertFp8Call& call, double scale);
 /// fp8_ds_mla rows [n, 656] (or [n, 528]) uint8 of the first n tokens of a checked call (any device, ATen):
 /// per 128-element tile s = 2^ceil(log2(max(amax / 448, 1e-4))) (amax ignoring NaN), codes fp8_e4m3(x / s).
 at::Tensor DsMlaRows(const ConcatMlaCall& call, int64_t n);
+
+/// The indexer's codes [n, head_dim] and scale bytes [n, 4 * head_dim / 128] of tokens k [n, head_dim]
+/// (any device, ATen): per 128 elements s = max(amax, 1e-4) / 448 (amax ignoring NaN), a power of two
+/// 2^ceil(log2(s)) with `ue8m0`, codes fp8_e4m3(x / s); `mx` stores each scale as 4 copies of its
+/// exponent byte (vLLM's "mxfp8").
+std::pair<at::Tensor, at::Tensor> IndexerRows(const at::Tensor& k, bool ue8m0, bool mx);
 
 namespace host {
 /// gather_cache on host tensors, its plan checked: rows over torch's threads, each row's bytes one

@@ -93,6 +93,10 @@ std::vector<Schema> Writers()
          "Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor scale, "
          "bool skip_scale=False",
          "()"},
+        {"vllm_indexer_k_quant_and_cache",
+         "Tensor k, Tensor(a!) kv_cache, Tensor slot_mapping, int quant_block_size, str kv_cache_dtype", "()"},
+        {"vllm_cp_gather_indexer_k_quant_cache",
+         "Tensor kv_cache, Tensor(a!) dst_k, Tensor(b!) dst_scale, Tensor block_table, Tensor cu_seq_lens", "()"},
         {"concat_mla_q", "Tensor ql_nope, Tensor q_pe, Tensor(a!) q_out", "()"},
         {"convert_fp8", "Tensor(a!) dst_cache, Tensor src_cache, float scale, str kv_cache_dtype", "()"},
         {"gather_cache",
@@ -268,6 +272,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("vllm_reshape_and_cache", &VllmReshapeAndCache);
     m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMla);
     m.impl("concat_mla_q", &ConcatMlaQ);
+    m.impl("vllm_indexer_k_quant_and_cache", &VllmIndexerKQuantAndCache);
+    m.impl("vllm_cp_gather_indexer_k_quant_cache", &VllmCpGatherIndexerKQuantCache);
     m.impl("convert_fp8", &ConvertFp8Op);
     m.impl("gather_cache", &GatherCache);
     for (const Schema& s : Writers()) {
@@ -306,6 +312,8 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("vllm_reshape_and_cache", &VllmReshapeAndCacheMeta);
     m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMlaMeta);
     m.impl("concat_mla_q", &ConcatMlaQMeta);
+    m.impl("vllm_indexer_k_quant_and_cache", &VllmIndexerKQuantAndCacheMeta);
+    m.impl("vllm_cp_gather_indexer_k_quant_cache", &VllmCpGatherIndexerKQuantCacheMeta);
     m.impl("convert_fp8", &ConvertFp8Meta);
     m.impl("gather_cache", &GatherCacheMeta);
 }

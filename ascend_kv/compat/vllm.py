@@ -11,6 +11,7 @@ them as they are and view them as their codes inside, so ``torch.library.opcheck
 - :func:`reshape_and_cache`: vLLM's paged-attention layout, key ``[num_blocks, num_heads,
   head_size // x, block_size, x]``, value ``[num_blocks, num_heads, head_size, block_size]``.
 - :func:`concat_and_cache_mla` (``"auto"``, fp8 and ``"fp8_ds_mla"``), :func:`concat_mla_q`: MLA.
+- :func:`indexer_k_quant_and_cache`, :func:`cp_gather_indexer_k_quant_cache`: DeepSeek-V3.2's indexer cache.
 - :func:`convert_fp8`: a cache to or from fp8 codes.
 - :func:`gather_and_maybe_dequant_cache`, :func:`cp_gather_cache`: :func:`ascend_kv.gather_cache`
   (one cache, cumulative lengths, ``seq_starts`` a token offset).
@@ -121,6 +122,24 @@ def concat_mla_q(ql_nope: torch.Tensor, q_pe: torch.Tensor, q_out: torch.Tensor)
     _OPS.concat_mla_q(ql_nope, q_pe, q_out)
 
 
+def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                              quant_block_size: int, kv_cache_dtype: str) -> None:
+    """DeepSeek-V3.2's indexer K cache write: ``k`` ``[T, head_dim]`` (a multiple of 128) into ``kv_cache``
+    ``[num_blocks, block_size, head_dim + head_dim // 32]`` uint8, each block its codes (token-major), then
+    one float32 scale per 128 elements per token. ``quant_block_size`` must be 128; ``kv_cache_dtype`` is
+    vLLM's scale format: ``"ue8m0"`` (power-of-two scales), ``"mxfp8"`` (ue8m0 stored as 4 copies of its
+    exponent byte; head_dim 128), anything else plain ``max(amax, 1e-4) / 448``. Codes ``fp8_e4m3(x / s)``."""
+    _OPS.vllm_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, kv_cache_dtype)
+
+
+def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+                                    block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+    """Gather the indexer cache's codes into ``dst_k`` ``[rows, head_dim]`` (float8_e4m3fn or uint8) and its
+    scale bytes into ``dst_scale`` ``[rows, head_dim // 32]`` uint8: sequence ``b``'s tokens into rows
+    ``cu_seq_lens[b]..cu_seq_lens[b + 1]`` (``cu_seq_lens[-1] <= rows``), one operator call."""
+    _OPS.vllm_cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
+
+
 def convert_fp8(output: torch.Tensor, input: torch.Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
     """Convert a cache to fp8 codes (``input`` float16/bfloat16/float32, ``output`` uint8 or the fp8
     type: ``fp8(clamp(x / scale, -max, max))`` in float32) or back (``float(code) * scale``, rounded
@@ -154,5 +173,6 @@ def cp_gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: tor
     gather_cache(src_cache, dst, block_table, cu_seq_lens, seq_starts)
 
 
-__all__ = ["batch_memcpy", "concat_and_cache_mla", "concat_mla_q", "convert_fp8", "cp_gather_cache", "gather_and_maybe_dequant_cache", "reshape_and_cache",
+__all__ = ["batch_memcpy", "concat_and_cache_mla", "concat_mla_q", "convert_fp8", "cp_gather_cache", "cp_gather_indexer_k_quant_cache",
+           "gather_and_maybe_dequant_cache", "indexer_k_quant_and_cache", "reshape_and_cache",
            "reshape_and_cache_flash"]

@@ -582,3 +582,37 @@ def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch
             row.copy_(whole)
         else:
             _as_codes(row, dt).copy_(codes(whole.float() / scale.float(), dt))
+
+
+def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                              scale_fmt: str) -> None:
+    """vLLM's indexer K write, one token at a time: per block, codes of its bs tokens, then their float32 scales."""
+    bs, d = kv_cache.shape[1], k.shape[1]
+    blocks = kv_cache.reshape(kv_cache.shape[0], -1)
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        b, p = s // bs, s % bs
+        x = k[t].float().reshape(-1, 128)
+        scale = x.abs().nan_to_num(0.0).amax(-1, keepdim=True).clamp_min(1e-4) / 448.0
+        if scale_fmt in ("ue8m0", "mxfp8"):
+            scale = torch.exp2(torch.ceil(torch.log2(scale)))
+        blocks[b, p * d:(p + 1) * d] = codes(x / scale, torch.float8_e4m3fn).view(torch.uint8).flatten()
+        raw = scale.flatten().view(torch.uint8)
+        if scale_fmt == "mxfp8":
+            raw = ((scale.flatten().view(torch.int32) >> 23) & 0xFF).to(torch.uint8).repeat_interleave(4)
+        g = raw.shape[0]
+        blocks[b, bs * d + p * g:bs * d + (p + 1) * g] = raw
+
+
+def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+                                    block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+    """vLLM's indexer gather: token ``j`` of sequence ``b`` into row ``cu_seq_lens[b] + j`` of both outputs."""
+    bs, d, g = kv_cache.shape[1], dst_k.shape[1], dst_scale.shape[1]
+    blocks = kv_cache.reshape(kv_cache.shape[0], -1)
+    for b in range(block_table.shape[0]):
+        for j in range(int(cu_seq_lens[b + 1]) - int(cu_seq_lens[b])):
+            blk, p, row = int(block_table[b, j // bs]), j % bs, int(cu_seq_lens[b]) + j
+            dst_k.view(torch.uint8)[row] = blocks[blk, p * d:(p + 1) * d]
+            dst_scale[row] = blocks[blk, bs * d + p * g:bs * d + (p + 1) * g]

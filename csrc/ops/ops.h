@@ -174,6 +174,15 @@ void VllmConcatAndCacheMlaMeta(const at::Tensor& kv_c, const at::Tensor& k_pe, c
                                const at::Tensor& scale, bool skip_scale);
 void ConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
 void ConcatMlaQMeta(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
+void VllmIndexerKQuantAndCache(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                               int64_t quant_block_size, c10::string_view kv_cache_dtype);
+void VllmIndexerKQuantAndCacheMeta(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                                   int64_t quant_block_size, c10::string_view kv_cache_dtype);
+void VllmCpGatherIndexerKQuantCache(const at::Tensor& kv_cache, const at::Tensor& dst_k, const at::Tensor& dst_scale,
+                                    const at::Tensor& block_table, const at::Tensor& cu_seq_lens);
+void VllmCpGatherIndexerKQuantCacheMeta(const at::Tensor& kv_cache, const at::Tensor& dst_k,
+                                        const at::Tensor& dst_scale, const at::Tensor& block_table,
+                                        const at::Tensor& cu_seq_lens);
 void ConvertFp8Op(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,
                   c10::string_view kv_cache_dtype);
 void ConvertFp8Meta(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,

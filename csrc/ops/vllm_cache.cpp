@@ -3,6 +3,7 @@
 // then written by reshape_and_cache's own implementation), convert_fp8, and gather_cache.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -10,7 +11,9 @@
 #include "csrc/ops/ops.h"
 #include "csrc/ops/route.h"
 #include "csrc/ops/upload.h"
+#include "csrc/rules/memory.h"
 #include "csrc/rules/reshape_and_cache.h"
+#include "csrc/rules/tensors.h"
 #include "csrc/rules/vllm_cache.h"
 
 namespace ascend_kv {
@@ -74,6 +77,7 @@ void ConcatMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor&
                const at::Tensor& slot_mapping, const std::string& kv_cache_dtype, const at::Tensor& scale,
                bool skip_scale, bool meta)
 {
+    BelowAutograd guard;
     const ConcatMlaCall call = CheckConcatMla(kv_c, k_pe, kv_cache, kv_cache_dtype, meta ? Check::kShapes : Check::kCall);
     TORCH_CHECK_VALUE(slot_mapping.dim() != 1 || slot_mapping.sym_size(0) <= kv_c.sym_size(0), "slot_mapping must "
                       "have at most kv_c's ", kv_c.sym_size(0), " tokens, got ", slot_mapping.sym_size(0));
@@ -172,6 +176,75 @@ void ConcatMlaQMeta(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at:
 {
     NoteTracing();
     CheckConcatMlaQ(ql_nope, q_pe, q_out, Check::kShapes);
+}
+
+void VllmIndexerKQuantAndCache(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                               int64_t quant_block_size, c10::string_view kv_cache_dtype)
+{
+    BelowAutograd guard;
+    RequireData("k", k, false);
+    RequireNdim("k", k, {2}, "[num_tokens, head_dim]");
+    RequireDtype("k", k, {at::kHalf, at::kBFloat16, at::kFloat});
+    const IndexerRegions regions = CheckIndexerCache(kv_cache, k.sym_size(1), quant_block_size, Check::kCall);
+    const bool mx = kv_cache_dtype == "mxfp8";
+    TORCH_CHECK_VALUE(!mx || k.size(1) == kIndexerBlock, "k must have head_dim = 128 for the 'mxfp8' scales, got shape ",
+                      ShapeOf(k));
+    TORCH_CHECK_VALUE(slot_mapping.dim() != 1 || slot_mapping.size(0) <= k.size(0), "slot_mapping must have at most "
+                      "k's ", k.size(0), " tokens, got ", slot_mapping.size(0));
+    const int64_t n = slot_mapping.dim() == 1 ? slot_mapping.size(0) : 0;
+    const auto [codes, scales] = IndexerRows(k.narrow(0, 0, n), mx || kv_cache_dtype == "ue8m0", mx);
+    ReshapeAndCache(codes.unsqueeze(1), scales.unsqueeze(1), regions.codes.unsqueeze(2), regions.scales.unsqueeze(2),
+                    slot_mapping, "nd");
+}
+
+void VllmIndexerKQuantAndCacheMeta(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                                   int64_t quant_block_size, c10::string_view kv_cache_dtype)
+{
+    RequireNdim("k", k, {2}, "[num_tokens, head_dim]");
+    const IndexerRegions regions = CheckIndexerCache(kv_cache, k.sym_size(1), quant_block_size, Check::kShapes);
+    const auto n = slot_mapping.sym_size(0);
+    ReshapeAndCacheMeta(at::empty_symint({n, 1, k.sym_size(1)}, kv_cache.options()),
+                        at::empty_symint({n, 1, regions.scales.sym_size(2)}, kv_cache.options()),
+                        regions.codes.unsqueeze(2), regions.scales.unsqueeze(2), slot_mapping, "nd");
+}
+
+/// cp_gather_indexer_k_quant_cache: gather_cache over the two regions, both checked before either runs.
+void GatherIndexer(const at::Tensor& kv_cache, const at::Tensor& dst_k, const at::Tensor& dst_scale,
+                   const at::Tensor& block_table, const at::Tensor& cu_seq_lens, bool meta)
+{
+    const Check check = meta ? Check::kShapes : Check::kCall;
+    const IndexerRegions regions = CheckIndexerCache(kv_cache, dst_k.sym_size(-1), kIndexerBlock, check);
+    RequireDtype("dst_k", dst_k, {at::kByte, at::kFloat8_e4m3fn});
+    RequireDtype("dst_scale", dst_scale, {at::kByte});
+    const at::Tensor k = dst_k.view(at::kByte);
+    const auto rows = dst_k.sym_size(0);
+    TORCH_CHECK_VALUE(dst_scale.dim() == 2 && dst_scale.sym_size(0) == rows &&
+                      dst_scale.sym_size(1) == regions.scales.sym_size(2), "dst_scale must have shape (", rows, ", ",
+                      regions.scales.sym_size(2), ") (4 bytes per 128 of dst_k's elements), got ", ShapeOf(dst_scale));
+    for (const auto& [region, dst] : {std::pair{regions.codes, k}, std::pair{regions.scales, dst_scale}}) {
+        CheckGatherCache(region, dst, block_table, cu_seq_lens, at::Tensor(), "auto", at::Tensor(), check);
+    }
+    if (meta) {
+        return;
+    }
+    RequireSeparateOutputs("dst_k", dst_k, "dst_scale", dst_scale);
+    const c10::optional<at::Tensor> none;
+    GatherCache(regions.codes, k, block_table, cu_seq_lens, none, "auto", none);
+    GatherCache(regions.scales, dst_scale, block_table, cu_seq_lens, none, "auto", none);
+}
+
+void VllmCpGatherIndexerKQuantCache(const at::Tensor& kv_cache, const at::Tensor& dst_k, const at::Tensor& dst_scale,
+                                    const at::Tensor& block_table, const at::Tensor& cu_seq_lens)
+{
+    GatherIndexer(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, false);
+}
+
+void VllmCpGatherIndexerKQuantCacheMeta(const at::Tensor& kv_cache, const at::Tensor& dst_k,
+                                        const at::Tensor& dst_scale, const at::Tensor& block_table,
+                                        const at::Tensor& cu_seq_lens)
+{
+    NoteTracing();
+    GatherIndexer(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, true);
 }
 
 void ConvertFp8Op(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,

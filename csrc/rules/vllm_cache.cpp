@@ -146,6 +146,31 @@ void CheckConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at
     }
 }
 
+IndexerRegions CheckIndexerCache(const at::Tensor& kv_cache, const c10::SymInt& head_dim, int64_t quant_block_size,
+                                 Check check)
+{
+    const bool meta = AllowsMeta(check, kv_cache);
+    RequireData("kv_cache", kv_cache, meta);
+    TORCH_CHECK_VALUE(quant_block_size == kIndexerBlock, "quant_block_size must be 128 (vLLM's kernels reduce over "
+                      "128 elements), got ", quant_block_size);
+    TORCH_CHECK_VALUE(head_dim % kIndexerBlock == 0 && head_dim > 0, "head_dim must be a positive multiple of 128, got ",
+                      head_dim);
+    RequireDtype("kv_cache", kv_cache, {at::kByte});
+    const c10::SymInt scale_bytes = head_dim / kIndexerBlock * 4;
+    TORCH_CHECK_VALUE(kv_cache.dim() == 3 && kv_cache.sym_size(2) == head_dim + scale_bytes, "kv_cache must have shape "
+                      "(num_blocks, block_size, ", head_dim + scale_bytes, ") (head_dim codes and its scales' bytes per "
+                      "token), got ", ShapeOf(kv_cache));
+    if (check == Check::kCall && kv_cache.numel() > 0) {
+        TORCH_CHECK_VALUE(kv_cache.stride(2) == 1 && kv_cache.stride(1) == kv_cache.size(2), "kv_cache must hold each "
+                          "block's bytes contiguously (its regions of codes and scales), got strides ",
+                          Tuple(kv_cache.strides()));
+    }
+    const auto nb = kv_cache.sym_size(0), bs = kv_cache.sym_size(1);
+    const at::Tensor blocks = kv_cache.flatten(1, 2);
+    return {blocks.narrow_symint(1, 0, bs * head_dim).view_symint({nb, bs, head_dim}),
+            blocks.narrow_symint(1, bs * head_dim, bs * scale_bytes).view_symint({nb, bs, scale_bytes})};
+}
+
 ConvertFp8Call CheckConvertFp8(const at::Tensor& dst, const at::Tensor& src, double scale,
                                const std::string& kv_cache_dtype, Check check)
 {

@@ -52,6 +52,17 @@ ConcatMlaCall CheckConcatMla(const at::Tensor& kv_c, const at::Tensor& k_pe, con
 /// concat_mla_q: ql_nope [T, H, R] and q_pe [T, H, P] of one dtype into q_out [T, H, R + P].
 void CheckConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out, Check check);
 
+/// DeepSeek-V3.2's indexer K cache [nb, bs, head_dim + 4 * head_dim / 128] uint8, each block its
+/// bs * head_dim fp8 e4m3 codes (token-major), then bs * head_dim / 128 float32 scales: as the two
+/// byte regions, [nb, bs, head_dim] and [nb, bs, 4 * groups].
+struct IndexerRegions {
+    at::Tensor codes, scales;
+};
+/// vLLM's kernels reduce over 128 elements: the one quantization block size taken.
+constexpr int64_t kIndexerBlock = 128;
+IndexerRegions CheckIndexerCache(const at::Tensor& kv_cache, const c10::SymInt& head_dim, int64_t quant_block_size,
+                                 Check check);
+
 /// A convert_fp8 call: `dst` and `src` of one shape, one of them fp8 codes (uint8 or the fp8 type),
 /// the other float16/bfloat16/float32.
 struct ConvertFp8Call {
