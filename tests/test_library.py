@@ -214,7 +214,8 @@ def test_every_operator_and_overload_has_an_opcheck_test() -> None:
               "copy_state_slots.default", "gather_state_slots.default", "scatter_state_slots.default",
               "batch_memcpy.default", "vllm_reshape_and_cache.default", "vllm_reshape_and_cache_flash.default",
               "convert_fp8.default", "gather_cache.default", "vllm_concat_and_cache_mla.default",
-              "concat_mla_q.default"}
+              "concat_mla_q.default", "vllm_indexer_k_quant_and_cache.default",
+              "vllm_cp_gather_indexer_k_quant_cache.default"}
     public = {f"{name}.{overload}" for name in dir(OPS) if not name.startswith(("_", "functional_"))
               and isinstance(getattr(OPS, name), torch._ops.OpOverloadPacket)
               for overload in getattr(OPS, name).overloads()}

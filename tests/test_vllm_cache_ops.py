@@ -469,3 +469,75 @@ def test_mla_operators_pass_opcheck_and_compile_equal_eager() -> None:
         (torch.compile(step, fullgraph=True) if compiled else step)(cache)
         results.append(cache)
     assert bits_equal(results[0], results[1]) and results[1].any()
+
+
+# ----------------------------------------------------------------------------- DeepSeek-V3.2's indexer cache
+
+
+@pytest.mark.parametrize("scale_fmt", ["ue8m0", "mxfp8", "fp32"])
+@pytest.mark.parametrize("device", ["cpu", NPU])
+def test_indexer_cache_write_and_gather_match_the_reference(scale_fmt: str, device: torch.device | str) -> None:
+    head_dim = 128 if scale_fmt == "mxfp8" else 256
+    nb, bs = 3, 4
+    k = (torch.randn(7, head_dim) * 5).to(torch.bfloat16)
+    k[0, 0] = float("nan")
+    slots = torch.tensor([5, -1, 0, 11, 3, 7])
+    cache = random_bits((nb, bs, head_dim + head_dim // 32), torch.uint8, 9)
+    want = cache.clone()
+    reference.indexer_k_quant_and_cache(k, want, slots, scale_fmt)
+    got = cache.to(device)
+    assert transfers(lambda: vllm.indexer_k_quant_and_cache(k.to(device), got, slots.to(device), 128, scale_fmt)) == 0
+    assert bits_equal(got.cpu(), want)
+    table, cu = torch.tensor([[1, 0, 2], [2, 1, 0]], dtype=torch.int32), torch.tensor([0, 9, 12], dtype=torch.int32)
+    dst_k = torch.zeros(13, head_dim, dtype=torch.float8_e4m3fn)
+    dst_scale = random_bits((13, head_dim // 32), torch.uint8, 10)
+    want_k, want_scale = dst_k.clone(), dst_scale.clone()
+    reference.cp_gather_indexer_k_quant_cache(want, want_k, want_scale, table, cu)
+    got_k, got_scale = dst_k.to(device), dst_scale.to(device)
+    assert transfers(lambda: vllm.cp_gather_indexer_k_quant_cache(got, got_k, got_scale, table.to(device),
+                                                                   cu.to(device))) == 0
+    assert bits_equal(got_k.cpu().view(torch.uint8), want_k.view(torch.uint8)) and bits_equal(got_scale.cpu(), want_scale)
+
+
+def test_indexer_rules_write_nothing() -> None:
+    k = torch.randn(2, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 4, 132, dtype=torch.uint8)
+    dst_k, dst_scale = torch.zeros(4, 128, dtype=torch.float8_e4m3fn), torch.zeros(4, 4, dtype=torch.uint8)
+    for call, message, error in (
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([7, 8]), 128, "ue8m0"), r"slot_mapping\[1\] = 8",
+         ValueError),
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([0]), 64, "ue8m0"),
+         r"quant_block_size must be 128", ValueError),
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache[..., :131], torch.tensor([0]), 128, "ue8m0"),
+         r"kv_cache must have shape \(num_blocks, block_size, 132\)", ValueError),
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache.float(), torch.tensor([0]), 128, "ue8m0"),
+         r"kv_cache must have dtype uint8, got float32", TypeError),
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([0, 1, 2]), 128, "ue8m0"),
+         r"slot_mapping must have at most k's 2 tokens, got 3", ValueError),
+        (lambda: vllm.indexer_k_quant_and_cache(k, cache[:, :, None].expand(2, 4, 2, 132)[:, :, 0], torch.tensor([0]),
+                                                128, "ue8m0"), r"kv_cache must hold each block's bytes contiguously",
+         ValueError),
+    ):
+        judge(call, cache, message, error)
+    vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([7, -1]), 128, "ue8m0")  # the last slot
+    for call, message in (
+        (lambda: vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale[:, :3], torch.tensor([[0, 1]]),
+                                                      torch.tensor([0, 4])), r"dst_scale must have shape \(4, 4\)"),
+        (lambda: vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale, torch.tensor([[0, 1]]),
+                                                      torch.tensor([0, 5])), r"cu_seq_lens\[1\] = 5 is past dst's 4 rows"),
+        (lambda: vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale, torch.tensor([[0, 2]]),
+                                                      torch.tensor([0, 5])), r"cu_seq_lens\[1\] = 5 is past"),
+    ):
+        judge(call, dst_scale, message)
+        assert not dst_k.view(torch.uint8).any()
+    vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale, torch.tensor([[0, 1]]), torch.tensor([0, 4]))
+    assert bits_equal(dst_scale, cache.reshape(2, -1)[0, 512:528].reshape(4, 4))
+
+
+def test_indexer_operators_pass_opcheck() -> None:
+    k = torch.randn(3, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 4, 132, dtype=torch.uint8)
+    torch.library.opcheck(OPS.vllm_indexer_k_quant_and_cache.default, (k, cache, torch.tensor([5, -1, 0]), 128, "ue8m0"))
+    torch.library.opcheck(OPS.vllm_cp_gather_indexer_k_quant_cache.default,
+                          (cache, torch.zeros(5, 128, dtype=torch.uint8), torch.zeros(5, 4, dtype=torch.uint8),
+                           torch.tensor([[1, 0], [0, 1]], dtype=torch.int32), torch.tensor([0, 3, 5], dtype=torch.int32)))
