@@ -22,6 +22,7 @@ from .api.ops import (
 from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blocks
 from .api.transfer_ops import gather_blocks, scatter_blocks
 from .api.swap_batch import batch_memcpy, swap_blocks_batch
+from .api.gather_cache import gather_cache
 from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
 from .api.sparse_ops import scatter_nd_update
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
@@ -46,6 +47,7 @@ __all__ = [
     "copy_state_slots",
     "explain",
     "gather_blocks",
+    "gather_cache",
     "gather_state_slots",
     "kv_cache",
     "nd_to_nz",

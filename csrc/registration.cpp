@@ -38,6 +38,9 @@ constexpr const char* kDequantArgs = "Tensor? k_scale=None, Tensor? k_offset=Non
                                      "Tensor? v_scale=None, Tensor? v_offset=None, Tensor? v_scale_cache=None, "
                                      "ScalarType? out_dtype=None";
 
+constexpr const char* kVllmWrite = "Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping, "
+                                   "str kv_cache_dtype, Tensor k_scale, Tensor v_scale";
+
 /// The writing operators: (name, overload, schema without the name).
 struct Schema {
     const char* name;
@@ -85,6 +88,23 @@ std::vector<Schema> Writers()
         {"scatter_state_slots", "Tensor src, Tensor(a!)[] states, Tensor slot_ids", "()"},
         // Sparse-attention caches (docs/semantics.md §15).
         {"scatter_nd_update", "Tensor(a!) var, Tensor indices, Tensor updates", "()"},
+        // vLLM's cache ops under its schemas (docs/semantics.md §16).
+        {"vllm_reshape_and_cache_flash", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
+        {"vllm_reshape_and_cache", std::string("Tensor key, Tensor value, ") + kVllmWrite, "()"},
+        {"vllm_concat_and_cache_mla",
+         "Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor scale, "
+         "bool skip_scale=False",
+         "()"},
+        {"vllm_indexer_k_quant_and_cache",
+         "Tensor k, Tensor(a!) kv_cache, Tensor slot_mapping, int quant_block_size, str kv_cache_dtype", "()"},
+        {"vllm_cp_gather_indexer_k_quant_cache",
+         "Tensor kv_cache, Tensor(a!) dst_k, Tensor(b!) dst_scale, Tensor block_table, Tensor cu_seq_lens", "()"},
+        {"concat_mla_q", "Tensor ql_nope, Tensor q_pe, Tensor(a!) q_out", "()"},
+        {"convert_fp8", "Tensor(a!) dst_cache, Tensor src_cache, float scale, str kv_cache_dtype", "()"},
+        {"gather_cache",
+         "Tensor src_cache, Tensor(a!) dst, Tensor block_table, Tensor cu_seq_lens, Tensor? seq_starts=None, "
+         "str kv_cache_dtype='auto', Tensor? scale=None",
+         "()"},
     };
 }
 
@@ -251,6 +271,14 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("scatter_state_slots", &ScatterStateSlots);
     m.impl("scatter_nd_update", &ScatterNdUpdate);
     m.impl("batch_memcpy", &BatchMemcpy);
+    m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlash);
+    m.impl("vllm_reshape_and_cache", &VllmReshapeAndCache);
+    m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMla);
+    m.impl("concat_mla_q", &ConcatMlaQ);
+    m.impl("vllm_indexer_k_quant_and_cache", &VllmIndexerKQuantAndCache);
+    m.impl("vllm_cp_gather_indexer_k_quant_cache", &VllmCpGatherIndexerKQuantCache);
+    m.impl("convert_fp8", &ConvertFp8Op);
+    m.impl("gather_cache", &GatherCache);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -284,6 +312,14 @@ TORCH_LIBRARY_IMPL(ascend_kv, Meta, m)
     m.impl("scatter_state_slots", &ScatterStateSlotsMeta);
     m.impl("scatter_nd_update", &ScatterNdUpdateMeta);
     m.impl("batch_memcpy", &BatchMemcpyMeta);
+    m.impl("vllm_reshape_and_cache_flash", &VllmReshapeAndCacheFlashMeta);
+    m.impl("vllm_reshape_and_cache", &VllmReshapeAndCacheMeta);
+    m.impl("vllm_concat_and_cache_mla", &VllmConcatAndCacheMlaMeta);
+    m.impl("concat_mla_q", &ConcatMlaQMeta);
+    m.impl("vllm_indexer_k_quant_and_cache", &VllmIndexerKQuantAndCacheMeta);
+    m.impl("vllm_cp_gather_indexer_k_quant_cache", &VllmCpGatherIndexerKQuantCacheMeta);
+    m.impl("convert_fp8", &ConvertFp8Meta);
+    m.impl("gather_cache", &GatherCacheMeta);
 }
 
 TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)

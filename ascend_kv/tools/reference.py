@@ -514,3 +514,118 @@ def paged_cache_load_dequant(
         out[:rows][covered] = y.reshape(q.shape)[covered]
         results.append(out)
     return results[0], results[1]
+
+
+# ----------------------------------------------------------------------------- vLLM's cache ops (§16)
+
+#: vLLM's kv_cache_dtype strings of fp8 caches and the code type each names.
+VLLM_FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def _as_codes(cache: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    return cache.view(dt) if cache.dtype == torch.uint8 else cache
+
+
+def vllm_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                           v_scale: torch.Tensor) -> None:
+    """vLLM's paged-attention write: key ``[nb, H, D // x, bs, x]``, value ``[nb, H, D, bs]``, one token at a time."""
+    dt = VLLM_FP8.get(kv_cache_dtype)
+    kc, vc = (key_cache, value_cache) if dt is None else (_as_codes(key_cache, dt), _as_codes(value_cache, dt))
+    heads, head_size, bs, x = key.shape[1], key.shape[2], key_cache.shape[3], key_cache.shape[4]
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        k, v = key[t], value[t]
+        if dt is not None:
+            k = codes(k.float() / per(k_scale.float(), heads, head_size), dt)
+            v = codes(v.float() / per(v_scale.float(), heads, head_size), dt)
+        kc[s // bs, :, :, s % bs, :] = k.reshape(heads, head_size // x, x)
+        vc[s // bs, :, :, s % bs] = v
+
+
+def convert_fp8(output: torch.Tensor, input: torch.Tensor, scale: float, kv_dtype: str) -> None:
+    """vLLM's convert_fp8: floats to fp8 codes ``Q(x / scale)``, or codes to ``float(code) * scale``."""
+    dt = VLLM_FP8[kv_dtype]
+    if input.dtype.is_floating_point and input.dtype.itemsize > 1:
+        _as_codes(output, dt).copy_(codes(input.float() / scale, dt))
+    else:
+        output.copy_((_as_codes(input, dt).float() * scale).to(output.dtype))
+
+
+def gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+                 seq_starts: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
+                 scale: torch.Tensor | None = None) -> torch.Tensor:
+    """vLLM's gather: row ``cu_seq_lens[b] + j`` takes token ``seq_starts[b] + j`` of sequence ``b``."""
+    dt = VLLM_FP8.get(kv_cache_dtype)
+    bs = src_cache.shape[1]
+    for b in range(block_table.shape[0]):
+        first = 0 if seq_starts is None else int(seq_starts[b])
+        for j in range(int(cu_seq_lens[b + 1]) - int(cu_seq_lens[b])):
+            p = first + j
+            row = src_cache[int(block_table[b, p // bs]), p % bs]
+            if dt is not None:
+                row = (_as_codes(row, dt).float() * scale).to(dst.dtype)
+            dst[int(cu_seq_lens[b]) + j] = row
+    return dst
+
+
+def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         kv_cache_dtype: str, scale: torch.Tensor) -> None:
+    """vLLM's MLA write, one token at a time; ``"fp8_ds_mla"`` builds DeepSeek's 656/528-byte row."""
+    bs = kv_cache.shape[1]
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        row = kv_cache[s // bs, s % bs]
+        if kv_cache_dtype == "fp8_ds_mla":
+            x = kv_c[t].float().reshape(4, 128)
+            amax = x.abs().nan_to_num(0.0).amax(-1, keepdim=True)
+            tile = torch.exp2(torch.ceil(torch.log2((amax / 448.0).clamp_min(1e-4))))
+            row[:512] = codes(x / tile, torch.float8_e4m3fn).view(torch.uint8).flatten()
+            row[512:528] = tile.flatten().view(torch.uint8)
+            if row.shape[0] == 656:
+                row[528:] = k_pe[t].view(torch.uint8) if k_pe.shape[1] else 0
+            continue
+        dt = VLLM_FP8.get(kv_cache_dtype)
+        whole = torch.cat([kv_c[t], k_pe[t]])
+        if dt is None:
+            row.copy_(whole)
+        else:
+            _as_codes(row, dt).copy_(codes(whole.float() / scale.float(), dt))
+
+
+def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                              scale_fmt: str) -> None:
+    """vLLM's indexer K write, one token at a time: per block, codes of its bs tokens, then their float32 scales."""
+    bs, d = kv_cache.shape[1], k.shape[1]
+    blocks = kv_cache.reshape(kv_cache.shape[0], -1)
+    for t in range(slot_mapping.shape[0]):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        b, p = s // bs, s % bs
+        x = k[t].float().reshape(-1, 128)
+        scale = x.abs().nan_to_num(0.0).amax(-1, keepdim=True).clamp_min(1e-4) / 448.0
+        if scale_fmt in ("ue8m0", "mxfp8"):
+            scale = torch.exp2(torch.ceil(torch.log2(scale)))
+        blocks[b, p * d:(p + 1) * d] = codes(x / scale, torch.float8_e4m3fn).view(torch.uint8).flatten()
+        raw = scale.flatten().view(torch.uint8)
+        if scale_fmt == "mxfp8":
+            raw = ((scale.flatten().view(torch.int32) >> 23) & 0xFF).to(torch.uint8).repeat_interleave(4)
+        g = raw.shape[0]
+        blocks[b, bs * d + p * g:bs * d + (p + 1) * g] = raw
+
+
+def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+                                    block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+    """vLLM's indexer gather: token ``j`` of sequence ``b`` into row ``cu_seq_lens[b] + j`` of both outputs."""
+    bs, d, g = kv_cache.shape[1], dst_k.shape[1], dst_scale.shape[1]
+    blocks = kv_cache.reshape(kv_cache.shape[0], -1)
+    for b in range(block_table.shape[0]):
+        for j in range(int(cu_seq_lens[b + 1]) - int(cu_seq_lens[b])):
+            blk, p, row = int(block_table[b, j // bs]), j % bs, int(cu_seq_lens[b]) + j
+            dst_k.view(torch.uint8)[row] = blocks[blk, p * d:(p + 1) * d]
+            dst_scale[row] = blocks[blk, bs * d + p * g:bs * d + (p + 1) * g]

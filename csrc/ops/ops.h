@@ -155,4 +155,46 @@ void ScatterBlocksMeta(const at::Tensor& src, at::TensorList key_caches, at::Ten
                        const at::Tensor& block_ids, c10::string_view src_layout, c10::string_view cache_layout,
                        int64_t head_splits);
 
+/// vLLM's cache ops under its schemas (docs/semantics.md §16, ops/vllm_cache.cpp).
+void VllmReshapeAndCacheFlash(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                              const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                              c10::string_view kv_cache_dtype, const at::Tensor& k_scale, const at::Tensor& v_scale);
+void VllmReshapeAndCacheFlashMeta(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                  const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                                  c10::string_view kv_cache_dtype, const at::Tensor& k_scale,
+                                  const at::Tensor& v_scale);
+void VllmReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                         const at::Tensor& value_cache, const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype,
+                         const at::Tensor& k_scale, const at::Tensor& v_scale);
+void VllmReshapeAndCacheMeta(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                             const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                             c10::string_view kv_cache_dtype, const at::Tensor& k_scale, const at::Tensor& v_scale);
+void VllmConcatAndCacheMla(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                           const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype, const at::Tensor& scale,
+                           bool skip_scale);
+void VllmConcatAndCacheMlaMeta(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& kv_cache,
+                               const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype,
+                               const at::Tensor& scale, bool skip_scale);
+void ConcatMlaQ(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
+void ConcatMlaQMeta(const at::Tensor& ql_nope, const at::Tensor& q_pe, const at::Tensor& q_out);
+void VllmIndexerKQuantAndCache(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                               int64_t quant_block_size, c10::string_view kv_cache_dtype);
+void VllmIndexerKQuantAndCacheMeta(const at::Tensor& k, const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                                   int64_t quant_block_size, c10::string_view kv_cache_dtype);
+void VllmCpGatherIndexerKQuantCache(const at::Tensor& kv_cache, const at::Tensor& dst_k, const at::Tensor& dst_scale,
+                                    const at::Tensor& block_table, const at::Tensor& cu_seq_lens);
+void VllmCpGatherIndexerKQuantCacheMeta(const at::Tensor& kv_cache, const at::Tensor& dst_k,
+                                        const at::Tensor& dst_scale, const at::Tensor& block_table,
+                                        const at::Tensor& cu_seq_lens);
+void ConvertFp8Op(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,
+                  c10::string_view kv_cache_dtype);
+void ConvertFp8Meta(const at::Tensor& dst_cache, const at::Tensor& src_cache, double scale,
+                    c10::string_view kv_cache_dtype);
+void GatherCache(const at::Tensor& src_cache, const at::Tensor& dst, const at::Tensor& block_table,
+                 const at::Tensor& cu_seq_lens, const c10::optional<at::Tensor>& seq_starts,
+                 c10::string_view kv_cache_dtype, const c10::optional<at::Tensor>& scale);
+void GatherCacheMeta(const at::Tensor& src_cache, const at::Tensor& dst, const at::Tensor& block_table,
+                     const at::Tensor& cu_seq_lens, const c10::optional<at::Tensor>& seq_starts,
+                     c10::string_view kv_cache_dtype, const c10::optional<at::Tensor>& scale);
+
 }  // namespace ascend_kv
