@@ -14,6 +14,7 @@
 #include "csrc/rules/memory.h"
 #include "csrc/rules/reshape_and_cache.h"
 #include "csrc/rules/tensors.h"
+#include "csrc/rules/text.h"
 #include "csrc/rules/vllm_cache.h"
 
 namespace ascend_kv {
