@@ -23,6 +23,8 @@ from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blo
 from .api.transfer_ops import gather_blocks, scatter_blocks
 from .api.swap_batch import batch_memcpy, swap_blocks_batch
 from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
+from . import transfer
+from .transfer import allocate_transfer_caches, block_address_lists
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -39,7 +41,9 @@ __all__ = [
     "PagedCacheLoadParam",
     "ReshapeAndCacheOperation",
     "ReshapeAndCacheParam",
+    "allocate_transfer_caches",
     "batch_memcpy",
+    "block_address_lists",
     "block_copy",
     "copy_blocks",
     "copy_state_slots",
@@ -56,6 +60,7 @@ __all__ = [
     "state_slot_bytes",
     "swap_blocks",
     "swap_blocks_batch",
+    "transfer",
     "use_backend",
     "validate",
 ]
