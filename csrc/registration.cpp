@@ -200,8 +200,8 @@ TORCH_LIBRARY(ascend_kv, m)
           "int direction=-1) -> ()");
     m.def("batch_memcpy(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes) -> ()");
     // Reads host tables, writes nothing: the lists' lengths depend on the values (a Python fake).
-    m.def("block_ranges(Tensor src_bases, Tensor src_strides, Tensor src_lengths, Tensor src_ids, int src_blocks, "
-          "Tensor dst_bases, Tensor dst_strides, Tensor dst_lengths, Tensor dst_ids, int dst_blocks) "
+    m.def("block_ranges(Tensor src_bases, Tensor src_strides, Tensor src_lengths, Tensor src_block_ids, int src_blocks, "
+          "Tensor dst_bases, Tensor dst_strides, Tensor dst_lengths, Tensor dst_block_ids, int dst_blocks) "
           "-> (Tensor, Tensor, Tensor)");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("paged_cache_load.dequant(") + kLoadInputs + ", " + kLoadOptions + ", " + kDequantArgs +

@@ -21,11 +21,11 @@ at::Tensor HostTensor(const std::vector<int64_t>& values)
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> BlockRanges(
     const at::Tensor& src_bases, const at::Tensor& src_strides, const at::Tensor& src_lengths,
-    const at::Tensor& src_ids, int64_t src_blocks, const at::Tensor& dst_bases, const at::Tensor& dst_strides,
-    const at::Tensor& dst_lengths, const at::Tensor& dst_ids, int64_t dst_blocks)
+    const at::Tensor& src_block_ids, int64_t src_blocks, const at::Tensor& dst_bases, const at::Tensor& dst_strides,
+    const at::Tensor& dst_lengths, const at::Tensor& dst_block_ids, int64_t dst_blocks)
 {
-    const RangeLists lists = PlanBlockRanges(src_bases, src_strides, src_lengths, src_ids, src_blocks, dst_bases,
-                                             dst_strides, dst_lengths, dst_ids, dst_blocks);
+    const RangeLists lists = PlanBlockRanges(src_bases, src_strides, src_lengths, src_block_ids, src_blocks, dst_bases,
+                                             dst_strides, dst_lengths, dst_block_ids, dst_blocks);
     return {HostTensor(lists.src), HostTensor(lists.dst), HostTensor(lists.lengths)};
 }
 

@@ -37,7 +37,7 @@ BlockSide ReadSide(const char* side, const at::Tensor& bases, const at::Tensor& 
     rows = static_cast<int64_t>(s.bases.size());
     s.strides = Table(prefix + "_strides", strides, kRowDtypes, rows, "one per row, as src_bases");
     s.lengths = Table(prefix + "_lengths", lengths, kRowDtypes, rows, "one per row, as src_bases");
-    s.ids = Table(prefix + "_ids", ids, kIdDtypes, n, "one per block, as src_ids");
+    s.ids = Table(prefix + "_block_ids", ids, kIdDtypes, n, "one per block, as src_block_ids");
     n = static_cast<int64_t>(s.ids.size());
     s.blocks = blocks;
     TORCH_CHECK_VALUE(blocks >= 0, prefix, "_blocks must be >= 0, got ", blocks);
@@ -53,7 +53,7 @@ BlockSide ReadSide(const char* side, const at::Tensor& bases, const at::Tensor& 
                           " blocks of stride ", s.strides[r], " ends past the address space (", WideText(end), ")");
     }
     for (int64_t j = 0; j < n; ++j) {
-        TORCH_CHECK_VALUE(s.ids[j] >= 0 && s.ids[j] < blocks, prefix, "_ids[", j, "] = ", s.ids[j],
+        TORCH_CHECK_VALUE(s.ids[j] >= 0 && s.ids[j] < blocks, prefix, "_block_ids[", j, "] = ", s.ids[j],
                           " is out of range: the ", side, " side holds ", blocks, " blocks");
     }
     return s;
@@ -65,7 +65,7 @@ void RequireDistinct(const BlockSide& dst)
     std::unordered_map<int64_t, size_t> first;
     for (size_t j = 0; j < dst.ids.size(); ++j) {
         const auto [at, fresh] = first.emplace(dst.ids[j], j);
-        TORCH_CHECK_VALUE(fresh, "dst_ids[", j, "] = ", dst.ids[j], " repeats dst_ids[", at->second,
+        TORCH_CHECK_VALUE(fresh, "dst_block_ids[", j, "] = ", dst.ids[j], " repeats dst_block_ids[", at->second,
                           "]: a block can be the destination of one transfer only");
     }
 }
@@ -73,13 +73,13 @@ void RequireDistinct(const BlockSide& dst)
 }  // namespace
 
 RangeLists PlanBlockRanges(const at::Tensor& src_bases, const at::Tensor& src_strides,
-                           const at::Tensor& src_lengths, const at::Tensor& src_ids, int64_t src_blocks,
+                           const at::Tensor& src_lengths, const at::Tensor& src_block_ids, int64_t src_blocks,
                            const at::Tensor& dst_bases, const at::Tensor& dst_strides,
-                           const at::Tensor& dst_lengths, const at::Tensor& dst_ids, int64_t dst_blocks)
+                           const at::Tensor& dst_lengths, const at::Tensor& dst_block_ids, int64_t dst_blocks)
 {
-    const BlockSide src = ReadSide("src", src_bases, src_strides, src_lengths, src_ids, src_blocks, -1, -1);
+    const BlockSide src = ReadSide("src", src_bases, src_strides, src_lengths, src_block_ids, src_blocks, -1, -1);
     const auto rows = static_cast<int64_t>(src.bases.size()), n = static_cast<int64_t>(src.ids.size());
-    const BlockSide dst = ReadSide("dst", dst_bases, dst_strides, dst_lengths, dst_ids, dst_blocks, rows, n);
+    const BlockSide dst = ReadSide("dst", dst_bases, dst_strides, dst_lengths, dst_block_ids, dst_blocks, rows, n);
     for (int64_t r = 0; r < rows; ++r) {
         TORCH_CHECK_VALUE(dst.lengths[r] == src.lengths[r], "dst_lengths[", r, "] = ", dst.lengths[r],
                           " differs from src_lengths[", r, "] = ", src.lengths[r],
@@ -101,8 +101,8 @@ RangeLists PlanBlockRanges(const at::Tensor& src_bases, const at::Tensor& src_st
     const std::vector<ByteRange> sorted = SortedRanges(to, sizes);
     if (const size_t k = FirstOverlap(sorted); k < sorted.size()) {
         const size_t a = std::min(sorted[k - 1].index, sorted[k].index), b = std::max(sorted[k - 1].index, sorted[k].index);
-        TORCH_CHECK_VALUE(false, "dst_bases[", b / n, "] (block dst_ids[", b % n, "] = ", dst.ids[b % n], " at ", Hex(to[b]),
-                          ", ", sizes[b], " bytes) overlaps the destination of row ", a / n, "'s block dst_ids[",
+        TORCH_CHECK_VALUE(false, "dst_bases[", b / n, "] (block dst_block_ids[", b % n, "] = ", dst.ids[b % n], " at ", Hex(to[b]),
+                          ", ", sizes[b], " bytes) overlaps the destination of row ", a / n, "'s block dst_block_ids[",
                           a % n, "] = ", dst.ids[a % n], " (", Hex(to[a]), ", ", sizes[a],
                           " bytes): the destination rows overlap");
     }

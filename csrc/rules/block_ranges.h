@@ -27,8 +27,8 @@ struct RangeLists {
 /// geometry (each row's block as many bytes on both sides, within its stride), the ids (in range;
 /// destinations distinct) and the destination bytes (apart), then builds the merged lists.
 RangeLists PlanBlockRanges(const at::Tensor& src_bases, const at::Tensor& src_strides,
-                           const at::Tensor& src_lengths, const at::Tensor& src_ids, int64_t src_blocks,
+                           const at::Tensor& src_lengths, const at::Tensor& src_block_ids, int64_t src_blocks,
                            const at::Tensor& dst_bases, const at::Tensor& dst_strides,
-                           const at::Tensor& dst_lengths, const at::Tensor& dst_ids, int64_t dst_blocks);
+                           const at::Tensor& dst_lengths, const at::Tensor& dst_block_ids, int64_t dst_blocks);
 
 }  // namespace ascend_kv
