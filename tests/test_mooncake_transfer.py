@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -200,4 +201,23 @@ def test_a_killed_peer_is_an_error_within_the_timeout() -> None:
     with pytest.raises(TransferError):
         agent.pull(descriptor, torch.tensor([0, 1]), torch.tensor([0, 1]))
     assert time.monotonic() - start < 5.0 + 2.0
+    agent.close()
+
+
+def test_a_hung_peer_is_an_error_within_the_timeout() -> None:
+    """A peer stopped mid-serving (SIGSTOP: its sockets accept, nothing answers) fails the pull in time;
+    the staged case leaves the caches as they were."""
+    victim = Prefill()
+    agent = decode_agent("nd", layout="nz", timeout=3.0)
+    agent.pull(victim.descriptors["nd"], torch.tensor([0]), torch.tensor([0]))  # connected, then stopped
+    before = agent.caches.buffer.clone()
+    victim.process.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(TransferError, match="did not finish within 3.0 s"):
+            agent.pull(victim.descriptors["nd"], torch.tensor([1, 2]), torch.tensor([1, 2]))
+        assert time.monotonic() - start < 3.0 + 2.0
+        assert torch.equal(agent.caches.buffer, before)
+    finally:
+        victim.stop()  # the engine's blocked call then returns
     agent.close()
