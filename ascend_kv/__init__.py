@@ -60,7 +60,6 @@ __all__ = [
     "state_slot_bytes",
     "swap_blocks",
     "swap_blocks_batch",
-    "transfer",
     "use_backend",
     "validate",
 ]
