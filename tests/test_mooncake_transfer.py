@@ -158,6 +158,17 @@ def test_many_small_requests_register_once(prefill: Prefill) -> None:
     agent.close()
 
 
+def test_a_request_of_more_ranges_than_a_batch_goes_in_batches(prefill: Prefill,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other block: one range per (layer, K/V, block), 6 x 5 = 30 ranges in batches of 7."""
+    monkeypatch.setattr(ascend_kv.transfer.agent, "MAX_BATCH", 7)
+    agent = decode_agent("nd")
+    remote, local = [1, 3, 5, 7, 9], [20, 22, 24, 26, 28]
+    agent.pull(prefill.descriptors["nd"], torch.tensor(remote), torch.tensor(local))
+    assert_blocks_equal(agent, "nd", remote, local)
+    agent.close()
+
+
 def test_push_writes_the_peers_blocks(prefill: Prefill) -> None:
     """Decode-to-prefill is the same call the other way: pushed bytes pulled back are the pushed ones
     (into prefill blocks 28-29, which no other test reads)."""
@@ -200,7 +211,7 @@ def test_a_killed_peer_is_an_error_within_the_timeout() -> None:
     start = time.monotonic()
     with pytest.raises(TransferError):
         agent.pull(descriptor, torch.tensor([0, 1]), torch.tensor([0, 1]))
-    assert time.monotonic() - start < 5.0 + 2.0
+    assert time.monotonic() - start < 5.0 + 5.0
     agent.close()
 
 
@@ -208,15 +219,16 @@ def test_a_hung_peer_is_an_error_within_the_timeout() -> None:
     """A peer stopped mid-serving (SIGSTOP: its sockets accept, nothing answers) fails the pull in time;
     the staged case leaves the caches as they were."""
     victim = Prefill()
-    agent = decode_agent("nd", layout="nz", timeout=3.0)
+    agent = decode_agent("nd", layout="nz")
     agent.pull(victim.descriptors["nd"], torch.tensor([0]), torch.tensor([0]))  # connected, then stopped
+    agent.timeout = 3.0
     before = agent.caches.buffer.clone()
     victim.process.send_signal(signal.SIGSTOP)
     try:
         start = time.monotonic()
         with pytest.raises(TransferError, match="did not finish within 3.0 s"):
             agent.pull(victim.descriptors["nd"], torch.tensor([1, 2]), torch.tensor([1, 2]))
-        assert time.monotonic() - start < 3.0 + 2.0
+        assert time.monotonic() - start < 3.0 + 5.0  # the timeout, and a loaded machine's slack
         assert torch.equal(agent.caches.buffer, before)
     finally:
         victim.stop()  # the engine's blocked call then returns

@@ -6,7 +6,7 @@ fp16, 1 GiB; and a long-context request of 1024 blocks x 2 layers, also 1 GiB) o
 TCP transport on loopback: ``TransferAgent.pull`` (address lists built, checked, then one
 ``batch_transfer_sync_read``) against Mooncake's own ``batch_transfer_sync_read`` of the same merged
 ranges (target >= 0.9x), and against one range per (layer, K/V, block) as connectors move them
-without merging. Also: the host time to build a request's address lists against a Python loop
+without merging (in batches of 1,024: Mooncake's TCP transport refuses 4,096). Also: the host time to build a request's address lists against a Python loop
 building the same per-block list, and the regions a 64-layer model registers (target: a handful).
 Medians of interleaved rounds; needs the ``mooncake`` extra.
 """
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from ..transfer import CacheDescriptor, TransferAgent, allocate_transfer_caches, block_address_lists
+from ..transfer.agent import MAX_BATCH
 from .quant_bench import _medians
 
 HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
@@ -71,8 +72,10 @@ def request_rows(layers: int, blocks: int, warmup: int, repeats: int) -> dict[st
         engine = agent._engine
 
         def raw(lists: list[list[int]] | tuple[list[int], ...]) -> None:
-            if engine.batch_transfer_sync_read(remote.session, lists[1], lists[0], lists[2]) != 0:
-                raise RuntimeError("Mooncake's batch_transfer_sync_read failed")
+            for start in range(0, len(lists[2]), MAX_BATCH):  # TCP refuses batches of 4,096 ranges
+                part = slice(start, start + MAX_BATCH)
+                if engine.batch_transfer_sync_read(remote.session, lists[1][part], lists[0][part], lists[2][part]):
+                    raise RuntimeError("Mooncake's batch_transfer_sync_read failed")
 
         times = _medians({"agent": lambda: agent.pull(remote, ids, ids), "mooncake": lambda: raw(merged),
                           "unmerged": lambda: raw(unmerged)}, warmup, repeats)

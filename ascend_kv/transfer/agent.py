@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
+import time
 from typing import Any
 
 import torch
@@ -19,6 +20,8 @@ from .addresses import GEOMETRY, block_address_lists
 from .caches import TransferCaches, allocate_transfer_caches
 from .descriptor import CacheDescriptor
 
+#: Ranges per batch call: Mooncake's TCP transport refuses a batch of 4,096 (its lane queue is full).
+MAX_BATCH = 1024
 INSTALL_HINT = ("Mooncake's transfer engine is not installed: pip install ascend_kv[mooncake] (the wheel "
                 "mooncake-transfer-engine-non-cuda; on Ascend, mooncake-transfer-engine-npu), and on Debian or "
                 "Ubuntu the library it loads, libibverbs1 (scripts/system_packages.sh)")
@@ -177,29 +180,30 @@ class TransferAgent:
         return staging
 
     def _run(self, session: str, direction: str, ranges: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
-        """One batch transfer of the engine, within the timeout."""
+        """The ranges in batches of at most MAX_BATCH, all within the timeout."""
         src, dst, lengths = (t.tolist() for t in ranges)
         if direction == "read":  # Mooncake's order: local buffers, then the peer's addresses
             call, local, peer = self._engine.batch_transfer_sync_read, dst, src
         else:
             call, local, peer = self._engine.batch_transfer_sync_write, src, dst
-        if not lengths:
-            return
-        future = self._worker.submit(call, session, local, peer, lengths)
-        try:
-            status = future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            # The worker stays blocked in the engine: a new one serves the next transfer.
-            self._worker.shutdown(wait=False)
-            self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ascend_kv-transfer")
-            if self._staging is not None:
-                self._retired.append(self._staging)
-                self._staging = None
-            raise TransferError(f"the {direction} of {sum(lengths)} bytes from {session} did not finish within "
-                                f"{self.timeout} s (is the peer alive?)") from None
-        if status != 0:
-            raise TransferError(f"Mooncake's batch_transfer_sync_{direction} of {len(lengths)} ranges "
-                                f"({sum(lengths)} bytes) with {session} failed (status {status})")
+        deadline = time.monotonic() + self.timeout
+        for start in range(0, len(lengths), MAX_BATCH):
+            part = slice(start, start + MAX_BATCH)
+            future = self._worker.submit(call, session, local[part], peer[part], lengths[part])
+            try:
+                status = future.result(timeout=max(deadline - time.monotonic(), 0.0))
+            except concurrent.futures.TimeoutError:
+                # The worker stays blocked in the engine: a new one serves the next transfer.
+                self._worker.shutdown(wait=False)
+                self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ascend_kv-transfer")
+                if self._staging is not None:
+                    self._retired.append(self._staging)
+                    self._staging = None
+                raise TransferError(f"the {direction} of {sum(lengths)} bytes from {session} did not finish within "
+                                    f"{self.timeout} s (is the peer alive?)") from None
+            if status != 0:
+                raise TransferError(f"Mooncake's batch_transfer_sync_{direction} of {len(lengths[part])} ranges "
+                                    f"({sum(lengths[part])} bytes) with {session} failed (status {status})")
 
 
 def _head_slice(remote: CacheDescriptor, local: CacheDescriptor) -> slice:
