@@ -233,3 +233,13 @@ def test_a_hung_peer_is_an_error_within_the_timeout() -> None:
     finally:
         victim.stop()  # the engine's blocked call then returns
     agent.close()
+
+
+def test_import_ascend_kv_needs_no_mooncake_and_its_absence_says_how_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    done = subprocess.run([sys.executable, "-c", "import sys, ascend_kv; print('mooncake' in sys.modules)"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "mooncake.engine", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install ascend_kv\[mooncake\].*libibverbs1"):
+        decode_agent("nd")

@@ -28,8 +28,12 @@ HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
 READY = "descriptor:"
 
 
+#: Blocks each side holds beyond the request's: a request is never a whole cache (whose layers would merge).
+SPARE = 8
+
+
 def _caches(layers: int, blocks: int) -> TransferAgent:
-    caches = allocate_transfer_caches(layers, blocks, BLOCK_SIZE, HEADS, HEAD_SIZE, torch.float16)
+    caches = allocate_transfer_caches(layers, blocks + SPARE, BLOCK_SIZE, HEADS, HEAD_SIZE, torch.float16)
     caches.buffer.random_(0, 256)
     return TransferAgent(caches, timeout=120.0)
 
@@ -66,9 +70,9 @@ def request_rows(layers: int, blocks: int, warmup: int, repeats: int) -> dict[st
                 raise RuntimeError("the prefill process exited before its descriptor")
         remote = CacheDescriptor.from_json(line[len(READY):])
         agent = _caches(layers, blocks)
-        ids = torch.arange(blocks)
-        merged = [t.tolist() for t in block_address_lists(remote, agent.descriptor, ids, ids)]
-        unmerged = per_block_loop(remote, agent.descriptor, ids.tolist(), ids.tolist())
+        ids, remote_ids = torch.arange(blocks), torch.arange(SPARE, SPARE + blocks)  # the prefill's last blocks
+        merged = [t.tolist() for t in block_address_lists(remote, agent.descriptor, remote_ids, ids)]
+        unmerged = per_block_loop(remote, agent.descriptor, remote_ids.tolist(), ids.tolist())
         engine = agent._engine
 
         def raw(lists: list[list[int]] | tuple[list[int], ...]) -> None:
@@ -77,11 +81,11 @@ def request_rows(layers: int, blocks: int, warmup: int, repeats: int) -> dict[st
                 if engine.batch_transfer_sync_read(remote.session, lists[1][part], lists[0][part], lists[2][part]):
                     raise RuntimeError("Mooncake's batch_transfer_sync_read failed")
 
-        times = _medians({"agent": lambda: agent.pull(remote, ids, ids), "mooncake": lambda: raw(merged),
+        times = _medians({"agent": lambda: agent.pull(remote, remote_ids, ids), "mooncake": lambda: raw(merged),
                           "unmerged": lambda: raw(unmerged)}, warmup, repeats)
-        times.update(_medians({"lists": lambda: block_address_lists(remote, agent.descriptor, ids, ids),
-                               "loop": lambda: per_block_loop(remote, agent.descriptor, ids.tolist(), ids.tolist())},
-                              warmup, repeats))
+        times.update(_medians({"lists": lambda: block_address_lists(remote, agent.descriptor, remote_ids, ids),
+                               "loop": lambda: per_block_loop(remote, agent.descriptor, remote_ids.tolist(),
+                                                              ids.tolist())}, warmup, repeats))
         times["bytes"] = float(sum(merged[2]))
         times["ranges"], times["per-block ranges"] = float(len(merged[2])), float(len(unmerged[2]))
         agent.close()

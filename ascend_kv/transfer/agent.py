@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..api.arguments import nz_elements
 from ..api.transfer_ops import scatter_blocks
 from .addresses import GEOMETRY, block_address_lists
 from .caches import TransferCaches, allocate_transfer_caches
@@ -219,7 +220,7 @@ def _head_slice(remote: CacheDescriptor, local: CacheDescriptor) -> slice:
     if start < 0 or start + local.num_heads > remote.num_heads:
         raise ValueError(f"this side's heads [{local.head_start}, {local.head_start + local.num_heads}) are not "
                          f"among the peer's [{remote.head_start}, {remote.head_start + remote.num_heads})")
-    pieces = 32 // getattr(torch, remote.dtype).itemsize
+    pieces = nz_elements(getattr(torch, remote.dtype))
     if remote.layout == "nz" and local.num_heads != remote.num_heads and remote.head_size % pieces:
         raise ValueError(f"a part of an NZ block's heads needs head_size ({remote.head_size}) a multiple of "
                          f"{pieces} (an NZ piece)")

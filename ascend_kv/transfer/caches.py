@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..api import arguments as common
-from .descriptor import LAYOUTS, CacheDescriptor, Segment
+from .descriptor import LAYOUTS, CacheDescriptor, Segment, block_bytes
 
 #: HCCS registrations and huge pages: 2 MiB.
 DEFAULT_ALIGNMENT = 2 << 20
@@ -165,7 +165,7 @@ def allocate_transfer_caches(
     starts, total = {}, 0
     for name, (elem, shape) in shapes.items():
         starts[name] = total
-        total += _round_up(layers * nb * _bytes(elem, shape), align)
+        total += _round_up(layers * nb * block_bytes(elem, shape), align)
 
     raw = _allocate(total + align, torch.device(device), common.bool_argument("pin_memory", pin_memory))
     shift = (-raw.data_ptr()) % align
@@ -173,7 +173,7 @@ def allocate_transfer_caches(
     views: dict[str, list[torch.Tensor]] = {name: [] for name in ("key", "value", "key_scale", "value_scale")}
     segments = []
     for name, (elem, shape) in shapes.items():
-        block = _bytes(elem, shape)
+        block = block_bytes(elem, shape)
         for layer in range(layers):
             offset = starts[name] + layer * nb * block
             views[name].append(buffer[offset:offset + nb * block].view(elem).view(nb, *shape))
@@ -183,13 +183,6 @@ def allocate_transfer_caches(
                                  model_heads, rank, sizes["tp_size"], str(buffer.device), tuple(segments),
                                  ((buffer.data_ptr(), total),))
     return TransferCaches(views["key"], views["value"], views["key_scale"], views["value_scale"], buffer, descriptor)
-
-
-def _bytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
-    count = dtype.itemsize
-    for size in shape:
-        count *= size
-    return count
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -16,6 +16,14 @@ LAYOUTS = ("nd", "hnd", "nz")
 SEGMENTS = ("key", "value", "key_scale", "value_scale")
 
 
+def block_bytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    """Bytes of one block of ``shape`` elements of ``dtype``."""
+    count = dtype.itemsize
+    for size in shape:
+        count *= size
+    return count
+
+
 @dataclass(frozen=True)
 class Segment:
     """One kind of cache of every layer (K, V, or a scale cache), block-indexed.
@@ -44,10 +52,7 @@ class Segment:
     @property
     def block_bytes(self) -> int:
         """Bytes of one block: ``prod(block_shape) * itemsize``."""
-        count = 1
-        for size in self.block_shape:
-            count *= size
-        return count * getattr(torch, self.dtype).itemsize
+        return block_bytes(getattr(torch, self.dtype), self.block_shape)
 
 
 @dataclass(frozen=True)
@@ -147,9 +152,9 @@ def validate(d: CacheDescriptor) -> None:
     """``ValueError`` naming the first field of ``d`` that no transfer-ready allocation has."""
     for name in ("num_layers", "num_blocks", "block_size", "num_heads", "head_size", "head_start", "total_heads",
                  "tp_rank", "tp_size"):
-        value = getattr(d, name)
-        if type(value) is not int or value < (0 if name in ("head_start", "tp_rank", "num_blocks") else 1):
-            raise ValueError(f"descriptor.{name} must be a {'non-negative' if name in ('head_start', 'tp_rank', 'num_blocks') else 'positive'} int, got {value!r}")
+        value, zero = getattr(d, name), name in ("head_start", "tp_rank", "num_blocks")
+        if type(value) is not int or value < (0 if zero else 1):
+            raise ValueError(f"descriptor.{name} must be a {'non-negative' if zero else 'positive'} int, got {value!r}")
     if d.layout not in LAYOUTS:
         raise ValueError(f"descriptor.layout must be one of {LAYOUTS}, got {d.layout!r}")
     if not isinstance(getattr(torch, str(d.dtype), None), torch.dtype):

@@ -1,6 +1,7 @@
 #include "csrc/rules/block_ranges.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 
@@ -86,19 +87,29 @@ RangeLists PlanBlockRanges(const at::Tensor& src_bases, const at::Tensor& src_st
                           ": a block must be as many bytes on both sides (the two memories' geometry differ)");
     }
     RequireDistinct(dst);
-    // Every (row, block) item; then sorted by destination, where only neighbours can overlap or merge.
-    std::vector<int64_t> from, to, sizes;
-    from.reserve(rows * n);
-    to.reserve(rows * n);
-    sizes.reserve(rows * n);
-    for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < n; ++j) {
-            from.push_back(src.bases[r] + src.ids[j] * src.strides[r]);
-            to.push_back(dst.bases[r] + dst.ids[j] * dst.strides[r]);
-            sizes.push_back(src.lengths[r]);
+    // Every (row, block) item, item r * n + j; generated rows by destination base and blocks by
+    // destination id, so a usual request comes out sorted by destination and needs no sort.
+    std::vector<int64_t> from(rows * n), to(rows * n), sizes(rows * n);
+    std::vector<int64_t> row_order(rows), block_order(n);
+    std::iota(row_order.begin(), row_order.end(), 0);
+    std::iota(block_order.begin(), block_order.end(), 0);
+    std::sort(row_order.begin(), row_order.end(), [&](int64_t a, int64_t b) { return dst.bases[a] < dst.bases[b]; });
+    std::sort(block_order.begin(), block_order.end(), [&](int64_t a, int64_t b) { return dst.ids[a] < dst.ids[b]; });
+    std::vector<ByteRange> sorted;
+    sorted.reserve(rows * n);
+    for (const int64_t r : row_order) {
+        for (const int64_t j : block_order) {
+            const int64_t i = r * n + j;
+            from[i] = src.bases[r] + src.ids[j] * src.strides[r];
+            to[i] = dst.bases[r] + dst.ids[j] * dst.strides[r];
+            sizes[i] = src.lengths[r];
+            if (sizes[i] > 0) {
+                const auto first = static_cast<uint64_t>(to[i]);
+                sorted.push_back({first, first + static_cast<uint64_t>(sizes[i]), static_cast<size_t>(i)});
+            }
         }
     }
-    const std::vector<ByteRange> sorted = SortedRanges(to, sizes);
+    SortByStart(sorted);
     if (const size_t k = FirstOverlap(sorted); k < sorted.size()) {
         const size_t a = std::min(sorted[k - 1].index, sorted[k].index), b = std::max(sorted[k - 1].index, sorted[k].index);
         TORCH_CHECK_VALUE(false, "dst_bases[", b / n, "] (block dst_block_ids[", b % n, "] = ", dst.ids[b % n], " at ", Hex(to[b]),

@@ -14,10 +14,18 @@ std::vector<ByteRange> SortedRanges(const std::vector<int64_t>& starts, const st
             ranges.push_back({first, first + static_cast<uint64_t>(sizes[i]), i});
         }
     }
-    std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) {
-        return a.first != b.first ? a.first < b.first : a.index < b.index;
-    });
+    SortByStart(ranges);
     return ranges;
+}
+
+void SortByStart(std::vector<ByteRange>& ranges)
+{
+    const auto before = [](const ByteRange& a, const ByteRange& b) {
+        return a.first != b.first ? a.first < b.first : a.index < b.index;
+    };
+    if (!std::is_sorted(ranges.begin(), ranges.end(), before)) {
+        std::sort(ranges.begin(), ranges.end(), before);
+    }
 }
 
 size_t FirstOverlap(const std::vector<ByteRange>& sorted)

@@ -18,6 +18,9 @@ struct ByteRange {
 /// The non-empty ranges (starts[i], sizes[i]) sorted by start, then by index.
 std::vector<ByteRange> SortedRanges(const std::vector<int64_t>& starts, const std::vector<int64_t>& sizes);
 
+/// `ranges` sorted by start, then by index (no work when they already are).
+void SortByStart(std::vector<ByteRange>& ranges);
+
 /// The position k in `sorted` (SortedRanges) of the first range that meets an earlier one, which
 /// is then range k - 1 (the ranges before k are apart), or sorted.size() when all are apart.
 size_t FirstOverlap(const std::vector<ByteRange>& sorted);
