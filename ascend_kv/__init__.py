@@ -23,7 +23,7 @@ from .api.block_ops import BlockCopyOperation, block_copy, copy_blocks, swap_blo
 from .api.transfer_ops import gather_blocks, scatter_blocks
 from .api.swap_batch import batch_memcpy, swap_blocks_batch
 from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
-from . import transfer
+from . import transfer  # noqa: F401  (ascend_kv.transfer: the agent, descriptors)
 from .transfer import allocate_transfer_caches, block_address_lists
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 

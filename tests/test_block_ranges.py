@@ -61,10 +61,10 @@ def operator_tables(rows: int = 2, blocks: int = 4, length: int = 64, stride: in
     """Two host memories' tables for block_ranges: rows apart, ``blocks`` blocks per row."""
     base = lambda start: torch.arange(rows, dtype=torch.int64) * blocks * stride + start
     full = lambda value: torch.full((rows,), value, dtype=torch.int64)
-    return dict(src_bases=base(1 << 20), src_strides=full(stride), src_lengths=full(length),
-                src_block_ids=torch.tensor([0, 1]), src_blocks=blocks, dst_bases=base(1 << 30),
-                dst_strides=full(stride), dst_lengths=full(length), dst_block_ids=torch.tensor([2, 3]),
-                dst_blocks=blocks)
+    return {"src_bases": base(1 << 20), "src_strides": full(stride), "src_lengths": full(length),
+                "src_block_ids": torch.tensor([0, 1]), "src_blocks": blocks, "dst_bases": base(1 << 30),
+                "dst_strides": full(stride), "dst_lengths": full(length), "dst_block_ids": torch.tensor([2, 3]),
+                "dst_blocks": blocks}
 
 
 def call(tables: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -72,22 +72,22 @@ def call(tables: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("change", "error", "message"), [
-    (dict(src_block_ids=torch.tensor([0, 4])), ValueError, r"src_block_ids\[1\] = 4 is out of range: the src side holds 4 blocks"),
-    (dict(src_block_ids=torch.tensor([-1, 0])), ValueError, r"src_block_ids\[0\] = -1 is out of range"),
-    (dict(dst_block_ids=torch.tensor([2, 4])), ValueError, r"dst_block_ids\[1\] = 4 is out of range: the dst side holds 4 blocks"),
-    (dict(dst_block_ids=torch.tensor([3, 3])), ValueError, r"dst_block_ids\[1\] = 3 repeats dst_block_ids\[0\]"),
-    (dict(dst_lengths=torch.tensor([64, 32])), ValueError, r"dst_lengths\[1\] = 32 differs from src_lengths\[1\] = 64"),
-    (dict(src_strides=torch.tensor([64, 63])), ValueError, r"src_strides\[1\] = 63 must be at least the block's 64 bytes"),
-    (dict(dst_bases=torch.tensor([1 << 30, (1 << 30) + 64])), ValueError,
+    ({"src_block_ids": torch.tensor([0, 4])}, ValueError, r"src_block_ids\[1\] = 4 is out of range: the src side holds 4 blocks"),
+    ({"src_block_ids": torch.tensor([-1, 0])}, ValueError, r"src_block_ids\[0\] = -1 is out of range"),
+    ({"dst_block_ids": torch.tensor([2, 4])}, ValueError, r"dst_block_ids\[1\] = 4 is out of range: the dst side holds 4 blocks"),
+    ({"dst_block_ids": torch.tensor([3, 3])}, ValueError, r"dst_block_ids\[1\] = 3 repeats dst_block_ids\[0\]"),
+    ({"dst_lengths": torch.tensor([64, 32])}, ValueError, r"dst_lengths\[1\] = 32 differs from src_lengths\[1\] = 64"),
+    ({"src_strides": torch.tensor([64, 63])}, ValueError, r"src_strides\[1\] = 63 must be at least the block's 64 bytes"),
+    ({"dst_bases": torch.tensor([1 << 30, (1 << 30) + 64])}, ValueError,
      r"dst_bases\[1\] \(block dst_block_ids\[0\] = 2 .* overlaps the destination of row 0's block dst_block_ids\[1\] = 3"),
-    (dict(dst_block_ids=torch.tensor([2])), ValueError, r"dst_block_ids must have 2 entries \(one per block, as src_block_ids\), got 1"),
-    (dict(dst_bases=torch.tensor([1 << 30])), ValueError, r"dst_bases must have 2 entries \(one per row, as src_bases\), got 1"),
-    (dict(src_bases=torch.tensor([-64, 0])), ValueError, r"src_bases\[0\] = -64 must be an address"),
-    (dict(src_blocks=-1, src_block_ids=torch.tensor([], dtype=torch.int64), dst_block_ids=torch.tensor([], dtype=torch.int64)),
+    ({"dst_block_ids": torch.tensor([2])}, ValueError, r"dst_block_ids must have 2 entries \(one per block, as src_block_ids\), got 1"),
+    ({"dst_bases": torch.tensor([1 << 30])}, ValueError, r"dst_bases must have 2 entries \(one per row, as src_bases\), got 1"),
+    ({"src_bases": torch.tensor([-64, 0])}, ValueError, r"src_bases\[0\] = -64 must be an address"),
+    ({"src_blocks": -1, "src_block_ids": torch.tensor([], dtype=torch.int64), "dst_block_ids": torch.tensor([], dtype=torch.int64)},
      ValueError, "src_blocks must be >= 0, got -1"),
-    (dict(src_lengths=torch.tensor([64, 64], dtype=torch.int32)), TypeError, "src_lengths"),
-    (dict(src_block_ids=torch.tensor([0.0, 1.0])), TypeError, "src_block_ids"),
-    (dict(dst_bases=torch.zeros(2, 1, dtype=torch.int64)), ValueError, "dst_bases must be a 1-D tensor"),
+    ({"src_lengths": torch.tensor([64, 64], dtype=torch.int32)}, TypeError, "src_lengths"),
+    ({"src_block_ids": torch.tensor([0.0, 1.0])}, TypeError, "src_block_ids"),
+    ({"dst_bases": torch.zeros(2, 1, dtype=torch.int64)}, ValueError, "dst_bases must be a 1-D tensor"),
 ])
 def test_each_rule_names_the_table_and_entry(change: dict, error: type, message: str) -> None:
     tables = operator_tables()
@@ -96,9 +96,9 @@ def test_each_rule_names_the_table_and_entry(change: dict, error: type, message:
         call(tables)
 
 
-@pytest.mark.parametrize("change", [dict(src_block_ids=torch.tensor([0, 3])), dict(dst_block_ids=torch.tensor([0, 3])),
-                                    dict(src_strides=torch.tensor([64, 64])),
-                                    dict(dst_bases=torch.tensor([1 << 30, (1 << 30) + 4 * 64]))])
+@pytest.mark.parametrize("change", [{"src_block_ids": torch.tensor([0, 3])}, {"dst_block_ids": torch.tensor([0, 3])},
+                                    {"src_strides": torch.tensor([64, 64])},
+                                    {"dst_bases": torch.tensor([1 << 30, (1 << 30) + 4 * 64])}])
 def test_the_last_accepted_values(change: dict) -> None:
     """The highest ids, a stride equal to the block, destination rows that just touch."""
     tables = operator_tables()
@@ -109,7 +109,7 @@ def test_the_last_accepted_values(change: dict) -> None:
 def test_rows_that_touch_merge_across_rows() -> None:
     tables = operator_tables()
     tables.update(dst_block_ids=torch.tensor([0, 1]), src_block_ids=torch.tensor([0, 1]))
-    src, dst, lengths = call(tables)
+    _src, _dst, lengths = call(tables)
     assert lengths.tolist() == [2 * 64, 2 * 64]  # row 1 starts 4 blocks on: apart from row 0's block 1
     tables.update(src_blocks=2, dst_blocks=2, src_bases=torch.tensor([1 << 20, (1 << 20) + 128]),
                   dst_bases=torch.tensor([1 << 30, (1 << 30) + 128]))

@@ -71,25 +71,25 @@ def test_the_descriptor_says_the_tp_rank_and_its_heads() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (dict(num_layers=0), "num_layers must be >= 1, got 0"),
-    (dict(tp_rank=2, tp_size=2), r"tp_rank must be in \[0, tp_size = 2\), got 2"),
-    (dict(head_start=7, total_heads=8), "head_start = 7 with num_heads = 2 must lie in the model's total_heads = 8"),
-    (dict(alignment=48), "alignment must be a power of two, got 48"),
-    (dict(layout="nz", block_size=8), r"block_size \(8\) a multiple of 16"),
-    (dict(layout="nhd"), "layout must be one of"),
-    (dict(pin_memory=True), "pin_memory=True needs an accelerator runtime"),
+    ({"num_layers": 0}, "num_layers must be >= 1, got 0"),
+    ({"tp_rank": 2, "tp_size": 2}, r"tp_rank must be in \[0, tp_size = 2\), got 2"),
+    ({"head_start": 7, "total_heads": 8}, "head_start = 7 with num_heads = 2 must lie in the model's total_heads = 8"),
+    ({"alignment": 48}, "alignment must be a power of two, got 48"),
+    ({"layout": "nz", "block_size": 8}, r"block_size \(8\) a multiple of 16"),
+    ({"layout": "nhd"}, "layout must be one of"),
+    ({"pin_memory": True}, "pin_memory=True needs an accelerator runtime"),
 ])
 def test_bad_arguments_name_themselves(options: dict, message: str) -> None:
-    arguments = dict(num_layers=1, num_blocks=2, block_size=16, num_heads=2, head_size=16)
+    arguments = {"num_layers": 1, "num_blocks": 2, "block_size": 16, "num_heads": 2, "head_size": 16}
     arguments.update(options)
     with pytest.raises(ValueError, match=message):
         allocate_transfer_caches(**arguments)
 
 
-@pytest.mark.parametrize("options", [dict(num_layers=1), dict(tp_rank=1, tp_size=2), dict(head_start=6, total_heads=8),
-                                     dict(alignment=1), dict(layout="nz", block_size=16)])
+@pytest.mark.parametrize("options", [{"num_layers": 1}, {"tp_rank": 1, "tp_size": 2}, {"head_start": 6, "total_heads": 8},
+                                     {"alignment": 1}, {"layout": "nz", "block_size": 16}])
 def test_the_last_accepted_values(options: dict) -> None:
-    arguments = dict(num_layers=1, num_blocks=2, block_size=16, num_heads=2, head_size=16)
+    arguments = {"num_layers": 1, "num_blocks": 2, "block_size": 16, "num_heads": 2, "head_size": 16}
     arguments.update(options)
     allocate_transfer_caches(**arguments)
 

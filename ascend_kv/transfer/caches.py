@@ -150,9 +150,9 @@ def allocate_transfer_caches(
     align = common.int_argument("alignment", alignment)
     if align < 1 or align & (align - 1):
         raise ValueError(f"alignment must be a power of two, got {align}")
-    for name, value in (("dtype", dtype), ("scale_dtype", scale_dtype)):
-        if value is not None and not isinstance(value, torch.dtype):
-            raise TypeError(f"{name} must be a torch.dtype, got {common.describe(value)}")
+    for name, given in (("dtype", dtype), ("scale_dtype", scale_dtype)):
+        if given is not None and not isinstance(given, torch.dtype):
+            raise TypeError(f"{name} must be a torch.dtype, got {common.describe(given)}")
     layers, nb, bs, d = sizes["num_layers"], sizes["num_blocks"], sizes["block_size"], sizes["head_size"]
 
     shapes = {"key": (dtype, block_shape(layout, bs, heads, d, dtype))}

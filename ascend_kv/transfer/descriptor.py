@@ -1,6 +1,9 @@
 """What another process needs to know of a process's KV caches to move their blocks: the
 descriptor of :func:`~ascend_kv.transfer.allocate_transfer_caches`, serialisable as JSON
 (docs/semantics.md §17.1).
+
+Text that is not a descriptor is a ``ValueError`` whatever is wrong in it (a wrong JSON type too,
+as ``json.loads`` raises).
 """
 
 from __future__ import annotations
