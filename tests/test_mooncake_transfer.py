@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import fake_npu
 import pytest
 import torch
 import transfer_peer as peer
@@ -243,3 +244,24 @@ def test_import_ascend_kv_needs_no_mooncake_and_its_absence_says_how_to_install(
     monkeypatch.setitem(sys.modules, "mooncake.engine", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install ascend_kv\[mooncake\].*libibverbs1"):
         decode_agent("nd")
+
+
+@pytest.mark.filterwarnings("ignore::ascend_kv.FallbackWarning")  # no kernel library here: the device fallback
+def test_pull_into_npu_caches_relays_out_on_the_device(prefill: Prefill) -> None:
+    """Decode caches in (fake) NPU memory: the staging buffer is on the device too, and the one
+    scatter_blocks per segment runs there; the bytes are the prefill's."""
+    fake_npu.install()
+    caches = allocate_transfer_caches(peer.LAYERS, peer.BLOCKS, peer.BLOCK_SIZE, peer.HEADS, peer.HEAD_SIZE,
+                                      layout="nz", device="npu:0")
+    assert caches.descriptor.device == "npu:0" and caches.key_caches[0].device.type == "npu"
+    caches.buffer.zero_()
+    agent = TransferAgent(caches, timeout=10.0)
+    agent.pull(prefill.descriptors["nd"], torch.tensor([4, 5]), torch.tensor([9, 3]))
+    assert agent._staging is not None and agent._staging.buffer.device.type == "npu"
+    expected = peer.prefill_caches("nd")
+    for name in ("key", "value"):
+        for layer in range(peer.LAYERS):
+            got = peer.blocks_nd(caches.caches(name)[layer].cpu(), "nz", torch.tensor([9, 3]))
+            want = peer.blocks_nd(expected.caches(name)[layer], "nd", torch.tensor([4, 5]))
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    agent.close()
