@@ -25,6 +25,8 @@ from .api.swap_batch import batch_memcpy, swap_blocks_batch
 from .api.gather_cache import gather_cache
 from .api.state_ops import copy_state_slots, gather_state_slots, scatter_state_slots, state_slot_bytes
 from .api.sparse_ops import scatter_nd_update
+from . import transfer  # noqa: F401  (ascend_kv.transfer: the agent, descriptors)
+from .transfer import allocate_transfer_caches, block_address_lists
 from .api.params import BlockCopyParam, KvCacheCfg, KVCacheParam, PagedCacheLoadParam, ReshapeAndCacheParam
 
 __version__ = "0.1.0"
@@ -41,7 +43,9 @@ __all__ = [
     "PagedCacheLoadParam",
     "ReshapeAndCacheOperation",
     "ReshapeAndCacheParam",
+    "allocate_transfer_caches",
     "batch_memcpy",
+    "block_address_lists",
     "block_copy",
     "copy_blocks",
     "copy_state_slots",

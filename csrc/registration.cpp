@@ -221,6 +221,10 @@ TORCH_LIBRARY(ascend_kv, m)
     m.def("swap_blocks_batch(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes, bool is_src_access_order_any=False, "
           "int direction=-1) -> ()");
     m.def("batch_memcpy(Tensor src_ptrs, Tensor dst_ptrs, Tensor sizes) -> ()");
+    // Reads host tables, writes nothing: the lists' lengths depend on the values (a Python fake).
+    m.def("block_ranges(Tensor src_bases, Tensor src_strides, Tensor src_lengths, Tensor src_block_ids, int src_blocks, "
+          "Tensor dst_bases, Tensor dst_strides, Tensor dst_lengths, Tensor dst_block_ids, int dst_blocks) "
+          "-> (Tensor, Tensor, Tensor)");
     m.def((std::string("paged_cache_load(") + kLoadInputs + ", " + kLoadOptions + ") -> (Tensor, Tensor)").c_str());
     m.def((std::string("paged_cache_load.dequant(") + kLoadInputs + ", " + kLoadOptions + ", " + kDequantArgs +
            ") -> (Tensor, Tensor)").c_str());
@@ -279,6 +283,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, CompositeExplicitAutograd, m)
     m.impl("vllm_cp_gather_indexer_k_quant_cache", &VllmCpGatherIndexerKQuantCache);
     m.impl("convert_fp8", &ConvertFp8Op);
     m.impl("gather_cache", &GatherCache);
+    m.impl("block_ranges", &BlockRanges);
     for (const Schema& s : Writers()) {
         std::string name = s.name, overload;
         if (const size_t dot = name.find('.'); dot != std::string::npos) {
@@ -328,6 +333,7 @@ TORCH_LIBRARY_IMPL(ascend_kv, Autograd, m)
     m.impl("paged_cache_load", torch::CppFunction::makeFallthrough());
     m.impl("swap_blocks_batch", torch::CppFunction::makeFallthrough());
     m.impl("batch_memcpy", torch::CppFunction::makeFallthrough());
+    m.impl("block_ranges", torch::CppFunction::makeFallthrough());
     m.impl("paged_cache_load.dequant", torch::CppFunction::makeFallthrough());
     for (const Schema& s : Writers()) {
         m.impl(s.name, torch::CppFunction::makeFallthrough());

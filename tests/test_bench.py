@@ -485,3 +485,10 @@ def test_quant_bench_runs_its_three_rows(capsys: pytest.CaptureFixture[str]) -> 
     assert bench.main(["--quant", "--tiny", "--warmup", "0", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("(target <= 0.6x)") == 2 and out.count("(target >= 0.8x)") == 1
+
+
+def test_transfer_bench_runs_its_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ascend-kv bench --transfer --tiny``: a pull between two processes, against Mooncake alone and unmerged."""
+    assert bench.main(["--transfer", "--tiny", "--warmup", "0", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(target >= 0.9x)") == 2 and "registered regions, 64 layers with K/V and scale caches: 1" in out

@@ -273,7 +273,8 @@ def test_bench_overhead_is_a_mode_of_bench(capsys: pytest.CaptureFixture[str]) -
 def test_every_public_operation_is_listed_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     """policy.FUNCTIONS is every public operation (the lower-case callables of ascend_kv that take tensors), and
     ``ascend-kv --help`` names each."""
-    helpers = {"explain", "use_backend", "validate", "nd_to_nz", "nz_to_nd", "state_slot_bytes"}
+    helpers = {"explain", "use_backend", "validate", "nd_to_nz", "nz_to_nd", "state_slot_bytes",
+               "allocate_transfer_caches"}
     public = {name for name in ascend_kv.__all__ if name.islower() and name not in helpers}
     assert set(policy.FUNCTIONS) == public
     with pytest.raises(SystemExit):

@@ -206,16 +206,17 @@ def test_every_operator_and_overload_has_an_opcheck_test() -> None:
     (the underscored ones are the library's own plumbing; the functional_* twins are the compile
     rule's, run by the compile tests; the quantizing overloads' are in tests/test_quant.py, the state
     caches' in tests/test_state_slots.py, test_state_transfer.py and test_batch_memcpy.py,
-    scatter_nd_update's in tests/test_scatter_nd.py, vLLM's cache ops' in tests/test_vllm_cache_ops.py)."""
+    scatter_nd_update's in tests/test_scatter_nd.py, vLLM's cache ops' in tests/test_vllm_cache_ops.py,
+    block_ranges' in tests/test_block_ranges.py)."""
     tested = {"kv_cache.default", "kv_cache.layer_tensor", "paged_cache_load.default", "paged_cache_load.into",
               "reshape_and_cache.default", "reshape_and_cache.quant", "paged_cache_load.dequant",
               "paged_cache_load.dequant_into", "block_copy.default", "copy_blocks.default", "swap_blocks.default",
               "swap_blocks.bytes", "swap_blocks_batch.default", "gather_blocks.default", "scatter_blocks.default",
               "copy_state_slots.default", "gather_state_slots.default", "scatter_state_slots.default",
               "batch_memcpy.default", "scatter_nd_update.default", "vllm_reshape_and_cache.default",
-              "vllm_reshape_and_cache_flash.default", "convert_fp8.default", "gather_cache.default", "vllm_concat_and_cache_mla.default",
-              "concat_mla_q.default", "vllm_indexer_k_quant_and_cache.default",
-              "vllm_cp_gather_indexer_k_quant_cache.default"}
+              "vllm_reshape_and_cache_flash.default", "convert_fp8.default", "gather_cache.default",
+              "vllm_concat_and_cache_mla.default", "concat_mla_q.default", "vllm_indexer_k_quant_and_cache.default",
+              "vllm_cp_gather_indexer_k_quant_cache.default", "block_ranges.default"}
     public = {f"{name}.{overload}" for name in dir(OPS) if not name.startswith(("_", "functional_"))
               and isinstance(getattr(OPS, name), torch._ops.OpOverloadPacket)
               for overload in getattr(OPS, name).overloads()}

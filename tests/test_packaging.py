@@ -30,7 +30,7 @@ def test_wheel_holds_only_the_ascend_kv_package(tmp_path: Path) -> None:
                for p in (ROOT / folder).rglob("*") if p.suffix in (".h", ".cpp") and "tests" not in p.parts]
     assert sources and {f"ascend_kv/_sources/{path}" for path in sources} <= set(names)
     assert "ascend_kv/py.typed" in names
-    assert {"ascend_kv/compat/torch_npu.py", "ascend_kv/testing.py"} <= set(names)
+    assert {"ascend_kv/compat/torch_npu.py", "ascend_kv/testing.py", "ascend_kv/transfer/agent.py"} <= set(names)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[pytest11]" in text and "ascend_kv.testing = ascend_kv.testing" in text

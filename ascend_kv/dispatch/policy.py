@@ -51,7 +51,7 @@ _OP_NAMES = {"kv_cache": "KVCacheOperation", "paged_cache_load": "PagedCacheLoad
 #: :func:`explain` knows are those above, the others move bytes with no backend choice.
 FUNCTIONS = ("kv_cache", "paged_cache_load", "reshape_and_cache", "block_copy", "copy_blocks", "swap_blocks",
              "swap_blocks_batch", "gather_blocks", "scatter_blocks", "copy_state_slots", "gather_state_slots",
-             "scatter_state_slots", "batch_memcpy", "scatter_nd_update", "gather_cache")
+             "scatter_state_slots", "batch_memcpy", "scatter_nd_update", "gather_cache", "block_address_lists")
 
 #: The reasons a FallbackWarning was given for (once each).
 _warned: set[str] = set()

@@ -9,8 +9,8 @@ Python has (docs/architecture.md):
   ``_environment`` (the settings' environment variables), ``_decide`` (the dispatch policy:
   support matrix, SoC, kernel library, warnings and errors) and ``_storage_format`` (an NPU
   tensor's storage format, from torch_npu, where no C++ hook tells it);
-- the fake of the allocating ``paged_cache_load``, whose row count is data-dependent (an
-  unbacked size, which C++ cannot make);
+- the fakes of the allocating ``paged_cache_load`` and of ``block_ranges``, whose lengths are
+  data-dependent (an unbacked size, which C++ cannot make);
 - the compile rule (:mod:`.functionalization`), imported and registered the first time a call is
   traced, not by ``import ascend_kv``.
 """
@@ -79,6 +79,7 @@ def _register_python_parts() -> None:
     torch.fx.node.has_side_effect(torch.ops.ascend_kv.swap_blocks_batch.default)
     torch.fx.node.has_side_effect(torch.ops.ascend_kv.batch_memcpy.default)
     torch.library.register_fake(f"{NAMESPACE}::paged_cache_load.dequant", _allocating_dequant_fake)
+    torch.library.register_fake(f"{NAMESPACE}::block_ranges", _block_ranges_fake)
 
 
 def _allocating_load_fake(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor,
@@ -109,6 +110,12 @@ def _allocating_dequant_fake(key_cache: torch.Tensor, value_cache: torch.Tensor,
         key_cache, value_cache, block_table, context_lens, kv_cache_cfg, cumsum, seq_starts, zero_fill, *quant, 0)
     rows = torch.library.get_ctx().new_dynamic_size(min=0, max=INT32_MAX)
     return key.new_empty((rows, *key.shape[1:])), value.new_empty((rows, *value.shape[1:]))
+
+
+def _block_ranges_fake(src_bases: torch.Tensor, *tables: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three int64 lists of a length known only once the tables are read (their ranges merged)."""
+    ranges = torch.library.get_ctx().new_dynamic_size()
+    return tuple(src_bases.new_empty((ranges,), dtype=torch.int64) for _ in range(3))  # type: ignore[return-value]
 
 
 def cache_dtypes() -> tuple[torch.dtype, ...]:

@@ -745,6 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quant", action="store_true",
                         help="instead: quantized caches against the callers' two-op composition and copy_; its own "
                              "options: ascend-kv bench --quant --help")
+    parser.add_argument("--transfer", action="store_true",
+                        help="instead: a prefill-to-decode pull between two processes on Mooncake (the mooncake "
+                             "extra) against Mooncake alone; its own options: ascend-kv bench --transfer --help")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the host cost of one call on tiny calls, against a bare index_copy_, on the "
                              "CPU and the fake NPU; its own options: ascend-kv bench --overhead --help")
@@ -773,6 +776,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import quant_bench
 
         return quant_bench.main([arg for arg in argv if arg != "--quant"])
+    if "--transfer" in argv:
+        from . import transfer_bench
+
+        return transfer_bench.main([arg for arg in argv if arg != "--transfer"])
     args = build_parser().parse_args(argv)
     default_threads = torch.get_num_threads()
     try:

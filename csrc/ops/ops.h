@@ -129,6 +129,11 @@ void SwapBlocksBatchMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs,
 /// batch_memcpy (docs/semantics.md §14.3): the tables on the host (checked) or on a device (read there).
 void BatchMemcpy(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
 void BatchMemcpyMeta(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, const at::Tensor& sizes);
+/// block_ranges (docs/semantics.md §17.2): a block transfer's merged address lists, from host tables.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> BlockRanges(
+    const at::Tensor& src_bases, const at::Tensor& src_strides, const at::Tensor& src_lengths,
+    const at::Tensor& src_block_ids, int64_t src_blocks, const at::Tensor& dst_bases, const at::Tensor& dst_strides,
+    const at::Tensor& dst_lengths, const at::Tensor& dst_block_ids, int64_t dst_blocks);
 void SwapBlockBytes(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,
                     const at::Tensor& block_mapping);
 void SwapBlockBytesMeta(const at::Tensor& src, const at::Tensor& dst, int64_t block_size_in_bytes,

@@ -1,10 +1,10 @@
 #include "csrc/rules/swap_batch.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <iterator>
 #include <string>
 
+#include "csrc/rules/byte_ranges.h"
 #include "csrc/rules/index_values.h"
 #include "csrc/rules/tensors.h"
 #include "csrc/rules/text.h"
@@ -30,56 +30,26 @@ void RequireLengths(const at::Tensor& src_ptrs, const at::Tensor& dst_ptrs, cons
                       sizes.sym_size(0));
 }
 
-std::string Hex(int64_t address)
-{
-    char text[24];
-    std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(address));
-    return text;
-}
-
-/// A non-empty byte range [first, end) of copy `index`.
-struct Range {
-    uint64_t first, end;
-    size_t index;
-};
-
-std::vector<Range> Ranges(const std::vector<int64_t>& starts, const std::vector<int64_t>& sizes)
-{
-    std::vector<Range> ranges;
-    for (size_t i = 0; i < starts.size(); ++i) {
-        if (sizes[i] > 0) {
-            const auto first = static_cast<uint64_t>(starts[i]);
-            ranges.push_back({first, first + static_cast<uint64_t>(sizes[i]), i});
-        }
-    }
-    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-        return a.first != b.first ? a.first < b.first : a.index < b.index;
-    });
-    return ranges;
-}
-
 /// Sizes >= 0; destination ranges that meet neither each other nor any source range.
 void RequireRangesApart(const BatchCopies& copies)
 {
     for (size_t i = 0; i < copies.sizes.size(); ++i) {
         TORCH_CHECK_VALUE(copies.sizes[i] >= 0, "sizes[", i, "] = ", copies.sizes[i], " must be >= 0 bytes");
     }
-    // Destinations sorted by address meet only a neighbour; each source meets a destination only
-    // if the last destination starting before its end reaches past its start (the destinations are apart).
-    const std::vector<Range> targets = Ranges(copies.dst, copies.sizes);
-    for (size_t k = 1; k < targets.size(); ++k) {
-        const Range &a = targets[k - 1], &b = targets[k];
-        if (b.first < a.end) {
-            const size_t later = std::max(a.index, b.index), earlier = std::min(a.index, b.index);
-            TORCH_CHECK_VALUE(false, "dst_ptrs[", later, "] = ", Hex(copies.dst[later]), " (", copies.sizes[later],
-                              " bytes) overlaps the destination of copy ", earlier, " (dst_ptrs[", earlier, "] = ",
-                              Hex(copies.dst[earlier]), ", ", copies.sizes[earlier],
-                              " bytes): the result would depend on the order of the copies");
-        }
+    // Each source meets a destination only if the last destination starting before its end
+    // reaches past its start (the destinations are apart).
+    const std::vector<ByteRange> targets = SortedRanges(copies.dst, copies.sizes);
+    if (const size_t k = FirstOverlap(targets); k < targets.size()) {
+        const ByteRange &a = targets[k - 1], &b = targets[k];
+        const size_t later = std::max(a.index, b.index), earlier = std::min(a.index, b.index);
+        TORCH_CHECK_VALUE(false, "dst_ptrs[", later, "] = ", Hex(copies.dst[later]), " (", copies.sizes[later],
+                          " bytes) overlaps the destination of copy ", earlier, " (dst_ptrs[", earlier, "] = ",
+                          Hex(copies.dst[earlier]), ", ", copies.sizes[earlier],
+                          " bytes): the result would depend on the order of the copies");
     }
-    for (const Range& source : Ranges(copies.src, copies.sizes)) {
+    for (const ByteRange& source : SortedRanges(copies.src, copies.sizes)) {
         const auto after = std::upper_bound(targets.begin(), targets.end(), source.end - 1,
-                                            [](uint64_t x, const Range& r) { return x < r.first; });
+                                            [](uint64_t x, const ByteRange& r) { return x < r.first; });
         if (after != targets.begin() && std::prev(after)->end > source.first) {
             const size_t j = std::prev(after)->index, i = source.index;
             TORCH_CHECK_VALUE(false, "dst_ptrs[", j, "] = ", Hex(copies.dst[j]), " (", copies.sizes[j],
