@@ -267,6 +267,8 @@ def test_dequant_rows_are_float32(driver: Path, tmp_path: Path, with_offset: boo
         ("scalar_read_unordered", "GetValue on TBuf<VECCALC> #0: S reads its bytes [0, 32) still being written by V"),
         ("reduce_max_work_over_dst", "ReduceMax: the work buffer overlaps dst"),
         ("reduce_min_nan", "ReduceMin: a NaN operand"),
+        ("reduce_dst_at_float_134", "ReduceMin: dst (TBuf<VECCALC> #0 at byte offset 134) must start 4-byte aligned"),
+        ("reduce_dst_at_half_129", "ReduceMax: dst (TBuf<VECCALC> #0 at byte offset 129) must start 2-byte aligned"),
         ("compare_count", "Compare: count 32 of 4-byte elements is not a whole number of 256 bytes"),
         ("select_mode", "Select: only VSEL_TENSOR_SCALAR_MODE is modelled"),
     ],
@@ -275,6 +277,16 @@ def test_vector_misuse_is_stopped(driver: Path, case: str, fragment: str) -> Non
     out = run(driver, case)
     assert out["rc"] == str(MODEL_ERROR)
     assert fragment in out["msg"]
+
+
+@pytest.mark.parametrize("case", ["reduce_dst_at_float_132", "reduce_dst_at_float_136", "reduce_dst_at_half_130"])
+def test_reduce_dst_needs_only_element_alignment(driver: Path, case: str) -> None:
+    """ReduceMax/ReduceMin's value-only dst (calIndex false) may start at any element of UB: Huawei's
+    ReduceRepeat table 3 (ORDER_ONLY_VALUE: 4 bytes for float, 2 for half), which ReduceMin/ReduceMax
+    name for dst; the kernels' extremes[8 * h + 2] sits 8 bytes past a 32-byte boundary. One byte
+    off is rejected (test_vector_misuse_is_stopped)."""
+    out = run(driver, case)
+    assert out["rc"] == str(OK), out["msg"]
 
 
 # ---- planted bugs --------------------------------------------------------------------------------

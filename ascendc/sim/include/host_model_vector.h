@@ -26,7 +26,7 @@
 #ifndef ASCEND_KV_HOST_MODEL_VECTOR_H
 #define ASCEND_KV_HOST_MODEL_VECTOR_H
 
-enum class RoundMode {
+enum class RoundMode : uint8_t {
     CAST_NONE = 0,
     CAST_RINT,
     CAST_FLOOR,
@@ -336,8 +336,8 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
     host_model::VectorOp("Duplicate", dst, calCount, [&](int32_t) { return scalarValue; });
 }
 
-enum class CMPMODE { LT = 0, GT, EQ, LE, GE, NE };
-enum class SELMODE { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
 
 namespace host_model {
 
@@ -356,7 +356,8 @@ int32_t ReduceWorkElems(int32_t count)
 }
 
 // Level-2 ReduceMax/ReduceMin (float or half, calIndex false): dst[0] = the extreme of src[0, count).
-// src and work start 32-byte aligned, dst sizeof(T) * 2 aligned; work holds ReduceWorkElems
+// src and work start 32-byte aligned; dst only sizeof(T) aligned, as the documented value-only
+// result needs (docs/host_model.md, "Signatures against Huawei's headers"); work holds ReduceWorkElems
 // elements, is disjoint from src and dst and is left unspecified; a NaN operand stops the kernel
 // (the result with NaN is not documented).
 template <typename T, typename Pick>
@@ -368,8 +369,8 @@ void Reduce(const char* op, const LocalTensor<T>& dst, const LocalTensor<T>& src
     if (count < 1) Fail(op, ": count ", count, " must be at least 1");
     const auto& dm = Access::M(dst);
     dm.Live(op);
-    if (dm.UbOffset() % (2 * sizeof(T)) != 0 || dm.size < 1)
-        Fail(op, ": dst (", dm.buf->owner, " at byte offset ", dm.byteOff, ") must start ", 2 * sizeof(T),
+    if (dm.UbOffset() % sizeof(T) != 0 || dm.size < 1)
+        Fail(op, ": dst (", dm.buf->owner, " at byte offset ", dm.byteOff, ") must start ", sizeof(T),
              "-byte aligned and hold an element");
     const uint32_t d = dm.UbOffset();
     const int32_t need = ReduceWorkElems<T>(count);

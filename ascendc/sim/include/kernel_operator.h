@@ -92,7 +92,7 @@
 #define GM_ADDR __gm__ uint8_t*
 
 // Kernel types of KERNEL_TASK_TYPE_DEFAULT (global namespace, as in the device headers).
-enum KernelMetaType {
+enum KernelMetaType : uint8_t {
     KERNEL_TYPE_AIV_ONLY,
     KERNEL_TYPE_AIC_ONLY,
     KERNEL_TYPE_MIX_AIV_1_0,

@@ -269,6 +269,17 @@ void Misuse(const std::string& name, GM_ADDR in)
     } else if (name == "reduce_min_nan") {
         Duplicate(t[8], std::numeric_limits<float>::quiet_NaN(), 1);
         ReduceMin(t[32], t[8], t[48], 8);
+    } else if (name.rfind("reduce_dst_at_", 0) == 0) {  // reduce_dst_at_<float|half>_<byte offset>
+        // a value-only result needs element alignment: the last accepted and first rejected offsets
+        const bool isFloat = name.find("float") != std::string::npos;
+        const uint32_t at = static_cast<uint32_t>(std::stoul(name.substr(name.rfind('_') + 1)));
+        const LocalTensor<uint8_t> bytes = t.ReinterpretCast<uint8_t>();
+        if (isFloat) {
+            ReduceMin(bytes[at].ReinterpretCast<float>(), t[8], t[48], 8);
+        } else {
+            const LocalTensor<half> h = t.ReinterpretCast<half>();
+            ReduceMax(bytes[at].ReinterpretCast<half>(), h[16], h[96], 16);
+        }
     } else if (name == "compare_count") {
         LocalTensor<uint8_t> bits = buf.Get<uint8_t>();
         Compare(bits, t[32], t[32], CMPMODE::NE, 32);
