@@ -566,6 +566,7 @@ def gather_cache(src_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.
             p = first + j
             row = src_cache[int(block_table[b, p // bs]), p % bs]
             if dt is not None:
+                assert scale is not None, "an fp8 gather needs its scale"
                 row = (_as_codes(row, dt).float() * scale).to(dst.dtype)
             dst[int(cu_seq_lens[b]) + j] = row
     return dst
