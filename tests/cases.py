@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 from calls import KvCacheArgs, PagedLoadArgs
 from hypothesis import strategies as st
@@ -73,6 +74,17 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_meta or b.is_meta:
         return a.is_meta and b.is_meta
     return torch.equal(bits(a), bits(b))
+
+
+def raises_writing_nothing(call: Callable[[], object], written: torch.Tensor, message: str | None, error: type = ValueError) -> None:
+    """``call()`` succeeds (message None) or raises ``error`` matching ``message`` having written nothing."""
+    before = written.clone()
+    if message is None:
+        call()
+        return
+    with pytest.raises(error, match=message):
+        call()
+    assert bits_equal(written, before)
 
 
 def random_cache(layout: KvCacheCfg | str, num_blocks: int, block_size: int, num_heads: int, head_size: int,

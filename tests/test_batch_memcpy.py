@@ -6,13 +6,11 @@ sim at several core counts, the rules at their boundaries, compiled and eager.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import fake_npu
 import npu_fixtures
 import pytest
 import torch
-from cases import bits_equal, random_bits
+from cases import bits_equal, raises_writing_nothing, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from npu_fixtures import NPU, SUPPORTED, run
@@ -125,17 +123,6 @@ def test_no_temporary() -> None:
 # ----------------------------------------------------------------------------- rules
 
 
-def judge(call: Callable[[], None], written: torch.Tensor, message: str | None, error: type = ValueError) -> None:
-    """``call()`` succeeds (message None) or raises ``error`` matching ``message`` having written nothing."""
-    before = written.clone()
-    if message is None:
-        call()
-        return
-    with pytest.raises(error, match=message):
-        call()
-    assert bits_equal(written, before)
-
-
 def test_rules_at_their_boundaries_copy_nothing(kernel_library: None) -> None:
     src, dst = random_bits((64,), torch.uint8, 9), random_bits((64,), torch.uint8, 10)
     t = torch.tensor
@@ -145,9 +132,9 @@ def test_rules_at_their_boundaries_copy_nothing(kernel_library: None) -> None:
         ([0, 8], [0, 7], [8, 0], None),                                          # a zero-size copy meets nothing
         ([0, 8], [0, 8], [8, -1], r"sizes\[1\] = -1 must be >= 0 bytes"),
     ):
-        judge(lambda s=sources, d=destinations, n=sizes: ascend_kv.batch_memcpy(
+        raises_writing_nothing(lambda s=sources, d=destinations, n=sizes: ascend_kv.batch_memcpy(
             pointers(src, s), pointers(dst, d), t(n, dtype=torch.int32)), dst, message)
-    judge(lambda: ascend_kv.batch_memcpy(pointers(dst, [0, 16]), pointers(dst, [16, 40]), t([8, 8])), dst,
+    raises_writing_nothing(lambda: ascend_kv.batch_memcpy(pointers(dst, [0, 16]), pointers(dst, [16, 40]), t([8, 8])), dst,
           r"dst_ptrs\[0\] = 0x[0-9a-f]+ \(8 bytes\) overlaps the source of copy 1")
     for call, message, error in (
         (lambda: ascend_kv.batch_memcpy(pointers(src, [0]).int(), pointers(dst, [0]), t([1])),
@@ -163,7 +150,7 @@ def test_rules_at_their_boundaries_copy_nothing(kernel_library: None) -> None:
         (lambda: ascend_kv.batch_memcpy([0], pointers(dst, [0]), t([1])),
          r"src_ptrs must be a torch.Tensor", TypeError),
     ):
-        judge(call, dst, message, error)
+        raises_writing_nothing(call, dst, message, error)
 
 
 def test_empty_tables_copy_nothing() -> None:

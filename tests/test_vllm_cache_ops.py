@@ -12,7 +12,7 @@ from collections.abc import Callable
 import fake_npu
 import pytest
 import torch
-from cases import bits_equal, random_bits
+from cases import bits_equal, raises_writing_nothing, random_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from npu_fixtures import NPU
@@ -29,17 +29,6 @@ def transfers(call: Callable[[], object]) -> int:
     with fake_npu.counting() as counts:
         call()
     return int(counts.transfers)
-
-
-def judge(call: Callable[[], object], written: torch.Tensor, message: str | None, error: type = ValueError) -> None:
-    """``call()`` succeeds (message None) or raises ``error`` matching ``message`` having written nothing."""
-    before = written.clone()
-    if message is None:
-        call()
-        return
-    with pytest.raises(error, match=message):
-        call()
-    assert bits_equal(written, before)
 
 
 # ----------------------------------------------------------------------------- gather_cache
@@ -146,7 +135,7 @@ def test_gather_cache_rules_at_their_boundaries_write_nothing() -> None:
         ([0, 4], [0], t([[2, 9, 0]]), None),                           # column 1 is not needed
         ([0, 5], [0], t([[2, 3, 0]]), r"block_table\[0, 1\] = 3 is outside \[0, 3\)"),
     ):
-        judge(lambda c=cu, s=starts, b=tab: ascend_kv.gather_cache(src, dst, b, t(c), t(s)), dst, message)
+        raises_writing_nothing(lambda c=cu, s=starts, b=tab: ascend_kv.gather_cache(src, dst, b, t(c), t(s)), dst, message)
     for call, message, error in (
         (lambda: ascend_kv.gather_cache(src, dst.float(), table, t([0, 1])), r"dst.dtype must equal src_cache.dtype = torch.bfloat16, got torch.float32",
          TypeError),
@@ -165,11 +154,11 @@ def test_gather_cache_rules_at_their_boundaries_write_nothing() -> None:
         (lambda: vllm.gather_and_maybe_dequant_cache(src, dst, table, t([0, 1]), t([0]), 7, "auto", t(1.0)),
          r"num_tokens must be an int in \[0, 6\]", ValueError),
     ):
-        judge(call, dst, message, error)
+        raises_writing_nothing(call, dst, message, error)
     codes = torch.zeros(3, 4, 8, dtype=torch.uint8)
-    judge(lambda: ascend_kv.gather_cache(codes, dst, table, t([0, 1]), kv_cache_dtype="fp8"), dst,
+    raises_writing_nothing(lambda: ascend_kv.gather_cache(codes, dst, table, t([0, 1]), kv_cache_dtype="fp8"), dst,
           r"scale must be given")
-    judge(lambda: ascend_kv.gather_cache(codes, dst, table, t([0, 1]), kv_cache_dtype="fp8", scale=t([1.0, 2.0])),
+    raises_writing_nothing(lambda: ascend_kv.gather_cache(codes, dst, table, t([0, 1]), kv_cache_dtype="fp8", scale=t([1.0, 2.0])),
           dst, r"scale must have one element")
 
 
@@ -266,7 +255,7 @@ def test_paged_attention_rules_write_nothing() -> None:
         (lambda: vllm.reshape_and_cache(key, key, kc, vc, slots, "fp8", one, one),
          r"key_cache must have dtype torch.uint8 or torch.float8_e4m3fn", TypeError),
     ):
-        judge(call, kc, message, error)
+        raises_writing_nothing(call, kc, message, error)
         assert not vc.any()
     vllm.reshape_and_cache(key, key, kc, vc, torch.tensor([0, 11]), "auto", one, one)  # the last slot
     assert bits_equal(vc[2, :, :, 3], key[1])
@@ -317,7 +306,7 @@ def test_convert_fp8_rules_write_nothing() -> None:
         (lambda: vllm.convert_fp8(codes[:, :2], x, 1.0), r"dst_cache must have src_cache's shape \(2, 3\)", ValueError),
         (lambda: vllm.convert_fp8(codes.short(), x, 1.0), r"dst_cache must have dtype torch.uint8", TypeError),
     ):
-        judge(call, codes, message, error)
+        raises_writing_nothing(call, codes, message, error)
     vllm.convert_fp8(codes, x, 1e-30)  # the smallest scales saturate, not fail
     assert bits_equal(codes.view(torch.float8_e4m3fn).abs().float().max().reshape(1), torch.tensor([448.0]))
 
@@ -431,7 +420,7 @@ def test_concat_and_cache_mla_rules_write_nothing() -> None:
         (lambda: vllm.concat_and_cache_mla(kv_c, k_pe[:2], cache, torch.tensor([0]), "auto", one),
          r"k_pe must have kv_c's 3 tokens", ValueError),
     ):
-        judge(call, cache, message, error)
+        raises_writing_nothing(call, cache, message, error)
     vllm.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([7]), "fp8_ds_mla", one)  # the last slot
     assert cache[1, 3].any()
 
@@ -449,7 +438,7 @@ def test_concat_mla_q_and_its_rules() -> None:
          ValueError),
         (lambda: vllm.concat_mla_q(nope, pe.float(), out), r"q_pe", TypeError),
     ):
-        judge(call, out, message, error)
+        raises_writing_nothing(call, out, message, error)
     torch.library.opcheck(OPS.concat_mla_q.default, (nope, pe, out))
 
 
@@ -516,9 +505,9 @@ def test_indexer_rules_write_nothing() -> None:
         (lambda: vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([0, 1, 2]), 128, "ue8m0"),
          r"slot_mapping must have at most k's 2 tokens, got 3", ValueError),
     ):
-        judge(call, cache, message, error)
+        raises_writing_nothing(call, cache, message, error)
     padded_rows = torch.zeros(2, 4, 264, dtype=torch.uint8)[..., :132]  # a block's rows 264 bytes apart
-    judge(lambda: vllm.indexer_k_quant_and_cache(k, padded_rows, torch.tensor([0]), 128, "ue8m0"),
+    raises_writing_nothing(lambda: vllm.indexer_k_quant_and_cache(k, padded_rows, torch.tensor([0]), 128, "ue8m0"),
           padded_rows, r"kv_cache must hold each block's bytes contiguously", ValueError)
     vllm.indexer_k_quant_and_cache(k, cache, torch.tensor([7, -1]), 128, "ue8m0")  # the last slot
     for call, message in (
@@ -529,7 +518,7 @@ def test_indexer_rules_write_nothing() -> None:
         (lambda: vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale, torch.tensor([[0, 2]]),
                                                       torch.tensor([0, 5])), r"cu_seq_lens\[1\] = 5 is past"),
     ):
-        judge(call, dst_scale, message)
+        raises_writing_nothing(call, dst_scale, message)
         assert not dst_k.view(torch.uint8).any()
     vllm.cp_gather_indexer_k_quant_cache(cache, dst_k, dst_scale, torch.tensor([[0, 1]]), torch.tensor([0, 4]))
     assert bits_equal(dst_scale, cache.reshape(2, -1)[0, 512:528].reshape(4, 4))
