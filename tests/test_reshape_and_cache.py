@@ -118,7 +118,8 @@ RULES: list[tuple[str, Callable[[], Case], type | None, str]] = [
     ("more slots than tokens", lambda: replaced(nd([1], num_tokens=1), 4, torch.tensor([1, 2])), ValueError,
      "slot_mapping has 2 entries, more than num_tokens = 1"),
     ("float slots", lambda: replaced(nd([1]), 4, torch.tensor([1.0])), TypeError, "slot_mapping must have dtype"),
-    ("2-D slots", lambda: replaced(nd([1]), 4, torch.tensor([[1]])), ValueError, "slot_mapping must be a 1-D"),
+    ("2-D slots", lambda: replaced(nd([1]), 4, torch.tensor([[1]])), ValueError,
+     "slot_mapping must be [n] flat slots or [n, 2] (block, offset) pairs, got shape (1, 1)"),
     ("zero tokens", lambda: nd([]), None, ""),
     # layouts and modes
     ("bare int layout", lambda: Case(nd([1]).args, {"kv_cache_cfg": 0}), TypeError, "an int is ambiguous"),

@@ -77,13 +77,31 @@ def test_the_descriptor_says_the_tp_rank_and_its_heads() -> None:
     ({"alignment": 48}, "alignment must be a power of two, got 48"),
     ({"layout": "nz", "block_size": 8}, r"block_size \(8\) a multiple of 16"),
     ({"layout": "nhd"}, "layout must be one of"),
-    ({"pin_memory": True}, "pin_memory=True needs an accelerator runtime"),
 ])
 def test_bad_arguments_name_themselves(options: dict, message: str) -> None:
     arguments = {"num_layers": 1, "num_blocks": 2, "block_size": 16, "num_heads": 2, "head_size": 16}
     arguments.update(options)
     with pytest.raises(ValueError, match=message):
         allocate_transfer_caches(**arguments)
+
+
+def _torch_can_pin() -> bool:
+    """Whether this process's torch has a runtime that pins host memory (an NPU's, or the fake NPU's)."""
+    try:
+        torch.empty(1, pin_memory=True)
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_pinned_caches_are_pinned_or_refused_by_name() -> None:
+    arguments = {"num_layers": 1, "num_blocks": 2, "block_size": 16, "num_heads": 2, "head_size": 16}
+    if not _torch_can_pin():
+        with pytest.raises(ValueError, match="pin_memory=True needs an accelerator runtime"):
+            allocate_transfer_caches(**arguments, pin_memory=True)
+        return
+    caches = allocate_transfer_caches(**arguments, pin_memory=True)
+    assert caches.key_caches[0].is_pinned()
 
 
 @pytest.mark.parametrize("options", [{"num_layers": 1}, {"tp_rank": 1, "tp_size": 2}, {"head_start": 6, "total_heads": 8},

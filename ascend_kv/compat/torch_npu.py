@@ -85,6 +85,13 @@ def _format_hint(layout: str) -> str:
 # ----------------------------------------------------------------------------- the paged write
 
 
+def _flat_slots(name: str, slots: torch.Tensor) -> None:
+    """torch_npu's writes take flat slots only: refuse the ``[n, 2]`` pairs ascend_kv's own call takes."""
+    if isinstance(slots, torch.Tensor) and slots.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor of flat slots, as torch_npu takes it, got shape "
+                         f"{tuple(slots.shape)} (ascend_kv.reshape_and_cache also takes [n, 2] pairs)")
+
+
 def _npu_reshape_and_cache(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -113,6 +120,7 @@ def _npu_reshape_and_cache(
     None
         As torch_npu: the caches are written in place.
     """
+    _flat_slots("slot_indices", slot_indices)
     layout = cache_layout(key_cache, value_cache)
     try:
         reshape_and_cache(key, value, key_cache, value_cache, slot_indices, kv_cache_cfg=layout)
@@ -138,6 +146,7 @@ def _npu_reshape_and_cache_siso(key: torch.Tensor, key_cache: torch.Tensor, slot
     None
     """
     try:
+        _flat_slots("slot_indices", slot_indices)
         reshape_and_cache(key, None, key_cache, None, slot_indices, kv_cache_cfg="nd")
     except (TypeError, ValueError) as error:
         _in_callers_words(error, _RESHAPE_NAMES)
@@ -199,6 +208,7 @@ def npu_scatter_pa_kv_cache(
             "npu_scatter_pa_kv_cache: a 4-D key [batch, seq_len, num_heads, head_size] is torch_npu's "
             "head-compression scenario, not implemented by ascend_kv; pass [num_tokens, num_heads, head_size]"
         )
+    _flat_slots("slot_mapping", slot_mapping)
     try:
         if layout == "nz":
             key_cache = _nz_cache("key_cache", common.tensor_argument("key_cache", key_cache), key)

@@ -101,7 +101,8 @@ def info_report() -> dict[str, Any]:
 #: What ``ascend_kv.compat.torch_npu`` offers under torch_npu's names (docs/porting_from_torch_npu.md).
 TORCH_NPU_FACADE = ("_npu_reshape_and_cache", "_npu_reshape_and_cache_siso", "npu_scatter_pa_kv_cache",
                     "npu_gather_pa_kv_cache", "atb.npu_paged_cache_load", "npu_format_cast", "get_npu_format",
-                    "empty_with_format", "npu_dynamic_quant", "swap_blocks_batch")  # the last: vllm-ascend's _C_ascend op
+                    "empty_with_format", "npu_dynamic_quant", "npu_scatter_nd_update_", "npu_scatter_nd_update",
+                    "swap_blocks_batch")  # the last: vllm-ascend's _C_ascend op
 
 
 def _info(args: argparse.Namespace) -> int:
