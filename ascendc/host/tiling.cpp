@@ -258,8 +258,9 @@ int ComputeReshapeTiling(const ReshapeGeometry& call, uint64_t coreCount, uint64
     t.hasValue = call.value.rows.present ? 1 : 0;
     t.key = CacheTilingOf(call.key, nd);
     t.value = CacheTilingOf(call.value, nd);
-    // ND rows may be any size (DataCopyPad); NZ rows are whole 32-byte pieces.
-    const auto rowOk = [nd](uint64_t rowBytes) { return nd ? rowBytes > 0 : RowOk(rowBytes); };
+    // ND rows may be any size (DataCopyPad); NZ rows are whole 32-byte pieces; rows of no bytes
+    // are taken as on the host paths (the kernels write no codes for them, only a dynamic side's scales).
+    const auto rowOk = [nd](uint64_t rowBytes) { return nd || rowBytes % kBlockBytes == 0; };
     if (!rowOk(t.key.rowBytes) || (t.hasValue != 0 && !rowOk(t.value.rowBytes))) {
         return kTilingBadShape;
     }
@@ -291,7 +292,7 @@ bool QuantTilingOf(const QuantSideGeometry& side, const CacheTiling& cache, Quan
     q->heads = side.heads;
     q->headSize = side.headSize;
     q->rowElems = side.heads * side.headSize;
-    if (q->rowElems == 0 || q->rowElems != cache.rowBytes) {  // int8 codes: one byte per element
+    if (q->rowElems != cache.rowBytes) {  // int8 codes: one byte per element (rows of none: no codes)
         return false;
     }
     const auto elemsOk = [q](uint64_t n) { return n == 1 || n == q->heads || n == q->rowElems; };

@@ -93,6 +93,9 @@ private:
     __aicore__ inline void CopyRun(CacheSide& target, uint64_t first, uint64_t block, uint64_t position,
                                    uint64_t count)
     {
+        if (target.rowBytes == 0) {  // rows of no bytes (one side of a call): nothing to write
+            return;
+        }
         const uint64_t segmentBytes = MinU64(target.rowBytes, t_.chunkBytes);
         const uint64_t ubRow = UbPitch(target.rowBytes);
         const uint64_t tokensPerBuffer = ubRow <= t_.chunkBytes ? MinU64(t_.chunkBytes / ubRow, kMaxBlockCount) : 1;

@@ -87,7 +87,7 @@ private:
     {
         if (q.scheme == kQuantDynamic) {
             scaleCache.Init(scaleCacheGm, q.scaleCacheSpan);
-        } else if (q.scheme != kQuantNone) {
+        } else if (q.scheme != kQuantNone && q.rowElems != 0) {
             const uint32_t n = static_cast<uint32_t>(q.rowElems);
             rows_.Expand(in_, params, scale, q.scaleElems, q.scaleType, q);
             if (q.offsetElems != 0) {
@@ -106,6 +106,12 @@ private:
         const uint64_t tokenAt = block * side.blockStride + position * side.slotStride;
         if (q.scheme == kQuantNone) {
             CopyToken(side, i, tokenAt);
+            return;
+        }
+        if (q.rowElems == 0) {  // no codes; a dynamic side's heads are empty, their amax and scale 0
+            if (q.scheme == kQuantDynamic) {
+                StoreZeroScales(q, scaleCache, block, position);
+            }
             return;
         }
         const uint32_t n = static_cast<uint32_t>(q.rowElems);
@@ -211,6 +217,21 @@ private:
         // the next token's vector work overwrites the scales and the narrow stage read here
         AscendC::SetFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_V>(EVENT_ID0);
+    }
+
+    /// Scale 0 (all bits clear in float, half and bfloat16) for each head at (block, position), by the scalar unit.
+    __aicore__ inline void StoreZeroScales(const QuantTiling& q, ScaleCache& scaleCache, uint64_t block,
+                                           uint64_t position)
+    {
+        const uint64_t at = block * q.scaleBlockStride + position * q.scaleSlotStride;
+        for (uint64_t h = 0; h < q.heads; ++h) {
+            const uint64_t byte = at + h * q.scaleHeadStride;
+            if (q.scaleCacheType == kQuantFloat) {
+                scaleCache.wide.SetValue(byte / sizeof(float), 0.0f);
+            } else {
+                scaleCache.narrow.SetValue(byte / sizeof(uint16_t), static_cast<uint16_t>(0));
+            }
+        }
     }
 
     /// `rowBytes` bytes from UB `bytes` to the cache token at byte tokenAt: ND one row; NZ its
