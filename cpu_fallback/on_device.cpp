@@ -12,11 +12,7 @@
 #include "csrc/rules/swap_batch.h"
 
 namespace ascend_kv::on_device {
-namespace {
 
-using at::indexing::Slice;
-
-/// `t` viewed as integers of its element width (same memory, same strides).
 at::Tensor Bits(const at::Tensor& t)
 {
     switch (t.element_size()) {
@@ -26,6 +22,10 @@ at::Tensor Bits(const at::Tensor& t)
         default: return t.view(at::kLong);
     }
 }
+
+namespace {
+
+using at::indexing::Slice;
 
 /// A [n] mask as [n, 1, ...] for rows of `dims` dims.
 at::Tensor RowMask(const at::Tensor& mask, int64_t dims)

@@ -21,6 +21,10 @@
 
 namespace ascend_kv::on_device {
 
+/// `t` viewed as integers of its element width (same memory, same strides): where() and copies
+/// of such views move every bit pattern, NaN payloads included.
+at::Tensor Bits(const at::Tensor& t);
+
 /// Index tensors on the data's device (their values unchecked).
 void KvCache(const KvCacheCall& call);
 /// A side with call.quant dequantizes (gathered codes and row scales, quant_aten.h).

@@ -6,22 +6,12 @@
 #include <ATen/ATen.h>
 
 #include "cpu_fallback/copy.h"
+#include "cpu_fallback/on_device.h"
 #include "cpu_fallback/quant_math.h"
 #include "csrc/rules/index_values.h"
 
 namespace ascend_kv {
 namespace {
-
-/// A same-width integer view: where() and copies then move every bit pattern (NaN payloads too).
-at::Tensor Bits(const at::Tensor& t)
-{
-    switch (t.element_size()) {
-        case 1: return t.view(at::kByte);
-        case 2: return t.view(at::kShort);
-        case 4: return t.view(at::kInt);
-        default: return t.view(at::kLong);
-    }
-}
 
 float CodeMax(at::ScalarType codes)
 {
